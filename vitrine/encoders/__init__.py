@@ -1,0 +1,1 @@
+"""Vitrine encoders layer (see DESIGN.md)."""

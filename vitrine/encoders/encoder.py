@@ -1,0 +1,294 @@
+"""The multimodal encoder: towers + adapter, batch encoding with progress and a feature cache."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from vitrine.encoders.adapters import Adapter, load_adapter
+from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
+from vitrine.encoders.images import decode_image
+from vitrine.errors import InvalidImage, InvalidInput, ModelError
+
+log = logging.getLogger(__name__)
+
+
+class FeatureCache:
+    """Backbone features keyed by (towers key, content hash), in one SQLite file.
+
+    Re-ingesting a catalogue, retraining an adapter or re-running an eval never re-runs the
+    towers on the same photo or text. Values are float16 arrays stored as raw bytes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._conn() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS feats (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        conn = self._conn()
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i:i + 500])
+            q = f"SELECT key, dim, vec FROM feats WHERE key IN ({','.join('?' * len(chunk))})"
+            for key, dim, blob in conn.execute(q, chunk):
+                out[key] = np.frombuffer(blob, dtype=np.float16, count=dim).astype(np.float32)
+        return out
+
+    def put_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        rows = [(k, int(v.shape[-1]), np.asarray(v, dtype=np.float16).tobytes()) for k, v in items]
+        if rows:
+            conn = self._conn()
+            with conn:
+                conn.executemany("INSERT OR REPLACE INTO feats (key, dim, vec) VALUES (?, ?, ?)", rows)
+
+
+@dataclass
+class Embeddings:
+    """Shared-space vectors (float32, L2-normalised) for a batch; rows of absent modality are zero."""
+
+    image: np.ndarray | None
+    text: np.ndarray | None
+    fused: np.ndarray
+    aux: dict
+
+
+def _digest(kind: str, towers_key: str, payload: bytes) -> str:
+    return f"{towers_key}:{kind}:{hashlib.sha256(payload).hexdigest()}"
+
+
+class MultimodalEncoder:
+    """Pixels and words -> backbone features -> shared-space vectors.
+
+    Build it with :meth:`create` (the explicit constructor that loads models); nothing is
+    loaded at import.
+    """
+
+    def __init__(
+        self,
+        towers: Towers,
+        adapter: Adapter | None,
+        *,
+        batch_size: int = 64,
+        cache: FeatureCache | None = None,
+        max_image_bytes: int = 10_000_000,
+        max_image_pixels: int = 40_000_000,
+    ) -> None:
+        if adapter is not None and (adapter.image_dim != towers.image_dim or adapter.text_dim != towers.text_dim):
+            raise ModelError(
+                f"adapter expects features {adapter.image_dim}/{adapter.text_dim}-d but towers "
+                f"{towers.name} give {towers.image_dim}/{towers.text_dim}-d"
+            )
+        self.towers = towers
+        self._adapter = adapter.to(towers.device).eval() if adapter is not None else None
+        self.batch_size = batch_size
+        self.cache = cache
+        self.max_image_bytes = max_image_bytes
+        self.max_image_pixels = max_image_pixels
+        self._lock = threading.Lock()  # torch modules are not re-entrant across threads for us
+
+    @classmethod
+    def create(
+        cls,
+        model: str = DEFAULT_MODEL,
+        adapter: str | os.PathLike[str] | Adapter | None = None,
+        *,
+        features_only: bool = False,
+        pretrained: str | None = None,
+        device: str = "auto",
+        image_size: tuple[int, int] | None = None,
+        cache_path: str | os.PathLike[str] | None = None,
+        batch_size: int = 64,
+        max_image_bytes: int = 10_000_000,
+        max_image_pixels: int = 40_000_000,
+    ) -> "MultimodalEncoder":
+        dev = pick_device(device)
+        towers = create_towers(model, pretrained=pretrained, device=dev, image_size=image_size)
+        adapter_obj: Adapter | None
+        if features_only:
+            adapter_obj = None
+        elif adapter is None:
+            from vitrine.encoders.adapters import create_adapter
+
+            adapter_obj = create_adapter("identity", image_dim=towers.image_dim, text_dim=towers.text_dim)
+        elif isinstance(adapter, Adapter):
+            adapter_obj = adapter
+        else:
+            adapter_obj = load_adapter(adapter)
+        expected = adapter_obj.config.get("towers_key") if adapter_obj is not None else None
+        if expected and expected != towers.key:
+            raise ModelError(
+                f"adapter {adapter} was trained on towers {expected}, but these are {towers.key}: "
+                "retrain it (vitrine train gate) or pick the matching model"
+            )
+        return cls(
+            towers, adapter_obj, batch_size=batch_size,
+            cache=FeatureCache(cache_path) if cache_path else None,
+            max_image_bytes=max_image_bytes, max_image_pixels=max_image_pixels,
+        )
+
+    @property
+    def adapter(self) -> Adapter:
+        if self._adapter is None:
+            raise ModelError("this encoder was built for backbone features only (no adapter)")
+        return self._adapter
+
+    @property
+    def dim(self) -> int:
+        return self.adapter.dim
+
+    @property
+    def model_key(self) -> str:
+        """Identifies towers + adapter weights: vectors made under another key are stale."""
+        h = hashlib.sha256(self.towers.key.encode())
+        for name, t in sorted(self.adapter.state_dict().items()):
+            h.update(name.encode())
+            h.update(t.detach().cpu().numpy().tobytes())
+        return f"{self.towers.key}+{self.adapter.kind}-{h.hexdigest()[:12]}"
+
+    # -- backbone features ---------------------------------------------------------------
+    def decode(self, data: bytes) -> "object":
+        return decode_image(data, max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
+
+    def image_features(
+        self, images: Sequence[bytes], *, progress: bool = False, errors: dict[int, str] | None = None
+    ) -> np.ndarray:
+        """Backbone features for photos given as encoded bytes, (N, image_dim) float32.
+
+        With ``errors`` given, an undecodable image leaves a NaN row and its reason under its
+        position in ``errors``; without it, the first bad image raises :class:`InvalidImage`.
+        """
+        n = len(images)
+        out = np.zeros((n, self.towers.image_dim), dtype=np.float32)
+        keys = [_digest("img", self.towers.key, b) for b in images]
+        cached = self.cache.get_many(keys) if self.cache else {}
+        todo = [i for i, k in enumerate(keys) if k not in cached]
+        for i, k in enumerate(keys):
+            if k in cached:
+                out[i] = cached[k]
+        bar = tqdm(total=len(todo), desc="photos", unit="img", disable=not progress or not todo)
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start:start + self.batch_size]
+            pixels, ok = [], []
+            for i in chunk:
+                try:
+                    pixels.append(self.towers.preprocess(self.decode(images[i])))
+                    ok.append(i)
+                except InvalidImage as e:
+                    if errors is None:
+                        raise
+                    errors[i] = str(e)
+                    out[i] = np.nan
+            if pixels:
+                with self._lock:
+                    feats = self.towers.image_features(torch.stack(pixels)).cpu().numpy()
+                out[ok] = feats
+                if self.cache:
+                    self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(ok))
+            bar.update(len(chunk))
+        bar.close()
+        return out
+
+    def text_features(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Backbone features for texts, (N, text_dim) float32."""
+        n = len(texts)
+        out = np.zeros((n, self.towers.text_dim), dtype=np.float32)
+        keys = [_digest("txt", self.towers.key, t.encode("utf-8")) for t in texts]
+        cached = self.cache.get_many(keys) if self.cache else {}
+        todo = [i for i, k in enumerate(keys) if k not in cached]
+        for i, k in enumerate(keys):
+            if k in cached:
+                out[i] = cached[k]
+        # Sort by length so each batch pads little.
+        todo.sort(key=lambda i: len(texts[i]))
+        bs = self.batch_size * 4
+        bar = tqdm(total=len(todo), desc="texts", unit="txt", disable=not progress or not todo)
+        for start in range(0, len(todo), bs):
+            chunk = todo[start:start + bs]
+            with self._lock:
+                feats = self.towers.text_features([texts[i] for i in chunk]).cpu().numpy()
+            out[chunk] = feats
+            if self.cache:
+                self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(chunk))
+            bar.update(len(chunk))
+        bar.close()
+        return out
+
+    # -- shared space ----------------------------------------------------------------------
+    @torch.inference_mode()
+    def embed(self, image_feats: np.ndarray | None, text_feats: np.ndarray | None) -> Embeddings:
+        """Adapter over backbone features. Rows whose image features are NaN count as no photo."""
+        if image_feats is None and text_feats is None:
+            raise InvalidInput("nothing to embed: give image features, text features or both")
+        dev = self.towers.device
+        n = len(image_feats) if image_feats is not None else len(text_feats)  # type: ignore[arg-type]
+        dim = self.adapter.dim
+        img_out = np.zeros((n, dim), dtype=np.float32) if image_feats is not None else None
+        txt_out = np.zeros((n, dim), dtype=np.float32) if text_feats is not None else None
+        fused = np.zeros((n, dim), dtype=np.float32)
+        has_img = (
+            ~np.isnan(image_feats).any(axis=1) if image_feats is not None else np.zeros(n, dtype=bool)
+        )
+        aux: dict = {}
+        bs = 4096
+        with self._lock:
+            for s in range(0, n, bs):
+                sl = slice(s, s + bs)
+                t = torch.from_numpy(text_feats[sl]).to(dev) if text_feats is not None else None
+                im_mask = has_img[sl]
+                if image_feats is not None and im_mask.all():
+                    out = self.adapter(torch.from_numpy(image_feats[sl]).to(dev), t)
+                    img_out[sl] = out.image.cpu().numpy()  # type: ignore[index,union-attr]
+                    if out.text is not None:
+                        txt_out[sl] = out.text.cpu().numpy()  # type: ignore[index]
+                    fused[sl] = out.fused.cpu().numpy()
+                    aux = out.aux
+                    continue
+                # Mixed batch: rows without a usable photo go through the text-only path.
+                idx = np.arange(s, min(s + bs, n))
+                with_img, without = idx[im_mask], idx[~im_mask]
+                if len(with_img):
+                    out = self.adapter(
+                        torch.from_numpy(image_feats[with_img]).to(dev),  # type: ignore[index]
+                        torch.from_numpy(text_feats[with_img]).to(dev) if text_feats is not None else None,
+                    )
+                    img_out[with_img] = out.image.cpu().numpy()  # type: ignore[index,union-attr]
+                    if out.text is not None:
+                        txt_out[with_img] = out.text.cpu().numpy()  # type: ignore[index]
+                    fused[with_img] = out.fused.cpu().numpy()
+                if len(without):
+                    if text_feats is None:
+                        continue  # no modality at all: leaves a zero vector
+                    out = self.adapter(None, torch.from_numpy(text_feats[without]).to(dev))
+                    txt_out[without] = out.text.cpu().numpy()  # type: ignore[index,union-attr]
+                    fused[without] = out.fused.cpu().numpy()
+        return Embeddings(image=img_out, text=txt_out, fused=fused, aux=aux)
+
+    def encode(
+        self, texts: Sequence[str] | None = None, images: Sequence[bytes] | None = None, *, progress: bool = False
+    ) -> Embeddings:
+        """Texts and/or photos (aligned by position) -> shared-space embeddings."""
+        tf = self.text_features(texts, progress=progress) if texts is not None else None
+        imf = self.image_features(images, progress=progress) if images is not None else None
+        return self.embed(imf, tf)

@@ -1,0 +1,130 @@
+"""Safe image decoding and preprocessing suited to small product photos.
+
+Catalogue photos are small (60x80 in the bundled catalogue) and show the whole product, so
+preprocessing never crops: it letterboxes the photo onto a canvas of the model's aspect ratio
+(filled with the catalogue's white background) and resizes that to the model's input size.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+from vitrine.errors import ImageTooLarge, InvalidImage
+
+log = logging.getLogger(__name__)
+
+#: Formats we accept from users and catalogue files.
+ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "MPO"})
+
+_INTERPOLATION = {
+    "bicubic": Image.Resampling.BICUBIC,
+    "bilinear": Image.Resampling.BILINEAR,
+    "nearest": Image.Resampling.NEAREST,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+
+
+def decode_image(data: bytes, *, max_bytes: int = 10_000_000, max_pixels: int = 40_000_000) -> Image.Image:
+    """Decode ``data`` into an RGB image, refusing anything unsafe or unreadable.
+
+    Raises :class:`InvalidImage` naming the problem: empty, too large (bytes or pixels,
+    including decompression bombs), an unsupported format, or truncated/corrupt data.
+    """
+    if not data:
+        raise InvalidImage("image is empty")
+    if len(data) > max_bytes:
+        raise ImageTooLarge(f"image is {len(data):,} bytes, over the limit of {max_bytes:,} bytes")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            fmt = img.format
+            if fmt not in ALLOWED_FORMATS:
+                raise InvalidImage(f"unsupported image format {fmt!r}; use JPEG, PNG, WEBP, GIF or BMP")
+            w, h = img.size
+            if w <= 0 or h <= 0:
+                raise InvalidImage("image has no pixels")
+            if w * h > max_pixels:
+                raise ImageTooLarge(
+                    f"image is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels"
+                )
+            img.load()
+    except InvalidImage:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise ImageTooLarge(f"image refused as a decompression bomb: {e}") from e
+    except Image.UnidentifiedImageError as e:
+        raise InvalidImage("bytes are not a recognisable image") from e
+    except (OSError, SyntaxError, ValueError) as e:
+        raise InvalidImage(f"image is corrupt or truncated: {e}") from e
+    return to_rgb(img)
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """RGB version of ``img``; transparency is composited onto white (the catalogue background)."""
+    img = ImageOps.exif_transpose(img) or img
+    if img.mode in ("RGBA", "LA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        canvas = Image.new("RGB", rgba.size, (255, 255, 255))
+        canvas.paste(rgba, mask=rgba.getchannel("A"))
+        return canvas
+    return img.convert("RGB")
+
+
+@dataclass(frozen=True)
+class ImagePreprocess:
+    """Letterbox to the target aspect ratio, resize, normalise. Callable on a PIL image."""
+
+    size: tuple[int, int]  # (height, width)
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    interpolation: str = "bicubic"
+    resize_mode: str = "pad"  # "pad" (letterbox, never crop) or "squash"
+    fill_color: tuple[int, int, int] = (255, 255, 255)
+
+    @classmethod
+    def from_cfg(cls, cfg: dict, size: tuple[int, int] | int) -> "ImagePreprocess":
+        if isinstance(size, int):
+            size = (size, size)
+        fill = cfg.get("fill_color", (255, 255, 255))
+        if isinstance(fill, int):
+            fill = (fill, fill, fill)
+        return cls(
+            size=(int(size[0]), int(size[1])),
+            mean=tuple(cfg.get("mean", (0.5, 0.5, 0.5))),
+            std=tuple(cfg.get("std", (0.5, 0.5, 0.5))),
+            interpolation=cfg.get("interpolation", "bicubic"),
+            resize_mode=cfg.get("resize_mode", "pad"),
+            fill_color=tuple(fill),
+        )
+
+    def resize(self, img: Image.Image) -> Image.Image:
+        th, tw = self.size
+        resample = _INTERPOLATION.get(self.interpolation, Image.Resampling.BICUBIC)
+        if self.resize_mode == "pad":
+            w, h = img.size
+            target_ratio = tw / th
+            if abs(w / h - target_ratio) > 1e-3:
+                if w / h > target_ratio:  # too wide: pad top/bottom
+                    nw, nh = w, max(h, round(w / target_ratio))
+                else:  # too tall: pad left/right
+                    nw, nh = max(w, round(h * target_ratio)), h
+                canvas = Image.new("RGB", (nw, nh), self.fill_color)
+                canvas.paste(img, ((nw - w) // 2, (nh - h) // 2))
+                img = canvas
+        if img.size != (tw, th):
+            img = img.resize((tw, th), resample=resample)
+        return img
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        img = self.resize(to_rgb(img) if img.mode != "RGB" else img)
+        arr = np.asarray(img, dtype=np.float32) / 255.0
+        arr = (arr - np.asarray(self.mean, dtype=np.float32)) / np.asarray(self.std, dtype=np.float32)
+        return torch.from_numpy(arr.transpose(2, 0, 1).copy())

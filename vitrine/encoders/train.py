@@ -1,0 +1,269 @@
+"""Training adapters over cached backbone features with a symmetric contrastive loss.
+
+The towers stay frozen: their features are computed once (and cached), so an epoch over the
+whole train split is a few matrix multiplications and training takes minutes on a CPU.
+
+Items with the same group label (e.g. identical titles) count as positives of each other, so
+duplicate titles in a batch are not pushed apart as false negatives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from vitrine.encoders.adapters import Adapter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PairSet:
+    """Aligned backbone features: row i of ``image`` and ``text`` describe the same product.
+
+    ``group`` labels rows that are interchangeable (identical titles). Optional pseudo-queries:
+    ``query_text[j]`` was made from product ``query_rows[j]`` naming the attribute subset
+    ``query_subset[j]`` with value key ``query_key[j]``; ``product_keys[s, i]`` is product i's
+    key under subset s (-1 if it lacks one), so every product matching a query counts as its
+    positive. ``hard_negatives[i]`` lists rows that look alike but differ (-1 pads).
+    """
+
+    image: np.ndarray
+    text: np.ndarray
+    group: np.ndarray
+    query_rows: np.ndarray | None = None
+    query_text: np.ndarray | None = None
+    query_subset: np.ndarray | None = None
+    query_key: np.ndarray | None = None
+    product_keys: np.ndarray | None = None
+    hard_negatives: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not (len(self.image) == len(self.text) == len(self.group)):
+            raise ValueError("image, text and group must have the same number of rows")
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 40
+    batch_size: int = 1024
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    patience: int = 6
+    seed: int = 0
+    aux_weight: float = 1.0  # weight of an adapter's own auxiliary losses (MoE balance, z-loss)
+    query_weight: float = 0.5  # weight of the pseudo-query -> photo loss when queries are given
+    text_text_weight: float = 0.0  # weight of a query -> product-text loss (keeps text-only feeds good)
+    modality_dropout: float = 0.0  # chance that a product's photo is hidden during training
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainResult:
+    best_epoch: int
+    best_score: float
+    history: list[dict[str, float]]
+    seconds: float
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def multi_positive_ce(logits: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against a uniform distribution over each row's positives."""
+    target = pos.float()
+    target = target / target.sum(1, keepdim=True).clamp_min(1.0)
+    return -(target * F.log_softmax(logits, dim=1)).sum(1).mean()
+
+
+def contrastive_loss(a: torch.Tensor, b: torch.Tensor, ga: torch.Tensor, gb: torch.Tensor,
+                     scale: torch.Tensor) -> torch.Tensor:
+    """Symmetric InfoNCE between a and b (normalised), positives where groups match."""
+    logits = scale * a @ b.t()
+    pos = ga[:, None] == gb[None, :]
+    return 0.5 * (multi_positive_ce(logits, pos) + multi_positive_ce(logits.t(), pos.t()))
+
+
+@torch.inference_mode()
+def retrieval_scores(queries: torch.Tensor, gallery: torch.Tensor, q_group: torch.Tensor,
+                     g_group: torch.Tensor, k: int = 10) -> dict[str, float]:
+    """Hit@1, Hit@k (any relevant item in the top k) and MRR@k; relevant = same group."""
+    r1 = rk = mrr = 0.0
+    for s in range(0, len(queries), 1024):
+        sims = queries[s:s + 1024] @ gallery.t()
+        top = sims.topk(k, dim=1).indices
+        rel = g_group[top] == q_group[s:s + 1024, None]
+        r1 += rel[:, 0].float().sum().item()
+        rk += rel.any(1).float().sum().item()
+        first = torch.where(rel.any(1), rel.float().argmax(1), torch.full_like(rel[:, 0], -1, dtype=torch.long))
+        mrr += torch.where(first >= 0, 1.0 / (first.float() + 1.0), torch.zeros_like(first, dtype=torch.float)).sum().item()
+    n = len(queries)
+    return {"Hit@1": r1 / n, f"Hit@{k}": rk / n, f"MRR@{k}": mrr / n}
+
+
+def evaluate_pairs(adapter: Adapter, data: PairSet, device: str = "cpu") -> dict[str, float]:
+    """Title -> photo retrieval over the set's own photos (the KAGL protocol in miniature)."""
+    adapter.eval()
+    with torch.inference_mode():
+        img = adapter(torch.from_numpy(data.image).to(device), None).image
+        txt = adapter(None, torch.from_numpy(data.text).to(device)).text
+    g = torch.from_numpy(data.group).to(device)
+    return retrieval_scores(txt, img, g, g)  # type: ignore[arg-type]
+
+
+def train_adapter(
+    adapter: Adapter,
+    train: PairSet,
+    val: PairSet,
+    cfg: TrainConfig,
+    *,
+    progress: bool = True,
+    log_path: str | Path | None = None,
+    score_fn: Callable[[dict[str, float]], float] | None = None,
+) -> TrainResult:
+    """Train ``adapter`` in place; keeps the weights of the best validation epoch."""
+    seed_everything(cfg.seed)
+    dev = torch.device(cfg.device)
+    adapter.to(dev)
+    adapter.set_feature_stats(torch.from_numpy(train.image).to(dev), torch.from_numpy(train.text).to(dev))
+    score_fn = score_fn or (lambda m: m["MRR@10"])
+
+    img = torch.from_numpy(train.image).to(dev)
+    txt = torch.from_numpy(train.text).to(dev)
+    grp = torch.from_numpy(train.group).to(dev)
+    has_q = train.query_rows is not None and train.query_text is not None
+    if has_q:
+        q_rows = torch.from_numpy(train.query_rows).to(dev)
+        q_txt = torch.from_numpy(train.query_text).to(dev)
+        q_sub = torch.from_numpy(train.query_subset).to(dev)
+        q_key = torch.from_numpy(train.query_key).to(dev)
+        p_keys = torch.from_numpy(train.product_keys).to(dev)
+    hard = torch.from_numpy(train.hard_negatives).to(dev) if train.hard_negatives is not None else None
+
+    params = [p for p in adapter.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+    )
+    n = len(img)
+    steps_per_epoch = max(1, math.ceil(n / cfg.batch_size))
+    total = steps_per_epoch * cfg.epochs
+    warm = int(steps_per_epoch * cfg.warmup_epochs)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return cfg.lr * (step + 1) / max(1, warm)
+        prog = (step - warm) / max(1, total - warm)
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
+
+    best_state: dict[str, torch.Tensor] | None = None
+    best_score, best_epoch, bad_epochs = -1.0, -1, 0
+    history: list[dict[str, float]] = []
+    t0 = time.time()
+    step = 0
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    log_file = open(log_path, "w", encoding="utf-8") if log_path else None
+    bar = tqdm(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", disable=not progress)
+    try:
+        for epoch in range(cfg.epochs):
+            adapter.train()
+            perm = torch.randperm(n, generator=gen).to(dev)
+            sums: dict[str, float] = {}
+            for s in range(0, n, cfg.batch_size):
+                idx = perm[s:s + cfg.batch_size]
+                if hard is not None:
+                    # Pull each row's hard negatives into the batch so the loss must separate them.
+                    extra_rows = hard[idx[: len(idx) // 4]].flatten()
+                    extra_rows = extra_rows[extra_rows >= 0]
+                    idx = torch.unique(torch.cat([idx, extra_rows]))
+                for g in opt.param_groups:
+                    g["lr"] = lr_at(step)
+                bi, bt, bg = img[idx], txt[idx], grp[idx]
+                if cfg.modality_dropout > 0:
+                    hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout
+                else:
+                    hide = None
+                out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
+                    else adapter(bi, bt)
+                scale = adapter.logit_scale.exp().clamp(max=100.0)
+                loss = contrastive_loss(out.text, out.image, bg, bg, scale)
+                parts = {"contrastive": loss.item()}
+                if "fused" in out.aux.get("train_terms", ()):
+                    lf = contrastive_loss(out.text, out.fused, bg, bg, scale)
+                    loss = loss + 0.5 * lf
+                    parts["fused"] = lf.item()
+                if has_q:
+                    # Pseudo-queries whose product is in this batch; every batch product that
+                    # matches the query's attributes is a positive.
+                    inb = torch.zeros(n, dtype=torch.bool, device=dev)
+                    inb[idx] = True
+                    sel = inb[q_rows].nonzero().flatten()
+                    if len(sel) > cfg.batch_size:
+                        sel = sel[torch.randperm(len(sel), generator=gen)[: cfg.batch_size].to(dev)]
+                    if len(sel):
+                        qo = adapter(None, q_txt[sel])
+                        pos = p_keys[q_sub[sel]][:, idx] == q_key[sel][:, None]
+                        target = out.fused if "fused" in out.aux.get("train_terms", ()) else out.image
+                        lq = multi_positive_ce(scale * qo.text @ target.t(), pos)
+                        if cfg.text_text_weight > 0:
+                            lq = lq + cfg.text_text_weight * multi_positive_ce(scale * qo.text @ out.text.t(), pos)
+                        loss = loss + cfg.query_weight * lq
+                        parts["query"] = lq.item()
+                aux_loss = out.aux.get("loss")
+                if aux_loss is not None:
+                    loss = loss + cfg.aux_weight * aux_loss
+                    parts["aux"] = float(aux_loss.item())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+                step += 1
+                for k, v in parts.items():
+                    sums[k] = sums.get(k, 0.0) + v
+            metrics = evaluate_pairs(adapter, val, cfg.device)
+            score = score_fn(metrics)
+            row = {"epoch": epoch, **{f"loss_{k}": v / steps_per_epoch for k, v in sums.items()}, **metrics,
+                   "score": score, "lr": lr_at(step - 1), "seconds": time.time() - t0}
+            history.append(row)
+            if log_file:
+                log_file.write(json.dumps(row) + "\n")
+                log_file.flush()
+            log.info("epoch %d %s", epoch, {k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
+            bar.set_postfix(score=f"{score:.4f}", best=f"{max(best_score, score):.4f}")
+            bar.update(1)
+            if score > best_score:
+                best_score, best_epoch, bad_epochs = score, epoch, 0
+                best_state = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
+            else:
+                bad_epochs += 1
+                if bad_epochs >= cfg.patience:
+                    log.info("early stop at epoch %d (best %d: %.4f)", epoch, best_epoch, best_score)
+                    break
+    finally:
+        bar.close()
+        if log_file:
+            log_file.close()
+    if best_state is not None:
+        adapter.load_state_dict(best_state)
+    adapter.eval()
+    adapter.config["train"] = {"config": asdict(cfg), "best_epoch": best_epoch, "val_score": best_score}
+    return TrainResult(best_epoch=best_epoch, best_score=best_score, history=history, seconds=time.time() - t0)

@@ -1,0 +1,1 @@
+"""Vitrine evals layer (see DESIGN.md)."""

@@ -1,0 +1,99 @@
+"""Retrieval metrics as pure functions over ids (no models, no I/O), as faiss.contrib does.
+
+``ranked`` is the ordered list of retrieved ids for one query; ``relevant`` maps relevant
+ids to graded relevance (> 0). Every function returns a float in [0, 1]. ``mean_metrics``
+averages them over queries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+
+Relevance = Mapping[Hashable, float]
+
+
+def _rel_set(relevant: Relevance) -> set[Hashable]:
+    return {i for i, g in relevant.items() if g > 0}
+
+
+def recall_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
+    """Fraction of relevant items found in the top k."""
+    rel = _rel_set(relevant)
+    if not rel:
+        return 0.0
+    return len(rel.intersection(ranked[:k])) / len(rel)
+
+
+def hit_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
+    """1 if any relevant item is in the top k (the KAGL protocol's "recall")."""
+    rel = _rel_set(relevant)
+    return 1.0 if any(r in rel for r in ranked[:k]) else 0.0
+
+
+def precision_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
+    """Fraction of the top k that is relevant (missing ranks count as not relevant)."""
+    rel = _rel_set(relevant)
+    return sum(1 for r in ranked[:k] if r in rel) / k
+
+
+def mrr_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
+    """Reciprocal rank of the first relevant item within the top k (0 if none)."""
+    rel = _rel_set(relevant)
+    for i, r in enumerate(ranked[:k]):
+        if r in rel:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def dcg_at_k(gains: Sequence[float], k: int) -> float:
+    """Discounted cumulative gain with exponential gain 2^g - 1."""
+    return sum((2.0 ** g - 1.0) / math.log2(i + 2) for i, g in enumerate(gains[:k]))
+
+
+def ndcg_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
+    """DCG of the ranking over the DCG of the ideal ranking."""
+    ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)
+    idcg = dcg_at_k(ideal, k)
+    if idcg == 0:
+        return 0.0
+    gains = [float(relevant.get(r, 0.0)) for r in ranked[:k]]
+    return dcg_at_k(gains, k) / idcg
+
+
+def average_precision_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
+    """AP@k: mean of precision at each relevant rank, over min(k, |relevant|)."""
+    rel = _rel_set(relevant)
+    if not rel:
+        return 0.0
+    hits, total = 0, 0.0
+    for i, r in enumerate(ranked[:k]):
+        if r in rel:
+            hits += 1
+            total += hits / (i + 1)
+    return total / min(k, len(rel))
+
+
+METRICS = {
+    "R": recall_at_k,
+    "Hit": hit_at_k,
+    "P": precision_at_k,
+    "MRR": mrr_at_k,
+    "nDCG": ndcg_at_k,
+    "mAP": average_precision_at_k,
+}
+
+
+def mean_metrics(
+    runs: Sequence[tuple[Sequence[Hashable], Relevance]],
+    ks: Sequence[int],
+    names: Sequence[str] = ("R", "MRR", "nDCG"),
+) -> dict[str, float]:
+    """Average each named metric at each k over (ranked, relevant) pairs: keys like ``R@10``."""
+    out: dict[str, float] = {}
+    n = len(runs)
+    for name in names:
+        fn = METRICS[name]
+        for k in ks:
+            out[f"{name}@{k}"] = sum(fn(r, rel, k) for r, rel in runs) / n if n else 0.0
+    return out

@@ -1,0 +1,1 @@
+"""Vitrine index layer (see DESIGN.md)."""

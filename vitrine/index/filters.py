@@ -1,0 +1,98 @@
+"""In-memory inverted index over filterable fields (keywords and a numeric price).
+
+Values are matched case-insensitively. A product may hold several values of a field (each
+level of its category path, say). A filter on a field matches any of its listed values;
+filters on different fields must all match.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+
+def norm_value(v: object) -> str:
+    return " ".join(str(v).split()).casefold()
+
+
+class FilterIndex:
+    def __init__(self, fields: Iterable[str]) -> None:
+        self.fields = tuple(fields)
+        self._postings: dict[str, dict[str, set[int]]] = {f: {} for f in self.fields}
+        self._display: dict[str, dict[str, str]] = {f: {} for f in self.fields}
+        self._values: dict[int, dict[str, tuple[str, ...]]] = {}
+        self._price: dict[int, float] = {}
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def upsert(self, iid: int, values: Mapping[str, Iterable[object]], price: float | None = None) -> None:
+        with self._lock:
+            self.delete(iid)
+            stored: dict[str, tuple[str, ...]] = {}
+            for f in self.fields:
+                vals = tuple(dict.fromkeys(norm_value(v) for v in values.get(f, ()) if str(v).strip()))
+                for raw in values.get(f, ()):
+                    self._display[f].setdefault(norm_value(raw), str(raw).strip())
+                for v in vals:
+                    self._postings[f].setdefault(v, set()).add(iid)
+                stored[f] = vals
+            self._values[iid] = stored
+            if price is not None:
+                self._price[iid] = float(price)
+
+    def delete(self, iid: int) -> None:
+        with self._lock:
+            old = self._values.pop(iid, None)
+            self._price.pop(iid, None)
+            if not old:
+                return
+            for f, vals in old.items():
+                for v in vals:
+                    s = self._postings[f].get(v)
+                    if s is not None:
+                        s.discard(iid)
+                        if not s:
+                            del self._postings[f][v]
+
+    def allowed(
+        self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None
+    ) -> np.ndarray | None:
+        """Ids matching every field's terms and the price range; ``None`` when nothing filters."""
+        with self._lock:
+            result: set[int] | None = None
+            for f, vals in terms.items():
+                if f not in self._postings:
+                    raise KeyError(f)
+                vals = [norm_value(v) for v in vals]
+                if not vals:
+                    continue
+                match: set[int] = set()
+                for v in vals:
+                    match |= self._postings[f].get(v, set())
+                result = match if result is None else (result & match)
+                if not result:
+                    return np.zeros(0, dtype=np.int64)
+            if price_min is not None or price_max is not None:
+                lo = -np.inf if price_min is None else price_min
+                hi = np.inf if price_max is None else price_max
+                priced = {i for i, p in self._price.items() if lo <= p <= hi}
+                result = priced if result is None else (result & priced)
+            if result is None:
+                return None
+            return np.fromiter(sorted(result), dtype=np.int64, count=len(result))
+
+    def values_of(self, iid: int) -> dict[str, tuple[str, ...]]:
+        return dict(self._values.get(iid, {}))
+
+    def facet(self, field: str) -> Counter[str]:
+        """Display value -> number of products, for one field."""
+        with self._lock:
+            return Counter({self._display[field].get(v, v): len(s) for v, s in self._postings[field].items()})
+
+    def has_prices(self) -> bool:
+        return bool(self._price)

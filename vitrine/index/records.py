@@ -1,0 +1,265 @@
+"""Product records, their vectors and their photos, durable in SQLite (WAL) and on disk.
+
+SQLite is the source of truth of a data dir: every write is one transaction that bumps a
+change sequence number, so a crash leaves the batch either fully applied or not at all.
+Deletes leave a tombstone with their sequence number, so derived indexes saved at sequence
+``s`` catch up by replaying :meth:`RecordStore.changes_since` ``s``.
+
+Photos are stored content-addressed (``images/ab/<sha256>.<ext>``): the same photo is
+stored once, and a file is never rewritten in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitrine.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+VECTOR_FIELDS = ("fused", "image", "text")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS products (
+    iid INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    doc TEXT,
+    content_hash TEXT,
+    version INTEGER,
+    image_key TEXT,
+    seq INTEGER NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    model_key TEXT,
+    vec_fused BLOB,
+    vec_image BLOB,
+    vec_text BLOB
+);
+CREATE INDEX IF NOT EXISTS products_seq ON products(seq);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class RecordRow:
+    """One product as stored: its document, vectors and bookkeeping."""
+
+    id: str
+    doc: dict[str, Any]
+    content_hash: str
+    version: int | None = None
+    image_key: str | None = None
+    model_key: str | None = None
+    vectors: dict[str, np.ndarray | None] | None = None
+    iid: int | None = None
+    seq: int | None = None
+    deleted: bool = False
+
+
+def _blob(v: np.ndarray | None) -> bytes | None:
+    return None if v is None else np.asarray(v, dtype=np.float32).tobytes()
+
+
+def _vec(b: bytes | None) -> np.ndarray | None:
+    return None if b is None else np.frombuffer(b, dtype=np.float32).copy()
+
+
+class RecordStore:
+    """Products keyed by string id, each with a stable integer id (``iid``) for the indexes."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+            row = self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StorageError(f"{self.path} has schema {row[0]}, this Vitrine reads {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"cannot open record store {self.path}: {e}") from e
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    # -- meta ---------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._tx() as c:
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    @property
+    def seq(self) -> int:
+        return int(self.get_meta("seq") or 0)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def upsert_many(self, rows: Sequence[RecordRow]) -> tuple[int, list[int]]:
+        """Write rows in one transaction; returns (new sequence number, iids in order)."""
+        if not rows:
+            return self.seq, []
+        iids: list[int] = []
+        with self._tx() as c:
+            seq = int((c.execute("SELECT value FROM meta WHERE key='seq'").fetchone() or [0])[0]) + 1
+            for r in rows:
+                v = r.vectors or {}
+                c.execute(
+                    """INSERT INTO products (id, doc, content_hash, version, image_key, seq, deleted, model_key,
+                                             vec_fused, vec_image, vec_text)
+                       VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
+                       ON CONFLICT(id) DO UPDATE SET doc=excluded.doc, content_hash=excluded.content_hash,
+                         version=excluded.version, image_key=excluded.image_key, seq=excluded.seq, deleted=0,
+                         model_key=excluded.model_key, vec_fused=excluded.vec_fused,
+                         vec_image=excluded.vec_image, vec_text=excluded.vec_text""",
+                    (r.id, json.dumps(r.doc, ensure_ascii=False, separators=(",", ":")), r.content_hash,
+                     r.version, r.image_key, seq, r.model_key,
+                     _blob(v.get("fused")), _blob(v.get("image")), _blob(v.get("text"))),
+                )
+                iids.append(int(c.execute("SELECT iid FROM products WHERE id=?", (r.id,)).fetchone()[0]))
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
+        return seq, iids
+
+    def delete_many(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> tuple[int, list[int]]:
+        """Tombstone products; returns (sequence number, iids actually deleted)."""
+        deleted: list[int] = []
+        with self._tx() as c:
+            seq = int((c.execute("SELECT value FROM meta WHERE key='seq'").fetchone() or [0])[0]) + 1
+            for n, pid in enumerate(ids):
+                row = c.execute("SELECT iid, deleted FROM products WHERE id=?", (pid,)).fetchone()
+                if row is None or row[1]:
+                    continue
+                ver = versions[n] if versions else None
+                c.execute(
+                    """UPDATE products SET deleted=1, doc=NULL, vec_fused=NULL, vec_image=NULL, vec_text=NULL,
+                       seq=?, version=COALESCE(?, version) WHERE iid=?""",
+                    (seq, ver, row[0]),
+                )
+                deleted.append(int(row[0]))
+            if deleted:
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
+            else:
+                seq -= 1
+        return seq, deleted
+
+    # -- reads ------------------------------------------------------------------------------------
+    def _row(self, r: tuple, with_vectors: bool) -> RecordRow:
+        iid, pid, doc, h, ver, img, seq, deleted, mk, vf, vi, vt = r
+        return RecordRow(
+            id=pid, doc=json.loads(doc) if doc else {}, content_hash=h, version=ver, image_key=img,
+            model_key=mk, iid=iid, seq=seq, deleted=bool(deleted),
+            vectors={"fused": _vec(vf), "image": _vec(vi), "text": _vec(vt)} if with_vectors else None,
+        )
+
+    _COLS = "iid, id, doc, content_hash, version, image_key, seq, deleted, model_key"
+
+    def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[RecordRow]:
+        cols = self._COLS + (", vec_fused, vec_image, vec_text" if with_vectors else ", NULL, NULL, NULL")
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {cols} FROM products WHERE {where}", args).fetchall()
+        return [self._row(r, with_vectors) for r in rows]
+
+    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> RecordRow | None:
+        rows = self._select("id=?", (pid,), with_vectors)
+        if not rows or (rows[0].deleted and not include_deleted):
+            return None
+        return rows[0]
+
+    def get_many(self, pids: Sequence[str], *, with_vectors: bool = False,
+                 include_deleted: bool = False) -> dict[str, RecordRow]:
+        out: dict[str, RecordRow] = {}
+        for i in range(0, len(pids), 500):
+            chunk = list(pids[i:i + 500])
+            for r in self._select(f"id IN ({','.join('?' * len(chunk))})", chunk, with_vectors):
+                if include_deleted or not r.deleted:
+                    out[r.id] = r
+        return out
+
+    def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, RecordRow]:
+        out: dict[int, RecordRow] = {}
+        for i in range(0, len(iids), 500):
+            chunk = [int(x) for x in iids[i:i + 500]]
+            for r in self._select(f"iid IN ({','.join('?' * len(chunk))}) AND deleted=0", chunk, with_vectors):
+                out[r.iid] = r  # type: ignore[index]
+        return out
+
+    def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
+                  batch: int = 2000) -> Iterator[RecordRow]:
+        """Rows changed after ``since_seq`` (all live rows when 0), in iid order, streamed."""
+        last = 0
+        while True:
+            where = "iid > ? AND seq > ?" + ("" if include_deleted else " AND deleted=0")
+            rows = self._select(f"{where} ORDER BY iid LIMIT {batch}", (last, since_seq), with_vectors)
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1].iid  # type: ignore[assignment]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM products WHERE deleted=0").fetchone()[0])
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._conn.execute("SELECT id FROM products WHERE deleted=0 ORDER BY iid")]
+
+
+class ImageStore:
+    """Content-addressed photo files under one folder."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, key: str) -> Path:
+        if not key or "/" in key or "\\" in key or key.startswith("."):
+            raise StorageError(f"bad image key {key!r}")
+        return self.root / key[:2] / key
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self.path_for(key)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self.path_for(key).read_bytes()
+        except (OSError, StorageError):
+            return None

@@ -1,0 +1,427 @@
+"""FAISS vector index keyed by integer product ids, with filters, deletes and atomic save.
+
+``VectorIndex`` keeps every vector in its own row store and a FAISS index built by factory
+string (``Flat``, ``HNSW32``, ``IVF{n},Flat``, ``IVF{n},PQ{m}``) over those rows:
+
+- upsert replaces: the old row of an id is tombstoned and a new row appended;
+- rows added since the FAISS index was (re)built, and every row of an IVF index that has not
+  been trained yet, are searched exactly, so nothing is ever invisible;
+- a filter is a set of allowed ids. When it is selective the search is exact over just those
+  rows (always correct); otherwise FAISS searches with an ``IDSelector`` and falls back to
+  exact search if it returns fewer hits than exist;
+- tombstones are compacted away once they make up a quarter of the rows;
+- ``save`` writes one file (temp file, fsync, rename), ``load`` verifies its checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from vitrine.errors import InvalidInput, StorageError
+
+log = logging.getLogger(__name__)
+
+_FACTORY_RE = re.compile(r"^(Flat|HNSW\d+(,Flat)?|IVF\d+,(Flat|PQ\d+(x\d+)?|SQ8|SQfp16)|IVF\d+_HNSW\d+,(Flat|PQ\d+))$")
+FORMAT_VERSION = 1
+
+
+def _faiss():
+    try:
+        import faiss  # noqa: PLC0415
+    except ImportError as e:  # pragma: no cover - faiss-cpu is a core dependency
+        raise StorageError("the vector index needs FAISS: pip install faiss-cpu (or faiss-gpu)") from e
+    return faiss
+
+
+def gpu_count() -> int:
+    faiss = _faiss()
+    try:
+        return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+    except Exception:  # noqa: BLE001 - a broken GPU runtime means CPU
+        return 0
+
+
+class VectorIndex:
+    """Approximate nearest neighbours over L2-normalised vectors (inner product = cosine)."""
+
+    def __init__(
+        self,
+        dim: int,
+        factory: str = "Flat",
+        *,
+        nprobe: int = 16,
+        ef_search: int = 128,
+        exact_fraction: float = 0.05,
+        exact_min: int = 4096,
+        use_gpu: str = "auto",
+    ) -> None:
+        if not _FACTORY_RE.match(factory):
+            raise InvalidInput(
+                f"unsupported index factory {factory!r}; use Flat, HNSW<M>, IVF<n>,Flat or IVF<n>,PQ<m>"
+            )
+        if dim <= 0:
+            raise InvalidInput("dim must be positive")
+        self.dim = dim
+        self.factory = factory
+        self.nprobe = nprobe
+        self.ef_search = ef_search
+        self.exact_fraction = exact_fraction
+        self.exact_min = exact_min
+        self.use_gpu = use_gpu
+        self._lock = threading.RLock()
+        self._vecs = np.zeros((0, dim), dtype=np.float32)
+        self._row_ids = np.zeros(0, dtype=np.int64)  # id stored in each row, -1 = dead
+        self._n = 0  # rows used
+        self._row_of: dict[int, int] = {}
+        self._index = None  # faiss index over rows [0, self._indexed)
+        self._gpu_index = None
+        self._indexed = 0
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __contains__(self, id_: int) -> bool:
+        return int(id_) in self._row_of
+
+    @property
+    def dead_rows(self) -> int:
+        return self._n - len(self._row_of)
+
+    def ids(self) -> np.ndarray:
+        with self._lock:
+            return np.fromiter(self._row_of.keys(), dtype=np.int64, count=len(self._row_of))
+
+    def get(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """Vectors of ``ids`` (KeyError for an unknown id)."""
+        with self._lock:
+            rows = [self._row_of[int(i)] for i in ids]
+            return self._vecs[rows].copy()
+
+    def _grow(self, need: int) -> None:
+        cap = len(self._vecs)
+        if self._n + need <= cap:
+            return
+        new_cap = max(1024, int((self._n + need) * 1.5))
+        vecs = np.zeros((new_cap, self.dim), dtype=np.float32)
+        vecs[: self._n] = self._vecs[: self._n]
+        rid = np.full(new_cap, -1, dtype=np.int64)
+        rid[: self._n] = self._row_ids[: self._n]
+        self._vecs, self._row_ids = vecs, rid
+
+    # -- writes ----------------------------------------------------------------------------
+    def upsert(self, ids: np.ndarray | list[int], vectors: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise InvalidInput(f"vectors must be (n, {self.dim}), got {vectors.shape}")
+        if len(ids) != len(vectors):
+            raise InvalidInput("ids and vectors differ in length")
+        if len(set(ids.tolist())) != len(ids):
+            raise InvalidInput("duplicate ids in one upsert")
+        if not np.isfinite(vectors).all():
+            raise InvalidInput("vectors contain NaN or infinity")
+        with self._lock:
+            for i in ids:
+                old = self._row_of.pop(int(i), None)
+                if old is not None:
+                    self._row_ids[old] = -1
+            self._grow(len(ids))
+            start = self._n
+            self._vecs[start:start + len(ids)] = vectors
+            self._row_ids[start:start + len(ids)] = ids
+            for j, i in enumerate(ids):
+                self._row_of[int(i)] = start + j
+            self._n += len(ids)
+            self._maybe_maintain()
+
+    def delete(self, ids: np.ndarray | list[int]) -> int:
+        removed = 0
+        with self._lock:
+            for i in ids:
+                row = self._row_of.pop(int(i), None)
+                if row is not None:
+                    self._row_ids[row] = -1
+                    removed += 1
+            self._maybe_maintain()
+        return removed
+
+    def _maybe_maintain(self) -> None:
+        dead = self.dead_rows
+        if dead > 1000 and dead > 0.25 * self._n:
+            self.rebuild()
+        elif self._n - self._indexed >= self._pending_limit():
+            self._extend_index()
+
+    def _pending_limit(self) -> int:
+        # Rows searched exactly before they are folded into the ANN index.
+        return max(256, min(20_000, self._n // 20))
+
+    def rebuild(self) -> None:
+        """Compact tombstones and rebuild the FAISS index from the live rows."""
+        with self._lock:
+            live = self._row_ids[: self._n] >= 0
+            vecs = self._vecs[: self._n][live]
+            ids = self._row_ids[: self._n][live]
+            self._vecs = np.zeros((max(1024, len(ids)), self.dim), dtype=np.float32)
+            self._vecs[: len(ids)] = vecs
+            self._row_ids = np.full(len(self._vecs), -1, dtype=np.int64)
+            self._row_ids[: len(ids)] = ids
+            self._n = len(ids)
+            self._row_of = {int(i): r for r, i in enumerate(ids)}
+            self._index, self._gpu_index, self._indexed = None, None, 0
+            self._extend_index()
+
+    def _needs_training(self) -> bool:
+        return self.factory.startswith("IVF")
+
+    def _train_size(self) -> int:
+        m = re.match(r"IVF(\d+)", self.factory)
+        return 39 * int(m.group(1)) if m else 0
+
+    def _extend_index(self) -> None:
+        faiss = _faiss()
+        if self._index is None:
+            if self._needs_training() and self._n < self._train_size():
+                return  # too few rows to train: stay exact until there are enough
+            self._index = faiss.index_factory(self.dim, self.factory, faiss.METRIC_INNER_PRODUCT)
+            if not self._index.is_trained:
+                sample = self._vecs[: self._n][self._row_ids[: self._n] >= 0]
+                rng = np.random.default_rng(0)
+                if len(sample) > 256 * self._train_size() // 39:
+                    sample = sample[rng.choice(len(sample), 256 * self._train_size() // 39, replace=False)]
+                self._index.train(np.ascontiguousarray(sample))
+            self._configure(self._index)
+        if self._n > self._indexed:
+            self._index.add(np.ascontiguousarray(self._vecs[self._indexed:self._n]))
+            self._indexed = self._n
+        self._gpu_index = self._to_gpu(self._index)
+
+    def _configure(self, index) -> None:  # noqa: ANN001
+        faiss = _faiss()
+        if "IVF" in self.factory:
+            faiss.extract_index_ivf(index).nprobe = self.nprobe
+        if self.factory.startswith("HNSW"):
+            index.hnsw.efSearch = self.ef_search
+
+    def _to_gpu(self, index):  # noqa: ANN001, ANN202
+        if self.use_gpu == "never" or self.factory.startswith("HNSW") or gpu_count() == 0:
+            return None
+        faiss = _faiss()
+        try:
+            res = faiss.StandardGpuResources()
+            return faiss.index_cpu_to_gpu(res, 0, index)
+        except Exception as e:  # noqa: BLE001 - CPU fallback whenever the GPU path fails
+            log.warning("FAISS GPU unavailable (%s); searching on CPU", e)
+            self.use_gpu = "never"
+            return None
+
+    # -- reads -------------------------------------------------------------------------------
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` ids and inner-product scores per query; ``-1`` pads missing hits.
+
+        ``allowed`` restricts results to those ids (a filter).
+        """
+        q = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+        if q.shape[1] != self.dim:
+            raise InvalidInput(f"query vectors must be {self.dim}-d, got {q.shape[1]}")
+        if k <= 0:
+            raise InvalidInput("k must be positive")
+        with self._lock:
+            nq = len(q)
+            out_s = np.full((nq, k), -np.inf, dtype=np.float32)
+            out_i = np.full((nq, k), -1, dtype=np.int64)
+            if not self._row_of:
+                return out_s, out_i
+            allowed_rows = None
+            if allowed is not None:
+                allowed_rows = np.fromiter(
+                    (self._row_of[i] for i in np.asarray(allowed, dtype=np.int64).tolist() if i in self._row_of),
+                    dtype=np.int64,
+                )
+                if len(allowed_rows) == 0:
+                    return out_s, out_i
+                if self._index is None or len(allowed_rows) <= max(self.exact_min, self.exact_fraction * self._n):
+                    s, r = self._exact(q, k, allowed_rows)
+                    return s, self._rows_to_ids(r)
+            if self._index is None:
+                s, r = self._exact(q, k, None)
+                return s, self._rows_to_ids(r)
+            s, r = self._ann(q, k, allowed_rows)
+            if self._indexed < self._n:  # rows not yet in the ANN index: search them exactly
+                tail = np.arange(self._indexed, self._n)
+                if allowed_rows is not None:
+                    tail = np.intersect1d(tail, allowed_rows)
+                if len(tail):
+                    s2, r2 = self._exact(q, k, tail)
+                    s, r = _merge(s, r, s2, r2, k)
+            expected = min(k, len(allowed_rows) if allowed_rows is not None else len(self._row_of))
+            short = (r >= 0).sum(1) < expected
+            if short.any():  # the ANN search came up short under a filter: be exact
+                s3, r3 = self._exact(q[short], k, allowed_rows)
+                s[short], r[short] = s3, r3
+            return s, self._rows_to_ids(r)
+
+    def _rows_to_ids(self, rows: np.ndarray) -> np.ndarray:
+        ids = np.where(rows >= 0, self._row_ids[np.maximum(rows, 0)], -1)
+        return ids
+
+    def _exact(self, q: np.ndarray, k: int, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        if rows is None:
+            rows = np.flatnonzero(self._row_ids[: self._n] >= 0)
+        else:
+            rows = rows[self._row_ids[rows] >= 0]
+        nq = len(q)
+        out_s = np.full((nq, k), -np.inf, dtype=np.float32)
+        out_r = np.full((nq, k), -1, dtype=np.int64)
+        if len(rows) == 0:
+            return out_s, out_r
+        kk = min(k, len(rows))
+        for s in range(0, len(rows), 262_144):
+            part = rows[s:s + 262_144]
+            sims = q @ self._vecs[part].T
+            if kk < len(part):
+                top = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
+            else:
+                top = np.tile(np.arange(len(part)), (nq, 1))
+            ts = np.take_along_axis(sims, top, axis=1)
+            tr = part[top]
+            out_s, out_r = _merge(out_s, out_r, ts, tr, k)
+        return out_s, out_r
+
+    def _ann(self, q: np.ndarray, k: int, allowed_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        faiss = _faiss()
+        has_dead = self.dead_rows > 0
+        if allowed_rows is None and not has_dead:
+            index = self._gpu_index if self._gpu_index is not None else self._index
+            s, r = index.search(q, k)
+            return s, r
+        mask = np.zeros(self._indexed, dtype=bool)
+        if allowed_rows is None:
+            mask[:] = self._row_ids[: self._indexed] >= 0
+        else:
+            ar = allowed_rows[allowed_rows < self._indexed]
+            mask[ar] = True
+            mask &= self._row_ids[: self._indexed] >= 0
+        bits = np.packbits(mask, bitorder="little")
+        sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+        if "IVF" in self.factory:
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=self.nprobe)
+        elif self.factory.startswith("HNSW"):
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, 2 * k))
+        else:
+            params = faiss.SearchParameters(sel=sel)
+        s, r = self._index.search(q, k, params=params)
+        return s, r
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write the index to one file atomically; returns its SHA-256."""
+        faiss = _faiss()
+        path = Path(path)
+        with self._lock:
+            if self.dead_rows:
+                self.rebuild()
+            meta = {
+                "format": FORMAT_VERSION, "dim": self.dim, "factory": self.factory, "n": self._n,
+                "indexed": self._indexed, "nprobe": self.nprobe, "ef_search": self.ef_search,
+            }
+            arrays = {
+                "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+                "vectors": self._vecs[: self._n],
+                "ids": self._row_ids[: self._n],
+            }
+            if self._index is not None:
+                arrays["faiss"] = faiss.serialize_index(self._index)
+            buf = io.BytesIO()
+            np.savez(buf, **arrays)
+        data = buf.getvalue()
+        atomic_write_bytes(path, data)
+        return hashlib.sha256(data).hexdigest()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], expected_sha256: str | None = None, **kwargs) -> "VectorIndex":
+        faiss = _faiss()
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise StorageError(f"cannot read vector index {path}: {e}") from e
+        if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
+            raise StorageError(f"vector index {path} failed its checksum")
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                meta = json.loads(bytes(z["meta"]).decode())
+                vecs = np.array(z["vectors"], dtype=np.float32)
+                ids = np.array(z["ids"], dtype=np.int64)
+                blob = np.array(z["faiss"]) if "faiss" in z.files else None
+        except (ValueError, KeyError, OSError) as e:
+            raise StorageError(f"vector index {path} is unreadable: {e}") from e
+        if meta.get("format") != FORMAT_VERSION:
+            raise StorageError(f"vector index {path} has format {meta.get('format')}, expected {FORMAT_VERSION}")
+        opts = {"nprobe": meta["nprobe"], "ef_search": meta["ef_search"]} | kwargs
+        idx = cls(meta["dim"], meta["factory"], **opts)
+        n = int(meta["n"])
+        idx._vecs = np.zeros((max(1024, n), idx.dim), dtype=np.float32)
+        idx._vecs[:n] = vecs
+        idx._row_ids = np.full(len(idx._vecs), -1, dtype=np.int64)
+        idx._row_ids[:n] = ids
+        idx._n = n
+        idx._row_of = {int(i): r for r, i in enumerate(ids.tolist()) if i >= 0}
+        if blob is not None:
+            idx._index = faiss.deserialize_index(blob)
+            idx._configure(idx._index)
+            idx._indexed = int(meta["indexed"])
+            idx._gpu_index = idx._to_gpu(idx._index)
+        return idx
+
+    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        with self._lock:
+            if nprobe is not None:
+                self.nprobe = nprobe
+            if ef_search is not None:
+                self.ef_search = ef_search
+            if self._index is not None:
+                self._configure(self._index)
+
+
+def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    s = np.concatenate([s1, s2], axis=1)
+    r = np.concatenate([r1, r2], axis=1)
+    s = np.where(r >= 0, s, -np.inf)
+    order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(s, order, axis=1), np.take_along_axis(r, order, axis=1)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so a crash leaves either the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""Vitrine ingest layer (see DESIGN.md)."""

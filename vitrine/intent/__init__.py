@@ -1,0 +1,1 @@
+"""Vitrine intent layer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""Vitrine search layer (see DESIGN.md)."""

@@ -1,0 +1,498 @@
+"""The engine: one write path (upsert/delete) and one read path (search).
+
+write: validated products (+ photo bytes) -> encoder (towers -> adapter) -> one SQLite
+       transaction (records + vectors + photos) -> in-memory vector and filter indexes.
+read:  query -> encoder (query vectors) -> filters -> FAISS -> records -> hits with explanation.
+
+The record store is the source of truth; the FAISS indexes are snapshotted with the change
+sequence number they reflect, and catch up by replaying later changes when a data dir opens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitrine.encoders.encoder import MultimodalEncoder
+from vitrine.errors import InvalidInput, NotFound, StorageError
+from vitrine.index.filters import FilterIndex
+from vitrine.index.records import ImageStore, RecordRow, RecordStore
+from vitrine.index.vectors import VectorIndex, atomic_write_bytes
+from vitrine.search.models import (
+    Explanation,
+    Filters,
+    Hit,
+    ItemError,
+    Product,
+    ProductOut,
+    SearchRequest,
+    SearchResponse,
+    UpsertReport,
+    decode_b64,
+)
+from vitrine.search.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FILTER_FIELDS = ("category", "gender", "colour", "brand")
+INDEX_FIELDS = ("fused", "image")
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class ProductInput:
+    """A validated product and its photo bytes (resolved by the caller), or why there are none."""
+
+    product: Product
+    image: bytes | None = None
+    image_error: str | None = None
+    line: int | None = None
+
+
+def product_text(p: Product) -> str:
+    """The words a product is embedded by: its title, plus brand and category leaf when the
+    title does not already say them."""
+    parts = [p.title]
+    low = p.title.casefold()
+    if p.brand and p.brand.casefold() not in low:
+        parts.append(p.brand)
+    if p.category and p.category[-1].casefold() not in low:
+        parts.append(p.category[-1])
+    return " ".join(parts)
+
+
+def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
+    """The filterable facets of a stored product document."""
+    attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
+
+    def first(*keys: str) -> list[str]:
+        for k in keys:
+            v = attrs.get(k)
+            if v not in (None, "") and not isinstance(v, list):
+                return [str(v)]
+        return []
+
+    values = {
+        "category": list(doc.get("category") or []),
+        "gender": first("gender"),
+        "colour": first("colour", "color", "basecolour", "basecolor"),
+        "brand": [doc["brand"]] if doc.get("brand") else [],
+    }
+    return values, doc.get("price")
+
+
+class Engine:
+    """Vitrine's search engine over one data dir. Build with :meth:`open`."""
+
+    def __init__(self, settings: Settings, encoder: MultimodalEncoder) -> None:
+        self.settings = settings
+        self.encoder = encoder
+        self.data_dir = Path(settings.data_dir)
+        self.records = RecordStore(self.data_dir / "records.sqlite")
+        self.images = ImageStore(self.data_dir / "images")
+        self.filters = FilterIndex(FILTER_FIELDS)
+        self.vectors: dict[str, VectorIndex] = {}
+        self._write_lock = threading.Lock()
+        self._index_seq = 0
+        self._dirty = False
+        self.model_key = encoder.model_key
+        self._load_indexes()
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def open(cls, settings: Settings, encoder: MultimodalEncoder | None = None) -> "Engine":
+        """Load models (unless given) and open ``settings.data_dir``, recovering indexes."""
+        if encoder is None:
+            encoder = build_encoder(settings)
+        return cls(settings, encoder)
+
+    def _new_index(self) -> VectorIndex:
+        s = self.settings
+        return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
+
+    def _load_indexes(self) -> None:
+        t0 = time.time()
+        idx_dir = self.data_dir / "index"
+        manifest_path = idx_dir / MANIFEST
+        loaded = False
+        if manifest_path.is_file():
+            try:
+                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+                if manifest.get("model_key") != self.model_key:
+                    log.info("index snapshot was built by another model; rebuilding from records")
+                elif manifest.get("factory") != self.settings.index_factory:
+                    log.info("index factory changed to %s; rebuilding", self.settings.index_factory)
+                else:
+                    for f in INDEX_FIELDS:
+                        self.vectors[f] = VectorIndex.load(
+                            idx_dir / f"{f}.vidx", manifest["files"][f"{f}.vidx"],
+                            nprobe=self.settings.nprobe, ef_search=self.settings.ef_search,
+                        )
+                    self._index_seq = int(manifest["seq"])
+                    loaded = True
+            except (StorageError, KeyError, ValueError, OSError) as e:
+                log.warning("index snapshot unusable (%s); rebuilding from records", e)
+                self.vectors = {}
+        if not loaded:
+            self.vectors = {f: self._new_index() for f in INDEX_FIELDS}
+            self._index_seq = 0
+        stale_model = 0
+        replayed = 0
+        # Filters always rebuild from records; vectors replay what the snapshot lacks.
+        for row in self.records.iter_rows(with_vectors=False):
+            values, price = filter_values(row.doc)
+            self.filters.upsert(row.iid, values, price)  # type: ignore[arg-type]
+            if row.model_key != self.model_key:
+                stale_model += 1
+        batch: list[RecordRow] = []
+        for row in self.records.iter_rows(since_seq=self._index_seq, include_deleted=True):
+            batch.append(row)
+            if len(batch) >= 5000:
+                replayed += self._apply_rows_to_indexes(batch)
+                batch = []
+        replayed += self._apply_rows_to_indexes(batch)
+        self._index_seq = self.records.seq
+        if replayed:
+            self._dirty = True
+        log.info(
+            "opened %s: %d products (%s snapshot, %d changes replayed) in %.2fs",
+            self.data_dir, self.records.count(), "from" if loaded else "no", replayed, time.time() - t0,
+        )
+        if stale_model:
+            log.warning(
+                "%d products were embedded by another model; run `vitrine reindex --data %s` to re-embed",
+                stale_model, self.data_dir,
+            )
+
+    def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
+        if not rows:
+            return 0
+        dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
+        for f in INDEX_FIELDS:
+            if dead:
+                self.vectors[f].delete(dead)
+            live = [r for r in rows if not r.deleted and r.model_key == self.model_key
+                    and r.vectors and r.vectors.get(f) is not None]
+            if live:
+                self.vectors[f].upsert([r.iid for r in live], np.stack([r.vectors[f] for r in live]))  # type: ignore[index]
+        return len(rows)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def upsert(self, items: Sequence[ProductInput], *, progress: bool = False) -> UpsertReport:
+        """Encode and store products; unchanged and stale ones are skipped, bad ones reported."""
+        t0 = time.time()
+        report = UpsertReport()
+        # One product per id per call: the last occurrence wins, as it would in a stream.
+        by_id: dict[str, ProductInput] = {}
+        for it in items:
+            by_id.pop(it.product.id, None)
+            by_id[it.product.id] = it
+        todo: list[tuple[ProductInput, bytes | None, str | None]] = []
+        with self._write_lock:
+            existing = self.records.get_many(list(by_id), include_deleted=True)
+            for pid, it in by_id.items():
+                img = it.image
+                if img is None and it.product.image_b64:
+                    try:
+                        img = decode_b64(it.product.image_b64)
+                    except InvalidInput as e:
+                        report.failed.append(ItemError(id=pid, line=it.line, reason=str(e)))
+                        continue
+                if it.image_error:
+                    report.failed.append(ItemError(id=pid, line=it.line, reason=it.image_error))
+                    continue
+                img_sha = hashlib.sha256(img).hexdigest() if img is not None else None
+                h = it.product.content_hash(img_sha)
+                old = existing.get(pid)
+                if old is not None:
+                    if it.product.version is not None and old.version is not None and it.product.version < old.version:
+                        report.stale += 1
+                        continue
+                    if not old.deleted and old.content_hash == h and old.model_key == self.model_key \
+                            and old.version == it.product.version:
+                        report.unchanged += 1
+                        continue
+                todo.append((it, img, img_sha))
+            if todo:
+                rows = self._encode_rows(todo, report, progress=progress)
+                if rows:
+                    photos = {it.product.id: img for it, img, _ in todo if img is not None}
+                    for r in rows:  # photos first: a record never points at a missing file
+                        if r.image_key:
+                            self.images.put(r.image_key, photos[r.id])
+                    seq, iids = self.records.upsert_many(rows)
+                    for r, iid in zip(rows, iids):
+                        r.iid, r.seq = iid, seq
+                    self._apply_rows_to_indexes(rows)
+                    for r in rows:
+                        values, price = filter_values(r.doc)
+                        self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+                    self._index_seq = seq
+                    self._dirty = True
+                    report.upserted += len(rows)
+                    report.seq = seq
+        report.seconds = time.time() - t0
+        return report
+
+    def _encode_rows(
+        self, todo: list[tuple[ProductInput, bytes | None, str | None]], report: UpsertReport, *, progress: bool
+    ) -> list[RecordRow]:
+        texts = [product_text(it.product) for it, _, _ in todo]
+        with_img = [i for i, (_, img, _) in enumerate(todo) if img is not None]
+        img_errors: dict[int, str] = {}
+        img_feats = np.full((len(todo), self.encoder.towers.image_dim), np.nan, dtype=np.float32)
+        if with_img:
+            feats = self.encoder.image_features([todo[i][1] for i in with_img], progress=progress,  # type: ignore[misc]
+                                                errors=img_errors)
+            img_feats[with_img] = feats
+        txt_feats = self.encoder.text_features(texts, progress=progress)
+        bad = {with_img[j] for j in img_errors}
+        keep = [i for i in range(len(todo)) if i not in bad]
+        for j, reason in img_errors.items():
+            it = todo[with_img[j]][0]
+            report.failed.append(ItemError(id=it.product.id, line=it.line, reason=f"photo: {reason}"))
+        if not keep:
+            return []
+        emb = self.encoder.embed(img_feats[keep], txt_feats[keep])
+        rows: list[RecordRow] = []
+        for n, i in enumerate(keep):
+            it, img, sha = todo[i]
+            has_img = img is not None
+            rows.append(RecordRow(
+                id=it.product.id,
+                doc=it.product.document(),
+                content_hash=it.product.content_hash(sha),
+                version=it.product.version,
+                image_key=_image_key(sha, img) if has_img else None,  # type: ignore[arg-type]
+                model_key=self.model_key,
+                vectors={
+                    "fused": emb.fused[n],
+                    "image": emb.image[n] if has_img and emb.image is not None else None,
+                    "text": emb.text[n] if emb.text is not None else None,
+                },
+            ))
+        return rows
+
+    def delete(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> int:
+        """Delete products by id; unknown ids are ignored. Returns how many were deleted.
+
+        With ``versions``, a delete older than the stored version is ignored (stale)."""
+        with self._write_lock:
+            if versions is not None:
+                existing = self.records.get_many(list(ids))
+                keep = [(i, v) for i, v in zip(ids, versions)
+                        if not (v is not None and i in existing and existing[i].version is not None
+                                and v < existing[i].version)]  # type: ignore[operator]
+                ids = [i for i, _ in keep]
+                versions = [v for _, v in keep]
+            seq, iids = self.records.delete_many(list(ids), versions)
+            if iids:
+                for f in INDEX_FIELDS:
+                    self.vectors[f].delete(iids)
+                for iid in iids:
+                    self.filters.delete(iid)
+                self._index_seq = seq
+                self._dirty = True
+            return len(iids)
+
+    def save(self) -> bool:
+        """Snapshot the vector indexes (atomic files + manifest). Returns False if nothing changed."""
+        with self._write_lock:
+            if not self._dirty and (self.data_dir / "index" / MANIFEST).is_file():
+                return False
+            idx_dir = self.data_dir / "index"
+            files = {f"{f}.vidx": self.vectors[f].save(idx_dir / f"{f}.vidx") for f in INDEX_FIELDS}
+            manifest = {
+                "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
+                "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
+            }
+            atomic_write_bytes(idx_dir / MANIFEST, json.dumps(manifest, indent=2).encode())
+            self._dirty = False
+            return True
+
+    def close(self) -> None:
+        try:
+            self.save()
+        finally:
+            self.records.close()
+
+    # -- reads -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.vectors["fused"])
+
+    def get(self, pid: str) -> ProductOut:
+        row = self.records.get(pid)
+        if row is None:
+            raise NotFound("product", pid)
+        return self._product_out(row)
+
+    def image_path(self, key: str) -> Path:
+        path = self.images.path_for(key)
+        if not path.is_file():
+            raise NotFound("image", key)
+        return path
+
+    def _product_out(self, row: RecordRow) -> ProductOut:
+        d = row.doc
+        return ProductOut(
+            id=row.id, title=d.get("title", ""), brand=d.get("brand"), category=d.get("category") or [],
+            attributes=d.get("attributes") or {}, price=d.get("price"), currency=d.get("currency"),
+            description=d.get("description"), version=row.version,
+            image_url=f"/images/{row.image_key}" if row.image_key else None,
+        )
+
+    def query_vectors(self, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
+        """Shared-space query vectors per modality present."""
+        out: dict[str, np.ndarray] = {}
+        tf = self.encoder.text_features([text]) if text else None
+        imf = self.encoder.image_features([image]) if image is not None else None
+        if tf is not None:
+            out["text"] = self.encoder.embed(None, tf).text[0]  # type: ignore[index]
+        if imf is not None:
+            out["image"] = self.encoder.embed(imf, None).image[0]  # type: ignore[index]
+        return out
+
+    def allowed_ids(self, filters: Filters | None) -> np.ndarray | None:
+        if filters is None or filters.is_empty():
+            return None
+        return self.filters.allowed(filters.terms(), filters.price_min, filters.price_max)
+
+    def search(self, req: SearchRequest, *, image: bytes | None = None) -> SearchResponse:
+        """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters."""
+        t0 = time.perf_counter()
+        s = self.settings
+        if req.k > s.max_k:
+            raise InvalidInput(f"k must be between 1 and {s.max_k}")
+        text = " ".join((req.text or "").split()) or None
+        if text and len(text) > s.max_text_chars:
+            text = text[: s.max_text_chars]
+        if image is None and req.image_b64:
+            image = decode_b64(req.image_b64)
+        if not text and image is None:
+            raise InvalidInput("empty query: give text, a photo, or both")
+        qv = self.query_vectors(text, image)
+        allowed = self.allowed_ids(req.filters)
+        scored = self._rank(qv, req.k, allowed)
+        rows = self.records.get_by_iids([iid for iid, _, _ in scored])
+        hits: list[Hit] = []
+        applied = req.filters.model_dump(exclude_none=True) if req.filters else {}
+        for iid, score, parts in scored:
+            row = rows.get(iid)
+            if row is None:  # deleted between ranking and fetching
+                continue
+            p = self._product_out(row)
+            hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
+            if req.explain:
+                hit.explanation = Explanation(
+                    vector_score=round(float(score), 6), signals={k: round(float(v), 6) for k, v in parts.items()},
+                    modalities=sorted(qv), filters=applied,
+                )
+            hits.append(hit)
+        return SearchResponse(
+            results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
+            query={"text": text, "image": image is not None, "filters": applied},
+            model=self.model_key,
+        )
+
+    def _rank(
+        self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None
+    ) -> list[tuple[int, float, dict[str, float]]]:
+        """Vector ranking. Text searches the fused product vectors, a photo searches photo
+        vectors; with both, candidates of each are re-scored by the weighted sum."""
+        if allowed is not None and len(allowed) == 0:
+            return []
+        if len(qv) == 1:
+            mod, q = next(iter(qv.items()))
+            field = "image" if mod == "image" else "fused"
+            scores, ids = self.vectors[field].search(q[None], k, allowed)
+            return [(int(i), float(sc), {f"{mod}->{field}": float(sc)})
+                    for sc, i in zip(scores[0], ids[0]) if i >= 0]
+        w = self.settings.query_image_weight
+        kk = k * self.settings.candidate_multiplier
+        cand: set[int] = set()
+        for mod, field in (("image", "image"), ("text", "fused")):
+            _, ids = self.vectors[field].search(qv[mod][None], kk, allowed)
+            cand.update(int(i) for i in ids[0] if i >= 0)
+        if not cand:
+            return []
+        cids = np.fromiter(cand, dtype=np.int64)
+        img_idx, fused_idx = self.vectors["image"], self.vectors["fused"]
+        s_txt = fused_idx.get(cids) @ qv["text"]
+        has_img = np.array([i in img_idx for i in cids.tolist()])
+        s_img = np.zeros(len(cids), dtype=np.float32)
+        if has_img.any():
+            s_img[has_img] = img_idx.get(cids[has_img]) @ qv["image"]
+        total = w * s_img + (1 - w) * s_txt
+        order = np.argsort(-total)[:k]
+        return [(int(cids[j]), float(total[j]), {"image->image": float(s_img[j]), "text->fused": float(s_txt[j])})
+                for j in order]
+
+    def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
+        row = self.records.get(pid)
+        if row is None:
+            raise NotFound("product", pid)
+        return self.vectors[field].get([row.iid])[0]  # type: ignore[list-item]
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "products": len(self), "with_photo": len(self.vectors["image"]), "seq": self.records.seq,
+            "model": self.model_key, "index": self.settings.index_factory, "data_dir": str(self.data_dir),
+        }
+
+    # -- maintenance -------------------------------------------------------------------------------
+    def reembed(self, *, progress: bool = False, photo_loader: Callable[[str], bytes | None] | None = None) -> int:
+        """Re-embed every product whose vectors came from another model (photos from the store)."""
+        stale = [r for r in self.records.iter_rows(with_vectors=False) if r.model_key != self.model_key]
+        if not stale:
+            return 0
+        items = []
+        for r in stale:
+            doc = dict(r.doc)
+            img = self.images.get(r.image_key) if r.image_key else None
+            items.append(ProductInput(Product.model_validate(doc), image=img))
+        with self._write_lock:
+            todo = [(it, it.image, hashlib.sha256(it.image).hexdigest() if it.image else None) for it in items]
+            report = UpsertReport()
+            rows = self._encode_rows(todo, report, progress=progress)
+            for r, (it, _, _) in zip(rows, todo):
+                r.version = next((s.version for s in stale if s.id == it.product.id), None)
+            seq, iids = self.records.upsert_many(rows)
+            for r, iid in zip(rows, iids):
+                r.iid = iid
+            self._apply_rows_to_indexes(rows)
+            self._index_seq, self._dirty = seq, True
+        return len(rows)
+
+
+def _image_key(sha: str, data: bytes) -> str:
+    ext = "png" if data[:8] == b"\x89PNG\r\n\x1a\n" else "webp" if data[8:12] == b"WEBP" else \
+        "gif" if data[:4] == b"GIF8" else "jpg"
+    return f"{sha}.{ext}"
+
+
+def build_encoder(settings: Settings) -> MultimodalEncoder:
+    """The encoder named by settings (towers + adapter), with the shared feature cache."""
+    import torch
+
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    return MultimodalEncoder.create(
+        settings.model,
+        settings.adapter if settings.adapter != "none" else None,
+        pretrained=settings.pretrained,
+        device=settings.device,
+        image_size=settings.image_size,
+        cache_path=settings.feature_cache_path,
+        batch_size=settings.encode_batch_size,
+        max_image_bytes=settings.max_image_bytes,
+        max_image_pixels=settings.max_image_pixels,
+    )

@@ -1,0 +1,284 @@
+"""Domain models: catalogue records, queries, hits, reports (pydantic)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from vitrine.errors import InvalidInput
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_KNOWN = {"id", "title", "description", "brand", "category", "attributes", "price", "currency", "image",
+          "image_b64", "version"}
+AttrValue = str | int | float | bool | list[str]
+
+# Attribute names that mean the same thing in different feeds.
+GENDER_KEYS = ("gender",)
+COLOUR_KEYS = ("colour", "color", "basecolour", "basecolor")
+
+
+def _clean(s: str) -> str:
+    return " ".join(_CONTROL.sub(" ", s).split())
+
+
+class Product(BaseModel):
+    """One catalogue record (DESIGN.md). Unknown top-level fields become attributes."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str = Field(min_length=1, max_length=256)
+    title: str = Field(min_length=1, max_length=1000)
+    description: str | None = Field(None, max_length=20_000)
+    brand: str | None = Field(None, max_length=200)
+    category: list[str] = Field(default_factory=list, max_length=12)
+    attributes: dict[str, AttrValue] = Field(default_factory=dict)
+    price: float | None = Field(None, ge=0)
+    currency: str | None = Field(None, max_length=8)
+    image: str | None = Field(None, max_length=4096, description="Path relative to the file, file URI or http(s) URL")
+    image_b64: str | None = Field(None, description="The photo itself, base64-encoded")
+    version: int | None = Field(None, ge=0, description="Source version; a lower one never overwrites a higher one")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_extras(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError("a product must be a JSON object")
+        extras = {k: v for k, v in data.items() if k not in _KNOWN}
+        if not extras:
+            return data
+        data = {k: v for k, v in data.items() if k in _KNOWN}
+        attrs = dict(data.get("attributes") or {})
+        for k, v in extras.items():
+            if v is None or v == "":
+                continue
+            if isinstance(v, (str, int, float, bool)) or (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+                attrs.setdefault(str(k), v)
+        data["attributes"] = attrs
+        return data
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if _CONTROL.search(v) or "/" in v or v in {".", ".."}:
+            raise ValueError("id must not contain control characters or '/'")
+        return v
+
+    @field_validator("title", "description", "brand")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        v = _clean(v)
+        return v or None
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, v: str | None) -> str:
+        if not v:
+            raise ValueError("title must not be empty")
+        return v
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, v: Any) -> list[str]:
+        if v is None or v == "":
+            return []
+        if isinstance(v, str):
+            parts = re.split(r"\s*(?:>|/|\|)\s*", v)
+        elif isinstance(v, list):
+            parts = [str(x) for x in v]
+        else:
+            raise ValueError("category must be a path list or a string like 'A > B > C'")
+        return [_clean(p) for p in parts if _clean(p)]
+
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _attrs(cls, v: Any) -> dict[str, Any]:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError("attributes must be an object")
+        if len(v) > 200:
+            raise ValueError("at most 200 attributes")
+        out = {}
+        for k, val in v.items():
+            if val is None or val == "":
+                continue
+            if isinstance(val, float) and not math.isfinite(val):
+                raise ValueError(f"attribute {k!r} is not a finite number")
+            if isinstance(val, str):
+                val = _clean(val)[:1000]
+            out[_clean(str(k))[:100]] = val
+        return out
+
+    @field_validator("price")
+    @classmethod
+    def _price(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("price must be a finite number")
+        return v
+
+    @field_validator("image_b64")
+    @classmethod
+    def _b64(cls, v: str | None) -> str | None:
+        if v:
+            decode_b64(v)  # validates
+        return v or None
+
+    # -- derived views ----------------------------------------------------------------------
+    def attr(self, *keys: str) -> str | None:
+        low = {k.casefold(): v for k, v in self.attributes.items()}
+        for k in keys:
+            v = low.get(k)
+            if v is not None and not isinstance(v, list):
+                return str(v)
+        return None
+
+    @property
+    def gender(self) -> str | None:
+        return self.attr(*GENDER_KEYS)
+
+    @property
+    def colour(self) -> str | None:
+        return self.attr(*COLOUR_KEYS)
+
+    def document(self) -> dict[str, Any]:
+        """The stored form: everything but the photo payload."""
+        return self.model_dump(exclude={"image_b64"}, exclude_none=True)
+
+    def content_hash(self, image_sha256: str | None) -> str:
+        doc = self.model_dump(exclude={"image", "image_b64", "version"}, exclude_none=True)
+        h = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode())
+        h.update((image_sha256 or "").encode())
+        return h.hexdigest()
+
+
+def decode_b64(s: str) -> bytes:
+    """Strict base64 (standard or URL-safe, data: URIs accepted) -> bytes."""
+    s = s.strip()
+    if s.startswith("data:"):
+        _, _, s = s.partition(",")
+    s = "".join(s.split())
+    if not s:
+        raise InvalidInput("image_b64 is empty")
+    try:
+        std = s.replace("-", "+").replace("_", "/")  # URL-safe alphabet -> standard
+        return base64.b64decode(std + "=" * (-len(std) % 4), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise InvalidInput(f"image_b64 is not valid base64: {e}") from e
+
+
+class Filters(BaseModel):
+    """Search filters. A list means any of its values; fields combine with AND."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    category: str | list[str] | None = Field(None, description="Any level of the category path")
+    gender: str | list[str] | None = None
+    colour: str | list[str] | None = Field(None, alias="color")
+    brand: str | list[str] | None = None
+    price_min: float | None = Field(None, ge=0)
+    price_max: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _range(self) -> "Filters":
+        if self.price_min is not None and self.price_max is not None and self.price_min > self.price_max:
+            raise ValueError("price_min is greater than price_max")
+        return self
+
+    def terms(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for f in ("category", "gender", "colour", "brand"):
+            v = getattr(self, f)
+            if v:
+                out[f] = [v] if isinstance(v, str) else list(v)
+        return out
+
+    def is_empty(self) -> bool:
+        return not self.terms() and self.price_min is None and self.price_max is None
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = Field(None, description="Words: what the shopper typed")
+    image_b64: str | None = Field(None, description="A photo, base64-encoded (JPEG, PNG, WEBP...)")
+    k: int = Field(10, ge=1, description="Number of results")
+    filters: Filters | None = None
+    explain: bool = Field(False, description="Attach a per-hit explanation")
+
+
+class Explanation(BaseModel):
+    vector_score: float
+    signals: dict[str, float] = Field(default_factory=dict)
+    modalities: list[str] = Field(default_factory=list)
+    filters: dict[str, Any] = Field(default_factory=dict)
+
+
+class Hit(BaseModel):
+    id: str
+    score: float
+    title: str
+    brand: str | None = None
+    category: list[str] = Field(default_factory=list)
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    price: float | None = None
+    currency: str | None = None
+    description: str | None = None
+    image_url: str | None = None
+    explanation: Explanation | None = None
+
+
+class SearchResponse(BaseModel):
+    results: list[Hit]
+    took_ms: float
+    k: int
+    query: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    degraded: list[str] = Field(default_factory=list)
+
+
+class ProductOut(BaseModel):
+    id: str
+    title: str
+    brand: str | None = None
+    category: list[str] = Field(default_factory=list)
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    price: float | None = None
+    currency: str | None = None
+    description: str | None = None
+    image_url: str | None = None
+    version: int | None = None
+
+
+class ItemError(BaseModel):
+    id: str | None = None
+    line: int | None = None
+    reason: str
+
+
+class UpsertReport(BaseModel):
+    upserted: int = 0
+    unchanged: int = 0
+    stale: int = 0
+    failed: list[ItemError] = Field(default_factory=list)
+    seq: int = 0
+    seconds: float = 0.0
+
+    def merge(self, other: "UpsertReport") -> None:
+        self.upserted += other.upserted
+        self.unchanged += other.unchanged
+        self.stale += other.stale
+        self.failed.extend(other.failed)
+        self.seq = max(self.seq, other.seq)
+        self.seconds += other.seconds
+
+
+Modality = Literal["text", "image"]

@@ -1,0 +1,1 @@
+"""Vitrine web layer (see DESIGN.md)."""

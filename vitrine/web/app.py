@@ -1,0 +1,292 @@
+"""FastAPI service: search, products, photos, health, metrics, and the browser UI.
+
+Models load in the lifespan (never at import). Domain errors become HTTP errors here and
+only here, all in one JSON shape: ``{"error": {"status", "code", "message", "detail"?}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from vitrine import __version__
+from vitrine.errors import (
+    InvalidImage,
+    InvalidInput,
+    ModelError,
+    NotFound,
+    StorageError,
+    TooLarge,
+    Unauthorized,
+    VitrineError,
+)
+from vitrine.search.engine import Engine, ProductInput
+from vitrine.search.models import Filters, Product, ProductOut, SearchRequest, SearchResponse
+from vitrine.search.settings import Settings
+from vitrine.web.metrics import Metrics
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+
+
+def error_body(status: int, code: str, message: str, detail: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"status": status, "code": code, "message": message}
+    if detail is not None:
+        err["detail"] = detail
+    return {"error": err}
+
+
+def _status_for(e: VitrineError) -> tuple[int, str]:
+    if isinstance(e, NotFound):
+        return 404, "not_found"
+    if isinstance(e, TooLarge):
+        return 413, "too_large"
+    if isinstance(e, InvalidImage):
+        return 422, "invalid_image"
+    if isinstance(e, InvalidInput):
+        return 422, "invalid_input"
+    if isinstance(e, Unauthorized):
+        return 401, "unauthorized"
+    if isinstance(e, (ModelError, StorageError)):
+        return 503, "unavailable"
+    return 500, "internal"
+
+
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with 413, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for k, v in scope.get("headers", []):
+            if k == b"content-length":
+                try:
+                    declared = int(v)
+                except ValueError:
+                    declared = -1
+                if declared > self.limit or declared < 0:
+                    return await self._reject(send)
+        seen = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge
+            return msg
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+            await send(msg)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps(error_body(413, "too_large", f"request body over the limit of {self.limit:,} bytes"))
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def get_engine(request: Request) -> Engine:
+    return request.app.state.engine
+
+
+EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    """The API. Give ``engine`` to serve an already open one (tests); otherwise the lifespan
+    opens ``settings.data_dir`` and loads the models."""
+    if settings is None:
+        settings = engine.settings if engine is not None else Settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = engine is None
+        eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
+        app.state.engine = eng
+        metrics.bind_engine(eng)
+        log.info("serving %d products from %s", len(eng), settings.data_dir)
+        try:
+            yield
+        finally:
+            if own:
+                await asyncio.to_thread(eng.close)
+
+    app = FastAPI(
+        title="Vitrine",
+        version=__version__,
+        description="Multimodal semantic search for e-commerce: words, a photo, or both.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"])
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:  # noqa: BLE001 - log and answer in the one error shape
+            log.exception("unhandled error on %s %s", request.method, request.url.path)
+            response = JSONResponse(error_body(500, "internal", "internal server error"), status_code=500)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.observe_request(request.method, path, response.status_code, time.perf_counter() - t0)
+        return response
+
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+
+    # -- errors: one JSON shape ---------------------------------------------------------------
+    @app.exception_handler(VitrineError)
+    async def _domain(_: Request, e: VitrineError) -> JSONResponse:
+        status, code = _status_for(e)
+        if status >= 500:
+            log.error("%s: %s", code, e)
+        return JSONResponse(error_body(status, code, str(e)), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
+        detail = [{"loc": list(err.get("loc", ())), "msg": err.get("msg")} for err in e.errors()]
+        msg = "; ".join(f"{'.'.join(str(x) for x in d['loc'])}: {d['msg']}" for d in detail[:5])
+        return JSONResponse(error_body(422, "invalid_input", msg or "invalid request", detail), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}.get(
+            e.status_code, "http_error")
+        return JSONResponse(error_body(e.status_code, code, str(e.detail)), status_code=e.status_code,
+                            headers=getattr(e, "headers", None))
+
+    def require_key(x_api_key: Annotated[str | None, Header()] = None) -> None:
+        expected = settings.api_key.get_secret_value() if settings.api_key else None
+        if not expected:
+            raise Unauthorized("writes are disabled: the server has no API key configured (VITRINE_API_KEY)")
+        if not x_api_key or not hmac.compare_digest(x_api_key.encode(), expected.encode()):
+            raise Unauthorized("a valid X-API-Key header is required for writes")
+
+    # -- search -----------------------------------------------------------------------------------
+    @app.post("/search", response_model=SearchResponse, response_model_exclude_none=True, tags=["search"])
+    def search(req: SearchRequest, engine: EngineDep) -> SearchResponse:
+        """Search by words (`text`), a photo (`image_b64`) or both, with filters."""
+        res = engine.search(req)
+        metrics.observe_search(res, "image" if req.image_b64 else "text")
+        return res
+
+    @app.post("/search/image", response_model=SearchResponse, response_model_exclude_none=True, tags=["search"])
+    async def search_image(
+        engine: EngineDep,
+        file: Annotated[UploadFile, File(description="The photo (JPEG, PNG, WEBP, GIF, BMP)")],
+        text: Annotated[str | None, Form()] = None,
+        k: Annotated[int, Form(ge=1)] = 10,
+        filters: Annotated[str | None, Form(description="Filters as a JSON object")] = None,
+        explain: Annotated[bool, Form()] = False,
+    ) -> SearchResponse:
+        """Search with an uploaded photo (multipart), optionally with words and filters."""
+        ctype = (file.content_type or "").split(";")[0].strip().lower()
+        if ctype and not (ctype.startswith("image/") or ctype == "application/octet-stream"):
+            raise InvalidImage(f"uploaded file has content type {ctype!r}; expected an image")
+        data = await file.read(settings.max_image_bytes + 1)
+        if len(data) > settings.max_image_bytes:
+            raise TooLarge(f"photo over the limit of {settings.max_image_bytes:,} bytes")
+        flt = None
+        if filters:
+            try:
+                flt = Filters.model_validate(json.loads(filters))
+            except (json.JSONDecodeError, ValidationError) as e:
+                raise InvalidInput(f"filters must be a JSON object of known filter fields: {e}") from e
+        req = SearchRequest(text=text, k=k, filters=flt, explain=explain)
+        res = await asyncio.to_thread(engine.search, req, image=data)
+        metrics.observe_search(res, "image")
+        return res
+
+    # -- products ---------------------------------------------------------------------------------
+    @app.get("/products/{pid}", response_model=ProductOut, response_model_exclude_none=True, tags=["products"])
+    def get_product(pid: str, engine: EngineDep) -> ProductOut:
+        return engine.get(pid)
+
+    @app.put("/products/{pid}", tags=["products"], dependencies=[Depends(require_key)])
+    def put_product(pid: str, product: Product, engine: EngineDep) -> dict[str, Any]:
+        """Create or replace a product (needs X-API-Key). The photo comes as `image_b64`."""
+        if product.id != pid:
+            raise InvalidInput(f"body id {product.id!r} does not match the path id {pid!r}")
+        if product.image and not product.image_b64:
+            raise InvalidInput("send the photo as image_b64; the API does not fetch image paths or URLs")
+        report = engine.upsert([ProductInput(product)])
+        if report.failed:
+            raise InvalidInput(report.failed[0].reason)
+        engine.save()
+        return {"id": pid, "upserted": report.upserted, "unchanged": report.unchanged, "stale": report.stale}
+
+    @app.delete("/products/{pid}", tags=["products"], dependencies=[Depends(require_key)])
+    def delete_product(pid: str, engine: EngineDep) -> dict[str, Any]:
+        if engine.delete([pid]) == 0:
+            raise NotFound("product", pid)
+        engine.save()
+        return {"id": pid, "deleted": True}
+
+    @app.get("/images/{key}", tags=["products"], response_class=FileResponse)
+    def image(key: str, engine: EngineDep) -> FileResponse:
+        try:
+            path = engine.image_path(key)
+        except StorageError as e:
+            raise NotFound("image", key) from e
+        return FileResponse(path, headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+    # -- operations -------------------------------------------------------------------------------
+    @app.get("/health", tags=["ops"])
+    def health(engine: EngineDep) -> dict[str, Any]:
+        return {"status": "ok", "version": __version__, **engine.stats()}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def prometheus() -> Response:
+        body, ctype = metrics.render()
+        return Response(body, media_type=ctype)
+
+    # -- UI -----------------------------------------------------------------------------------------
+    if (STATIC / "index.html").is_file():
+        app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+        @app.get("/", include_in_schema=False)
+        def index() -> FileResponse:
+            return FileResponse(STATIC / "index.html")
+
+    return app

@@ -1,0 +1,1 @@
+"""Vitrine benchmarks: kept outside the library; run them with `vitrine bench`."""

@@ -1,0 +1,117 @@
+"""API under load: a load generator on loopback against ``vitrine serve``.
+
+For each concurrency level and query mix (text, photo, mixed), clients send requests
+back-to-back for a fixed duration; we record QPS and latency percentiles (client side, the
+whole HTTP round trip) and the server's RSS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from vitrine_bench.common import Report, Server, start_server, summary_ms
+
+
+def query_pool(source: Path, n: int = 400, seed: int = 0) -> tuple[list[str], list[bytes]]:
+    """Realistic queries from the bundled catalogue's test split: attribute queries and titles
+    as text, product photos as photos."""
+    from vitrine.evals import attribute_queries as aq
+    from vitrine.ingest.fashion import read_splits, read_styles
+
+    rows = read_styles(source)
+    splits = read_splits(source)
+    test = [i for i, r in enumerate(rows) if splits.get(r["id"]) == "test"]
+    rng = random.Random(seed)
+    texts = [q["text"] for q in aq.eval_queries(rows, test, n=n // 2, seed=seed)]
+    texts += [rows[i]["productDisplayName"] for i in rng.sample(test, n // 2)]
+    photos = [(source / "images" / f"{rows[i]['id']}.jpg").read_bytes() for i in rng.sample(test, n)]
+    return texts, photos
+
+
+async def _load(url: str, concurrency: int, duration: float, make_request) -> tuple[list[float], int, float]:  # noqa: ANN001
+    lat: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + duration
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        async def worker(wid: int) -> None:
+            nonlocal errors
+            i = wid
+            while time.perf_counter() < stop:
+                method, path, kwargs = make_request(i)
+                i += concurrency
+                t0 = time.perf_counter()
+                try:
+                    r = await client.request(method, path, **kwargs)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                dt = time.perf_counter() - t0
+                if ok:
+                    lat.append(dt)
+                else:
+                    errors += 1
+
+        t_start = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        elapsed = time.perf_counter() - t_start
+    return lat, errors, elapsed
+
+
+def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, source: Path,
+        server: Server | None = None, warmup: float = 3.0) -> Path:
+    texts, photos = query_pool(source)
+    b64 = [base64.b64encode(p).decode() for p in photos]
+    mixes = {
+        "text": lambda i: ("POST", "/search", {"json": {"text": texts[i % len(texts)], "k": 10}}),
+        "photo": lambda i: ("POST", "/search", {"json": {"image_b64": b64[i % len(b64)], "k": 10}}),
+        "mixed": lambda i: ("POST", "/search", {"json": (
+            {"text": texts[i % len(texts)], "k": 10} if i % 2 else {"image_b64": b64[i % len(b64)], "k": 10})}),
+    }
+    rep = Report("api_load", out, "Vitrine API under load")
+    own = server is None
+    srv = server or start_server(data_dir)
+    rows: list[dict[str, Any]] = []
+    try:
+        health = httpx.get(srv.url + "/health").json()
+        rep.add("server", health)
+        asyncio.run(_load(srv.url, 4, warmup, mixes["mixed"]))  # warm caches and threads
+        for mix, make in mixes.items():
+            for c in concurrency:
+                lat, errors, elapsed = asyncio.run(_load(srv.url, c, duration, make))
+                row = {"mix": mix, "clients": c, "qps": len(lat) / elapsed, "errors": errors,
+                       **summary_ms(lat), "server_rss_mb": srv.rss_mb()}
+                rows.append(row)
+                print(f"{mix:6s} c={c:3d} qps={row['qps']:.1f} p50={row['p50_ms']:.1f}ms "
+                      f"p99={row['p99_ms']:.1f}ms errors={errors} rss={row['server_rss_mb']:.0f}MB", flush=True)
+    finally:
+        if own:
+            srv.stop()
+    rep.add("results", rows)
+    rep.text(f"Data dir: `{data_dir}` ({health.get('products')} products, index `{health.get('index')}`, "
+             f"model `{health.get('model')}`). Each cell: {duration:.0f} s of back-to-back requests per "
+             "client over loopback (httpx), k=10; latency is the client-side round trip.")
+    rep.table(rows, ["mix", "clients", "qps", "p50_ms", "p95_ms", "p99_ms", "errors", "server_rss_mb"],
+              "Results")
+
+    def draw(ax) -> None:  # noqa: ANN001
+        for mix in mixes:
+            pts = [r for r in rows if r["mix"] == mix]
+            ax.plot([r["qps"] for r in pts], [r["p99_ms"] for r in pts], marker="o", label=f"{mix} p99")
+            for r in pts:
+                ax.annotate(str(r["clients"]), (r["qps"], r["p99_ms"]), fontsize=8)
+        ax.set_xlabel("throughput (queries/s)")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.set_title("API: p99 latency vs throughput (labels: concurrent clients)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+
+    rep.plot("api_load.png", draw)
+    return rep.write()

@@ -359,7 +359,10 @@ def create_towers(
         preprocess=preprocess,
         image_dim=image_dim,
         text_dim=int(feats.get("text_dim", model_cfg["embed_dim"])),
-        key=_towers_key(name, {"model_cfg": model_cfg | overrides, "preprocess_cfg": cfg.get("preprocess_cfg"),
+        # The key names what the features mean: the config as written (package: references, not
+        # the paths they resolve to on this machine), the input size, and the weights' hashes.
+        key=_towers_key(name, {"model_cfg": cfg["model_cfg"], "image_size": list(preprocess.size),
+                               "preprocess_cfg": cfg.get("preprocess_cfg"),
                                "image_taps": vit_cfg.get("image_taps")}, weight_hashes),
         context_length=int(text_cfg.get("context_length", 77)),
         config=cfg,

@@ -1,0 +1,309 @@
+"""Knowledge graph, BM25 and hybrid ranking: the reviewed data, the graph's behaviour and
+persistence, symbolic retrieval in the record store, and fusion through the engine."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+
+import pytest
+
+from vitrine.errors import StorageError
+from vitrine.index.graph import (
+    GraphData,
+    ProductGraph,
+    learn_brands,
+    norm_key,
+)
+from vitrine.ingest.catalog import ingest_file
+from vitrine.ingest.fashion import read_styles, to_record
+from vitrine.search.engine import Engine
+from vitrine.search.models import Filters, SearchRequest
+
+from conftest import REPO, SOURCE
+
+GRAPH_DIR = REPO / "data" / "graph"
+TAXONOMY = REPO / "data" / "taxonomy" / "google-product-taxonomy.en-US.txt"
+
+
+@pytest.fixture(scope="module")
+def data() -> GraphData:
+    return GraphData.load(GRAPH_DIR, TAXONOMY)
+
+
+@pytest.fixture(scope="module")
+def all_rows():
+    return read_styles(SOURCE)
+
+
+def docs_of(rows):
+    return [(n + 1, r["id"], to_record(r, f"images/{r['id']}.jpg")) for n, r in enumerate(rows)]
+
+
+@pytest.fixture()
+def subset_graph(data, subset_rows) -> ProductGraph:
+    g = ProductGraph(data)
+    g.upsert_many(docs_of(subset_rows))
+    return g
+
+
+# -- the reviewed data --------------------------------------------------------------------------------
+def test_every_article_type_maps_to_a_real_taxonomy_node(data, all_rows):
+    types = {r["articleType"] for r in all_rows}
+    assert len(types) == 89
+    with open(GRAPH_DIR / "category_map.csv", encoding="utf-8") as f:
+        mapping = {row["article_type"]: row for row in csv.DictReader(f)}
+    assert set(mapping) == types
+    for t, row in mapping.items():
+        tid = int(row["taxonomy_id"])
+        assert " > ".join(data.taxonomy[tid]) == row["taxonomy_path"], t  # id and path agree with Google's file
+    in_outfit = {norm_key(c) for o in data.outfits for s in o.slots for c in s}
+    assert {norm_key(t) for t in types} <= in_outfit
+    assert in_outfit <= {norm_key(t) for t in types}  # no typo'd category in complements.json
+    fams = {c for c in data.colours.family}
+    assert {norm_key(r["baseColour"]) for r in all_rows if r["baseColour"] not in ("NA", "")} <= fams
+
+
+def test_brands_are_learned_from_titles_with_multi_word_brands(data, all_rows):
+    overrides = json.loads((GRAPH_DIR / "brand_overrides.json").read_text())
+    brands = learn_brands([r["productDisplayName"] for r in all_rows], overrides)
+    names = {b["name"] for b in brands}
+    assert {"United Colors of Benetton", "Louis Philippe", "Peter England", "Puma", "Nike", "Lee", "Lee Cooper",
+            "Red Tape", "U.S. Polo Assn."} <= names
+    assert "Jockey ZONE" not in names and "ADIDAS Originals" not in names  # product lines fold into the brand
+    # the shipped lexicon is exactly what the learner produces (regenerate with `vitrine graph learn-brands`)
+    shipped = json.loads((GRAPH_DIR / "brands.json").read_text())["brands"]
+    assert shipped == brands
+    lex = data.brands
+    assert lex.from_title("United Colors of Benetton Men Blue Shirt") == "United Colors of Benetton"
+    assert lex.from_title("Jockey ZONE Men Black Trunks") == "Jockey"
+    assert lex.from_title("Lee Cooper Men Brown Shoes") == "Lee Cooper"
+    assert lex.from_title("Lee Men Blue Jeans") == "Lee"
+    assert lex.from_title("Redtape Men Black Shoes") == "Red Tape"
+    assert lex.from_title("Acme Outdoor Men Green Jacket") == "Acme Outdoor"  # unseen brand: learned online
+
+
+def test_colour_rules(data):
+    c = data.colours
+    assert c.compatible("Black", "Pink") == (True, "neutral")
+    assert c.compatible("Gold", "Green") == (True, "metallic")
+    assert c.compatible("Blue", "Orange") == (True, "pairing")
+    assert c.compatible("Red", "Maroon") == (True, "tonal")
+    assert c.compatible("Red", "Pink")[0] is False
+    assert c.compatible("Red", "Green")[0] is False
+    assert c.compatible("Multi", "Yellow")[0] is False and c.compatible("Multi", "White")[0] is True
+    assert c.compatible(None, "Red") == (True, "colour unknown")
+
+
+# -- the graph -----------------------------------------------------------------------------------------
+def test_graph_structure_over_real_products(subset_graph, subset_rows):
+    g = subset_graph
+    assert len(g) == len(subset_rows)
+    r = next(r for r in subset_rows if r["articleType"] == "Casual Shoes")
+    node = f"product:{r['id']}"
+    out = {k: t for _, t, k in g.g.out_edges(node, keys=True)}
+    assert out["is_a"] == "category:casualshoes"
+    assert out["gender"] == f"gender:{norm_key(r['gender'])}"
+    tax = [t for _, t, k in g.g.out_edges("category:casualshoes", keys=True) if k == "maps_to"]
+    assert tax == ["taxonomy:187"] and g.g.nodes["taxonomy:187"]["path"] == "Apparel & Accessories > Shoes"
+    # the backbone climbs to the taxonomy root, and catalogue groups hold their leaves
+    assert g.taxonomy_distance("taxonomy:187", "taxonomy:166") == 1
+    assert "category:casualshoes" in g.category_leaves("Footwear")
+    shoes = g.products_with("category", ["category:footwear"])
+    assert shoes == {iid for iid, f in g._facts.items()
+                     if f.category in {x["articleType"] for x in subset_rows if x["masterCategory"] == "Footwear"}}
+    # brands come from titles
+    ucb = [x for x in subset_rows if x["productDisplayName"].startswith("United Colors of Benetton")]
+    assert ucb and g.facts_of(ucb[0]["id"]).brand == "United Colors of Benetton"
+
+
+def test_leaf_category_versus_group(data):
+    g = ProductGraph(data)
+    g.upsert(1, "a", {"title": "Baggit Women Pink Wallet", "category": ["Free Items", "Free Gifts", "Wallets"]})
+    g.upsert(2, "b", {"title": "Aspen Women Blue Dial Watch", "category": ["Free Items", "Free Gifts", "Free Gifts"]})
+    g.upsert(3, "c", {"title": "Baggit Women Brown Wallet", "category": ["Accessories", "Wallets", "Wallets"]})
+    assert g.products_of_category("Free Gifts") == {2}  # recommendations: the leaf only
+    assert g.products_of_category("Wallets") == {1, 3}
+    # a query naming the group expands to every category filed under it (here Wallets, via product 1)
+    assert g.products_with("category", ["category:freegifts"]) == {1, 2, 3}
+
+
+def test_relations_and_complements(subset_graph):
+    g = subset_graph
+    men_shirt = g.complements_of("Shirts", "Men")
+    assert {"Trousers", "Belts", "Formal Shoes", "Ties", "Watches"} <= set(men_shirt)
+    assert "Shirts" not in men_shirt and "Skirts" not in men_shirt  # never itself; skirts are not a men's pairing
+    assert "Skirts" in g.complements_of("Shirts", "Women")
+    assert g.relation("Watches", "Wallets") == "complements"
+    assert g.relation("Casual Shoes", "Sports Shoes") == "substitutes"  # same Google node
+    assert g.relation("Shirts", "Shirts") == "substitutes"
+    assert g.relation("Shirts", "Deodorant") == "unrelated"
+    assert 0 < g.category_proximity("Sports Shoes", ["category:casualshoes"]) < 1
+    assert g.category_proximity("Sports Shoes", ["category:casualshoes"]) > \
+        g.category_proximity("Tshirts", ["category:casualshoes"])
+
+
+@pytest.mark.parametrize("query, expect", [
+    ("puma women sports shoes", {"brand": ["Puma"], "gender": ["Women"], "category": ["category:sportsshoes"]}),
+    ("men black casual shoes", {"gender": ["Men"], "colour": ["Black"], "category": ["category:casualshoes"]}),
+    ("United Colors of Benetton navy tees", {"brand": ["United Colors of Benetton"], "colour": ["Navy Blue"],
+                                             "category": ["category:tshirts"]}),
+    ("red tape formal shoes for mens", {"brand": ["Red Tape"], "category": ["category:formalshoes"],
+                                        "gender": ["Men"]}),
+    ("black and white shirt", {"colour": ["Black", "White"], "category": ["category:shirts"]}),  # "and" is no brand
+])
+def test_query_words_match_the_graph_vocabulary(subset_graph, query, expect):
+    got = subset_graph.match_query(query).as_dict()
+    assert got == expect
+
+
+def test_incremental_updates_equal_a_rebuild(data, subset_rows):
+    docs = docs_of(subset_rows)
+    g = ProductGraph(data)
+    g.upsert_many(docs)
+    changed = []
+    for iid, pid, doc in docs[:20]:  # recolour, re-gender and re-categorise some; delete others
+        d = json.loads(json.dumps(doc))
+        d["attributes"]["colour"] = "Purple"
+        d["attributes"]["gender"] = "Unisex"
+        d["category"] = ["Accessories", "Watches", "Watches"]
+        changed.append((iid, pid, d))
+    g.upsert_many(changed)
+    g.delete([pid for _, pid, _ in docs[20:40]])
+    final = {pid: (iid, doc) for iid, pid, doc in docs[40:]} | {pid: (iid, doc) for iid, pid, doc in changed}
+    fresh = ProductGraph(data)
+    fresh.upsert_many((iid, pid, doc) for pid, (iid, doc) in final.items())
+    prods = lambda gr: {n for n, d in gr.g.nodes(data=True) if d.get("kind") == "product"}  # noqa: E731
+    pedges = lambda gr: {(u, v, k) for u, v, k in gr.g.edges(keys=True) if u.startswith("product:")}  # noqa: E731
+    assert prods(g) == prods(fresh) and pedges(g) == pedges(fresh)
+    assert g.products_with("colour", ["Purple"]) == fresh.products_with("colour", ["Purple"])
+    assert g.products_with("category", ["category:watches"]) == fresh.products_with("category", ["category:watches"])
+    assert len(g) == len(final)
+
+
+def test_node_link_json_round_trip_and_integrity(subset_graph, data, tmp_path):
+    path = tmp_path / "graph.json"
+    sha = subset_graph.save(path)
+    payload = json.loads(path.read_text())  # plain JSON (node-link), no pickle
+    assert {"nodes", "edges"} <= set(payload) and payload["graph"]["fingerprint"] == data.fingerprint
+    back = ProductGraph.load(path, data, sha)
+    assert set(back.g.nodes) == set(subset_graph.g.nodes)
+    assert set(back.g.edges(keys=True)) == set(subset_graph.g.edges(keys=True))
+    assert back.products_with("gender", ["Men"]) == subset_graph.products_with("gender", ["Men"])
+    assert back.match_query("puma women sports shoes").as_dict() == \
+        subset_graph.match_query("puma women sports shoes").as_dict()
+    with pytest.raises(StorageError, match="checksum"):
+        ProductGraph.load(path, data, "0" * 64)
+    other = GraphData.load(GRAPH_DIR, TAXONOMY)
+    other.fingerprint = "different reviewed data"
+    with pytest.raises(StorageError, match="other graph data"):
+        ProductGraph.load(path, other, sha)
+
+
+# -- the engine: snapshot, replay, BM25, fusion ---------------------------------------------------------
+def test_graph_lives_in_the_snapshot_and_replays(settings_factory, encoder, catalog_dir, tmp_path):
+    s = settings_factory(tmp_path / "d")
+    e1 = Engine(s, encoder)
+    ingest_file(e1, catalog_dir / "catalog.jsonl", progress=False, limit=40)  # saves a snapshot
+    manifest = json.loads((tmp_path / "d" / "index" / "manifest.json").read_text())
+    assert "graph.json" in manifest["files"] and len(e1.graph) == 40
+    ids = e1.records.ids()
+    e1.delete(ids[:5])  # after the snapshot, then "crash"
+    assert len(e1.graph) == 35
+    e1.records.close()
+    e2 = Engine(s, encoder)  # snapshot (40) + replayed deletes
+    assert len(e2.graph) == 35 and ids[0] not in e2.graph and ids[10] in e2.graph
+    e2.close()
+    (tmp_path / "d" / "index" / "graph.json").write_text("{not json")
+    e3 = Engine(s, encoder)  # corrupt graph: rebuilt from the records
+    assert len(e3.graph) == 35 and ids[10] in e3.graph
+    e3.records.close()
+
+
+def test_bm25_is_transactional_with_the_records(fresh_engine, catalog_dir):
+    ingest_file(fresh_engine, catalog_dir / "catalog.jsonl", progress=False, limit=60)
+    rows = {r.iid: r for r in fresh_engine.records.iter_rows(with_vectors=False)}
+    word = Counter(r.doc["title"].split()[0] for r in rows.values()).most_common(1)[0][0]  # a brand
+    hits = fresh_engine.records.bm25(word, 100)
+    want = {i for i, r in rows.items() if word.casefold() in r.doc["title"].casefold().split()}
+    assert {i for i, _ in hits} >= want and want
+    scores = [s for _, s in hits]
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0
+    victim = rows[hits[0][0]].id
+    fresh_engine.delete([victim])
+    assert hits[0][0] not in {i for i, _ in fresh_engine.records.bm25(word, 100)}
+    assert fresh_engine.records.bm25("the of and", 10) == []  # stopwords only: nothing to match, no error
+    assert fresh_engine.records.bm25('"); DROP TABLE products; --', 10) == []
+
+
+def test_hybrid_search_uses_and_explains_every_signal(engine):
+    res = engine.search(SearchRequest(text="puma sports shoes for men", k=5, explain=True))
+    assert not {"graph", "bm25"} & set(res.degraded)
+    assert res.query["graph_terms"]["brand"] == ["puma"]
+    top = res.results[0]
+    assert top.title.casefold().startswith("puma") and top.category[-1] == "Sports Shoes"
+    sig = top.explanation.signals
+    assert {"vector", "bm25", "graph:brand", "graph:category", "graph:gender"} <= set(sig)
+    assert top.score == pytest.approx(sum(v for k, v in sig.items() if k in (
+        "vector", "bm25") or k.startswith("graph:")), abs=1e-4)
+    assert top.explanation.vector_score == pytest.approx(sig["text->fused"], abs=1e-5)
+
+
+def test_fusion_switches(engine, subset_rows):
+    q = SearchRequest(text="women red heels", k=10, explain=True)
+    before = engine.settings.model_copy()
+    try:
+        engine.settings.fusion = "off"
+        plain = engine.search(q)
+        assert all(set(h.explanation.signals) == {"text->fused"} for h in plain.results)
+        engine.settings.fusion = "weighted"
+        w = engine.search(q)
+        engine.settings.fusion = "rrf"
+        engine.settings.fusion_signals = ["bm25"]
+        b = engine.search(q)
+        assert not any(k.startswith("graph:") for h in b.results for k in h.explanation.signals)
+    finally:
+        engine.settings.fusion, engine.settings.fusion_signals = before.fusion, before.fusion_signals
+    want = {r["id"] for r in subset_rows if r["gender"] == "Women" and r["baseColour"] == "Red"
+            and r["articleType"] == "Heels"}
+    got_w = [h.id for h in w.results][:len(want)]
+    assert want and set(got_w) == want  # the graph puts every red women's heel first
+
+
+def test_filters_still_bind_hybrid_search(engine):
+    res = engine.search(SearchRequest(text="puma shoes", k=10, filters=Filters(gender="Women")))
+    assert res.results and all(h.attributes["gender"] == "Women" for h in res.results)
+
+
+def test_cli_graph_check_and_make_queries(tmp_path, all_rows, data):
+    from click.testing import CliRunner
+
+    from vitrine.cli import main
+
+    r = CliRunner().invoke(main, ["graph", "check"])
+    assert r.exit_code == 0, r.output
+    assert "89 article types, 0 problems" in r.output
+    out = tmp_path / "attr.jsonl"
+    r = CliRunner().invoke(main, ["make-queries", "--split", "val", "--n", "60", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    qs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(qs) == 60
+    by_id = {x["id"]: x for x in all_rows}
+    for q in qs:  # relevant = every product with all the attributes the query names
+        a = q["attributes"]
+        assert q["relevant"]
+        for pid in list(q["relevant"])[:5]:
+            row = by_id[pid]
+            assert row["articleType"] == a["articleType"]
+            if "gender" in a:
+                assert row["gender"] == a["gender"]
+            if "brand" in a:
+                assert data.brands.from_title(row["productDisplayName"]) == a["brand"]
+    out2 = tmp_path / "words.jsonl"
+    r = CliRunner().invoke(main, ["make-queries", "--kind", "words", "--split", "val", "--n", "20", "--out", str(out2)])
+    assert r.exit_code == 0, r.output
+    for q in map(json.loads, out2.read_text().splitlines()):
+        for pid in q["relevant"]:
+            title = by_id[pid]["productDisplayName"].casefold()
+            assert all(w in title for w in q["words"])

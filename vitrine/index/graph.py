@@ -1,0 +1,834 @@
+"""The product knowledge graph: products, brands, categories and attribute values.
+
+``ProductGraph`` wraps a ``networkx.MultiDiGraph``. Node ids are ``kind:key`` strings:
+
+- ``product:<id>`` — one per live product (attributes: iid, category, brand, colour, gender, ...);
+- ``brand:<key>``, ``colour:<key>``, ``gender:<key>``, ``season:<key>``, ``usage:<key>`` — attribute
+  values, each product points at its own (edge keys ``brand``, ``colour``, ...);
+- ``category:<key>`` — every name on a product's category path; the leaf is what a product
+  ``is_a``; each level points at its parent (``in_group``) and a leaf at the node of Google's
+  product taxonomy it ``maps_to`` (the reviewed mapping ``category_map.csv``);
+- ``taxonomy:<id>`` — the Google taxonomy nodes the mapping uses and their ancestors
+  (``subcategory_of`` edges): the category backbone;
+- ``complements`` edges between categories (from ``complements.json``: what goes with what,
+  per outfit and gender).
+
+Brands come from the catalogue: a lexicon learned from titles (``learn_brands``; the catalogue's
+titles start with the brand, multi-word brands included) ships as ``brands.json``; a product's
+explicit ``brand`` field wins; a title whose brand the lexicon lacks teaches a new one.
+
+The graph is updated in step with the vector index (``upsert``/``delete`` with plain dicts) and
+persisted as node-link JSON (never pickle) with a SHA-256 the engine's snapshot manifest
+records. This module knows nothing of the search layer.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from vitrine.errors import StorageError
+from vitrine.index.vectors import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DATA_FILES = ("category_map.csv", "complements.json", "colours.json", "vocabulary.json", "brands.json",
+              "brand_overrides.json")
+ATTRIBUTE_FIELDS = ("brand", "colour", "gender", "season", "usage")
+QUERY_FIELDS = ("category", "brand", "colour", "gender", "usage", "season")
+MAX_PHRASE = 6
+
+# Words that end the brand at the start of a catalogue title ("Nike Men Blue ...").
+TITLE_GENDER_WORDS = frozenset({
+    "men", "women", "man", "woman", "boys", "girls", "boy", "girl", "unisex", "kids", "kid's", "men's",
+    "women's", "boy's", "girl's", "mens", "womens", "infant", "infants", "baby",
+})
+_ATTR_KEYS = {
+    "colour": ("colour", "color", "basecolour", "basecolor"),
+    "gender": ("gender",),
+    "season": ("season",),
+    "usage": ("usage",),
+}
+_TOKEN = re.compile(r"[0-9a-z]+(?:['&.+-][0-9a-z]+)*\.?|[&+]")
+
+
+def norm_key(s: str) -> str:
+    """Case, spaces and punctuation ignored: ``U.S. Polo Assn.`` == ``U.S.Polo Assn.``."""
+    return re.sub(r"[^0-9a-z&+]", "", s.casefold())
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN.findall(text.casefold().replace("\u2019", "'"))
+
+
+def _plural_variants(name: str) -> set[str]:
+    k = norm_key(name)
+    out = {k}
+    if k.endswith("ies") and len(k) > 4:
+        out.add(k[:-3] + "y")
+    if k.endswith("es") and len(k) > 4:
+        out.add(k[:-2])
+    if k.endswith("s") and len(k) > 3:
+        out.add(k[:-1])
+    else:
+        out.add(k + "s")
+    return {v for v in out if v}
+
+
+# -- brands ------------------------------------------------------------------------------------
+def title_prefix(title: str, max_tokens: int = 6) -> str | None:
+    """The words before the first gender word of a title, when that word comes early."""
+    toks = title.split()
+    for i, t in enumerate(toks[: max_tokens + 1]):
+        if t.casefold().strip(".,:;()") in TITLE_GENDER_WORDS:
+            return " ".join(toks[:i]) or None
+    return None
+
+
+def learn_brands(titles: Iterable[str], overrides: Mapping[str, Any] | None = None,
+                 min_count: int = 2) -> list[dict[str, Any]]:
+    """Learn the brand lexicon from catalogue titles.
+
+    A title's brand candidate is the text before its first gender word ("United Colors of
+    Benetton Men ..."). Candidates seen ``min_count`` times are brands; a candidate that extends
+    a shorter brand ("Jockey ZONE", "ADIDAS Originals", "Red Tape Black") is folded into it
+    unless ``overrides['keep']`` names it; ``aliases`` fold other spellings; case, spaces and
+    punctuation never split a brand (keys are :func:`norm_key`).
+    """
+    ov = overrides or {}
+    alias = {norm_key(a): b for a, b in (ov.get("aliases") or {}).items()}
+    not_brands = {norm_key(x) for x in ov.get("not_brands") or []}
+    keep = {norm_key(x) for x in ov.get("keep") or []}
+    counts: Counter[str] = Counter()
+    surface: dict[str, Counter[str]] = {}
+    for t in titles:
+        p = title_prefix(t)
+        if not p:
+            continue
+        k = norm_key(p)
+        if not k or k in not_brands:
+            continue
+        if k in alias:
+            p = alias[k]
+            k = norm_key(p)
+        counts[k] += 1
+        surface.setdefault(k, Counter())[p] += 1
+    for name in ov.get("extra") or []:
+        k = norm_key(name)
+        surface.setdefault(k, Counter()).setdefault(name, 0)
+        counts[k] += 0
+    extra = {norm_key(x) for x in ov.get("extra") or []}
+    cands = {k for k, c in counts.items() if c >= min_count or k in extra}
+    display = {k: (surface[k].most_common(1)[0][0] if surface[k] else k) for k in cands}
+    root: dict[str, str] = {}
+    for k in cands:
+        root[k] = k
+        if k in keep:
+            continue
+        toks = display[k].split()
+        for n in range(1, len(toks)):  # the shortest brand this candidate extends
+            pk = norm_key(" ".join(toks[:n]))
+            if pk in cands and pk != k:
+                root[k] = pk
+                break
+    brands: dict[str, dict[str, Any]] = {}
+    for k in sorted(cands):
+        r = root[k]
+        while root[r] != r:
+            r = root[r]
+        b = brands.setdefault(r, {"name": display[r], "count": 0, "keys": set(), "forms": Counter()})
+        b["count"] += counts[k]
+        b["keys"].add(k)
+        b["forms"].update(surface[k])
+    for a_key, target in alias.items():
+        t = norm_key(target)
+        r = root.get(t, t)
+        if r in brands:
+            brands[r]["keys"].add(a_key)
+    out = []
+    for r, b in sorted(brands.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
+        out.append({"name": b["name"], "count": b["count"], "keys": sorted(b["keys"]),
+                    "forms": [f for f, _ in b["forms"].most_common()]})
+    return out
+
+
+class BrandLexicon:
+    """Brand names by key; finds the brand a title starts with."""
+
+    def __init__(self, brands: Sequence[Mapping[str, Any]] = (), exact_case: Iterable[str] = (),
+                 not_brands: Iterable[str] = ()) -> None:
+        self.by_key: dict[str, str] = {}
+        for b in brands:
+            for k in list(b.get("keys") or []) + [norm_key(b["name"])]:
+                self.by_key.setdefault(k, b["name"])
+        self.exact_case = {x for x in exact_case}
+        self.exact_keys = {norm_key(x) for x in exact_case}
+        self.not_brands = {norm_key(x) for x in not_brands}
+        self.max_tokens = MAX_PHRASE
+
+    def __len__(self) -> int:
+        return len(set(self.by_key.values()))
+
+    def canonical(self, name: str) -> str:
+        return self.by_key.get(norm_key(name), " ".join(name.split()))
+
+    def from_title(self, title: str) -> str | None:
+        toks = title.split()
+        for n in range(min(self.max_tokens, len(toks)), 0, -1):
+            name = self.by_key.get(norm_key(" ".join(toks[:n])))
+            if name:
+                return name
+        p = title_prefix(title, max_tokens=3)
+        if p and norm_key(p) not in self.not_brands:
+            return p
+        return None
+
+    def learn(self, name: str) -> None:
+        self.by_key.setdefault(norm_key(name), name)
+
+
+# -- colours -------------------------------------------------------------------------------------
+class ColourRules:
+    """Colour families and which go together (``colours.json``)."""
+
+    def __init__(self, spec: Mapping[str, Any] | None = None) -> None:
+        spec = spec or {}
+        self.family: dict[str, str] = {}
+        self.universal: set[str] = set()
+        for fam, d in (spec.get("families") or {}).items():
+            if d.get("goes_with_all"):
+                self.universal.add(fam)
+            for c in d.get("colours") or []:
+                self.family[norm_key(c)] = fam
+        self.pairs = {frozenset(p) for p in spec.get("compatible_families") or []}
+
+    def family_of(self, colour: str | None) -> str | None:
+        return self.family.get(norm_key(colour)) if colour else None
+
+    def compatible(self, a: str | None, b: str | None) -> tuple[bool, str]:
+        """Whether two colours go together, and the rule that says so."""
+        if not a or not b or a == "NA" or b == "NA":
+            return True, "colour unknown"
+        fa, fb = self.family_of(a), self.family_of(b)
+        if fa is None or fb is None:
+            return True, "colour unknown"
+        if fa in self.universal or fb in self.universal:
+            return True, "neutral" if "neutral" in (fa, fb) else "metallic"
+        if fa == fb:
+            return (True, "tonal") if fa != "multi" else (False, "clash")
+        if frozenset((fa, fb)) in self.pairs:
+            return True, "pairing"
+        return False, "clash"
+
+
+# -- the reviewed data ---------------------------------------------------------------------------
+@dataclass
+class Outfit:
+    name: str
+    genders: tuple[str, ...]
+    slots: tuple[tuple[str, ...], ...]
+
+
+@dataclass
+class GraphData:
+    """Everything the graph is built on besides the products: taxonomy, mapping, rules, words."""
+
+    taxonomy: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    category_map: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (taxonomy id, name)
+    outfits: list[Outfit] = field(default_factory=list)
+    colours: ColourRules = field(default_factory=ColourRules)
+    vocabulary: dict[str, Any] = field(default_factory=dict)
+    brands: BrandLexicon = field(default_factory=BrandLexicon)
+    fingerprint: str = "empty"
+    _by_path: dict[tuple[str, ...], int] | None = None
+
+    def path_index(self) -> dict[tuple[str, ...], int]:
+        if self._by_path is None or len(self._by_path) != len(self.taxonomy):
+            self._by_path = {p: t for t, p in self.taxonomy.items()}
+        return self._by_path
+
+    @classmethod
+    def load(cls, graph_dir: str | Path | None, taxonomy_file: str | Path | None) -> "GraphData":
+        """Read ``graph_dir`` (the files of ``DATA_FILES``) and Google's taxonomy file.
+
+        A missing folder or file gives an empty part (logged): the graph then has no backbone
+        or rules, and search still works on vectors and words."""
+        data = cls()
+        h = hashlib.sha256()
+        gdir = Path(graph_dir) if graph_dir else None
+        if taxonomy_file and Path(taxonomy_file).is_file():
+            raw = Path(taxonomy_file).read_bytes()
+            h.update(raw)
+            for line in raw.decode("utf-8").splitlines():
+                if not line.strip() or line.startswith("#"):
+                    continue
+                tid, _, path = line.partition(" - ")
+                try:
+                    data.taxonomy[int(tid)] = tuple(p.strip() for p in path.split(">"))
+                except ValueError as e:
+                    raise StorageError(f"{taxonomy_file}: bad taxonomy line {line!r}") from e
+        else:
+            log.warning("Google product taxonomy %s not found: the graph has no category backbone", taxonomy_file)
+        if gdir is None or not gdir.is_dir():
+            log.warning("graph data folder %s not found: no category mapping, complements or brand lexicon", gdir)
+            data.fingerprint = h.hexdigest()
+            return data
+
+        def read(name: str) -> bytes | None:
+            p = gdir / name  # type: ignore[operator]
+            if not p.is_file():
+                log.warning("graph data file %s is missing", p)
+                return None
+            b = p.read_bytes()
+            h.update(name.encode() + b)
+            return b
+
+        def read_json(name: str) -> dict[str, Any]:
+            b = read(name)
+            if b is None:
+                return {}
+            try:
+                return json.loads(b)
+            except json.JSONDecodeError as e:
+                raise StorageError(f"{gdir / name} is not valid JSON: {e}") from e  # type: ignore[operator]
+
+        raw_map = read("category_map.csv")
+        if raw_map is not None:
+            for row in csv.DictReader(raw_map.decode("utf-8").splitlines()):
+                tid = int(row["taxonomy_id"])
+                if data.taxonomy and tid not in data.taxonomy:
+                    raise StorageError(f"category_map.csv maps {row['article_type']!r} to unknown taxonomy id {tid}")
+                data.category_map[norm_key(row["article_type"])] = (tid, row["article_type"])
+        comp = read_json("complements.json")
+        for o in comp.get("outfits") or []:
+            data.outfits.append(Outfit(o["name"], tuple(o.get("genders") or ()),
+                                       tuple(tuple(s) for s in o.get("slots") or ())))
+        data.colours = ColourRules(read_json("colours.json"))
+        data.vocabulary = read_json("vocabulary.json")
+        brands = read_json("brands.json")
+        ov = read_json("brand_overrides.json")
+        data.brands = BrandLexicon(brands.get("brands") or [], ov.get("query_exact_case") or [],
+                                   ov.get("not_brands") or [])
+        data.fingerprint = h.hexdigest()
+        return data
+
+
+# -- query terms -----------------------------------------------------------------------------------
+@dataclass
+class QueryTerms:
+    """Graph values a query names: field -> canonical values (category values are node ids)."""
+
+    values: dict[str, list[str]] = field(default_factory=dict)
+    phrases: dict[str, list[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return any(self.values.values())
+
+    def get(self, f: str) -> list[str]:
+        return self.values.get(f, [])
+
+    def add(self, f: str, value: str, phrase: str) -> None:
+        vals = self.values.setdefault(f, [])
+        if value not in vals:
+            vals.append(value)
+        ph = self.phrases.setdefault(f, [])
+        if phrase not in ph:
+            ph.append(phrase)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {f: list(v) for f, v in self.values.items() if v}
+
+
+@dataclass
+class ProductFacts:
+    iid: int
+    pid: str
+    category: str | None
+    brand: str | None
+    colour: str | None
+    gender: str | None
+    season: str | None
+    usage: str | None
+
+
+# -- the graph ---------------------------------------------------------------------------------------
+class ProductGraph:
+    """Products, brands, categories and attribute values in one ``networkx.MultiDiGraph``."""
+
+    def __init__(self, data: GraphData | None = None, graph: nx.MultiDiGraph | None = None) -> None:
+        self.data = data or GraphData()
+        self._lock = threading.RLock()
+        self._facts: dict[int, ProductFacts] = {}
+        self._iid_of: dict[str, int] = {}
+        self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
+        self._vocab: dict[str, set[tuple[str, str]]] | None = None
+        self._leaves_cache: dict[str, frozenset[str]] = {}
+        if graph is None:
+            self.g = nx.MultiDiGraph(format=FORMAT_VERSION, fingerprint=self.data.fingerprint)
+            self._build_backbone()
+        else:
+            self.g = graph
+            self._reindex()
+
+    # -- backbone ---------------------------------------------------------------------------------
+    def _taxonomy_node(self, tid: int) -> str:
+        """Add taxonomy node ``tid`` and its ancestors; returns its node id."""
+        path = self.data.taxonomy.get(tid)
+        node = f"taxonomy:{tid}"
+        if path is None or node in self.g:
+            return node
+        by_path = self.data.path_index()
+        child = None
+        for depth in range(len(path), 0, -1):
+            sub = path[:depth]
+            t = by_path.get(sub)
+            if t is None:
+                break
+            n = f"taxonomy:{t}"
+            fresh = n not in self.g
+            if fresh:
+                self.g.add_node(n, kind="taxonomy", tid=t, name=sub[-1], path=" > ".join(sub), depth=depth)
+            if child is not None and not self.g.has_edge(child, n, key="subcategory_of"):
+                self.g.add_edge(child, n, key="subcategory_of")
+            if not fresh:
+                break
+            child = n
+        return node
+
+    def _category_node(self, name: str, *, leaf: bool = False) -> str:
+        """The category node of ``name`` (created when new). A leaf (what products are) maps to
+        its Google taxonomy node: the reviewed mapping first, else a taxonomy node of the same
+        name (a catalogue with other categories still gets a backbone where names agree)."""
+        key = norm_key(name)
+        node = f"category:{key}"
+        if node not in self.g:
+            self.g.add_node(node, kind="category", name=name)
+            self._vocab = None
+            self._leaves_cache.clear()
+        if leaf and not self.g.nodes[node].get("mapped"):
+            self.g.nodes[node]["mapped"] = True
+            mapped = self.data.category_map.get(key)
+            tid = mapped[0] if mapped is not None else self._taxonomy_by_name(name)
+            if tid is not None and tid in self.data.taxonomy:
+                self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
+                                source="category_map.csv" if mapped is not None else "name match")
+                self._leaves_cache.clear()
+        return node
+
+    def _taxonomy_by_name(self, name: str) -> int | None:
+        want = _plural_variants(name)
+        best = None
+        for tid, path in self.data.taxonomy.items():
+            if norm_key(path[-1]) in want and (best is None or len(path) < len(self.data.taxonomy[best])):
+                best = tid
+        return best
+
+    def _build_backbone(self) -> None:
+        for _key, (_tid, name) in sorted(self.data.category_map.items()):
+            self._category_node(name, leaf=True)
+        for o in self.data.outfits:
+            for i, slot in enumerate(o.slots):
+                for j, other in enumerate(o.slots):
+                    if i == j:
+                        continue
+                    for a in slot:
+                        for b in other:
+                            if norm_key(a) == norm_key(b):
+                                continue
+                            na, nb = self._category_node(a, leaf=True), self._category_node(b, leaf=True)
+                            ek = f"complements:{o.name}:{','.join(o.genders)}"
+                            if not self.g.has_edge(na, nb, key=ek):
+                                self.g.add_edge(na, nb, key=ek, relation="complements", outfit=o.name,
+                                                genders=list(o.genders))
+
+    # -- products -----------------------------------------------------------------------------------
+    def facts_from_doc(self, iid: int, pid: str, doc: Mapping[str, Any]) -> tuple[ProductFacts, list[str]]:
+        attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
+
+        def attr(f: str) -> str | None:
+            for k in _ATTR_KEYS[f]:
+                v = attrs.get(k)
+                if v not in (None, "", "NA") and not isinstance(v, list):
+                    return " ".join(str(v).split())
+            return None
+
+        path = [str(c) for c in (doc.get("category") or []) if str(c).strip()]
+        if not path and attrs.get("articletype"):
+            path = [str(attrs["articletype"])]
+        brand = doc.get("brand")
+        if brand:
+            brand = self.data.brands.canonical(str(brand))
+        elif doc.get("title"):
+            brand = self.data.brands.from_title(str(doc["title"]))
+        facts = ProductFacts(iid=iid, pid=pid, category=path[-1] if path else None, brand=brand,
+                             colour=attr("colour"), gender=attr("gender"), season=attr("season"),
+                             usage=attr("usage"))
+        return facts, path
+
+    def upsert(self, iid: int, pid: str, doc: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._remove(pid)
+            facts, path = self.facts_from_doc(iid, pid, doc)
+            node = f"product:{pid}"
+            self.g.add_node(node, kind="product", iid=iid, **{
+                k: v for k, v in facts.__dict__.items() if k not in ("iid", "pid") and v is not None})
+            if facts.category:
+                leaf = self._category_node(facts.category, leaf=True)
+                self.g.add_edge(node, leaf, key="is_a")
+                self._post.setdefault(leaf, set()).add(iid)
+                child = leaf
+                for parent in reversed(path[:-1]):
+                    pn = self._category_node(parent)
+                    if pn != child and not self.g.has_edge(child, pn, key="in_group"):
+                        self.g.add_edge(child, pn, key="in_group")
+                        self._leaves_cache.clear()
+                    child = pn
+            for f in ATTRIBUTE_FIELDS:
+                v = getattr(facts, f)
+                if v is None:
+                    continue
+                an = f"{f}:{norm_key(v)}"
+                if an not in self.g:
+                    self.g.add_node(an, kind=f, name=v)
+                    self._vocab = None
+                    if f == "brand":
+                        self.data.brands.learn(v)
+                self.g.add_edge(node, an, key=f)
+                self._post.setdefault(an, set()).add(iid)
+            self._facts[iid] = facts
+            self._iid_of[pid] = iid
+
+    def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
+        n = 0
+        with self._lock:
+            for iid, pid, doc in items:
+                self.upsert(iid, pid, doc)
+                n += 1
+        return n
+
+    def _remove(self, pid: str) -> bool:
+        node = f"product:{pid}"
+        if node not in self.g:
+            return False
+        iid = self._iid_of.pop(pid, None)
+        for _, target in self.g.out_edges(node):
+            s = self._post.get(target)
+            if s is not None and iid is not None:
+                s.discard(iid)
+        self.g.remove_node(node)
+        if iid is not None:
+            self._facts.pop(iid, None)
+        return True
+
+    def delete(self, pids: Iterable[str]) -> int:
+        with self._lock:
+            return sum(self._remove(p) for p in pids)
+
+    def delete_iids(self, iids: Iterable[int]) -> int:
+        with self._lock:
+            pids = [self._facts[i].pid for i in iids if i in self._facts]
+            return self.delete(pids)
+
+    def _reindex(self) -> None:
+        self._facts.clear()
+        self._iid_of.clear()
+        self._post.clear()
+        for node, d in self.g.nodes(data=True):
+            if d.get("kind") != "product":
+                continue
+            pid = node.split(":", 1)[1]
+            iid = int(d["iid"])
+            self._facts[iid] = ProductFacts(iid=iid, pid=pid, **{
+                k: d.get(k) for k in ("category", "brand", "colour", "gender", "season", "usage")})
+            self._iid_of[pid] = iid
+            for _, target in self.g.out_edges(node):
+                self._post.setdefault(target, set()).add(iid)
+            if d.get("brand"):
+                self.data.brands.learn(d["brand"])
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._iid_of
+
+    def facts(self, iid: int) -> ProductFacts | None:
+        return self._facts.get(iid)
+
+    def facts_of(self, pid: str) -> ProductFacts | None:
+        iid = self._iid_of.get(pid)
+        return self._facts.get(iid) if iid is not None else None
+
+    def products_with(self, f: str, values: Iterable[str]) -> set[int]:
+        """iids of products holding any of ``values`` for field ``f`` (categories expand to
+        every leaf under the named category or taxonomy node)."""
+        out: set[int] = set()
+        with self._lock:
+            for v in values:
+                if f == "category":
+                    for leaf in self.category_leaves(v):
+                        out |= self._post.get(leaf, set())
+                else:
+                    out |= self._post.get(f"{f}:{norm_key(v)}", set())
+        return out
+
+    def products_of_category(self, name: str) -> set[int]:
+        """iids of products whose own (leaf) category is ``name``: no group expansion."""
+        with self._lock:
+            return set(self._post.get(self.category_node(name), set()))
+
+    def category_node(self, name: str) -> str:
+        return f"category:{norm_key(name)}"
+
+    def category_leaves(self, node: str) -> frozenset[str]:
+        """Category nodes under ``node`` (itself included): via ``in_group`` for catalogue
+        groups, via ``maps_to``/``subcategory_of`` for taxonomy nodes."""
+        if not node.startswith(("category:", "taxonomy:")):
+            node = self.category_node(node)
+        hit = self._leaves_cache.get(node)
+        if hit is not None:
+            return hit
+        out: set[str] = set()
+        if node in self.g:
+            stack = [node]
+            seen = {node}
+            while stack:
+                n = stack.pop()
+                if n.startswith("category:"):
+                    out.add(n)
+                for src, _, key in self.g.in_edges(n, keys=True):
+                    if key in ("in_group", "maps_to", "subcategory_of") and src not in seen:
+                        seen.add(src)
+                        stack.append(src)
+        res = frozenset(out)
+        self._leaves_cache[node] = res
+        return res
+
+    def taxonomy_of(self, category: str | None) -> str | None:
+        if not category:
+            return None
+        node = self.category_node(category)
+        if node not in self.g:
+            return None
+        for _, target, key in self.g.out_edges(node, keys=True):
+            if key == "maps_to":
+                return target
+        return None
+
+    def taxonomy_distance(self, a: str | None, b: str | None) -> int | None:
+        """Tree distance between two taxonomy nodes (None when either is unknown)."""
+        if a is None or b is None or a not in self.g or b not in self.g:
+            return None
+        return _tree_distance(self._ancestors(a), self._ancestors(b))
+
+    def _ancestors(self, node: str) -> tuple[str, ...]:
+        chain = [node]
+        while True:
+            nxt = [t for _, t, k in self.g.out_edges(chain[-1], keys=True) if k == "subcategory_of"]
+            if not nxt:
+                return tuple(chain)
+            chain.append(nxt[0])
+
+    def category_proximity(self, category: str | None, terms: Iterable[str]) -> float:
+        """How close a product's category is to the categories a query names: 0.5 ** (1 + d)
+        for taxonomy distance d between their Google nodes (0.5 for two article types on the
+        same node, 0.125 for sibling nodes), 0 beyond 4 hops or without a mapping."""
+        tp = self.taxonomy_of(category)
+        if tp is None:
+            return 0.0
+        best = 0.0
+        for t in terms:
+            tax_nodes = {t} if t.startswith("taxonomy:") else {
+                self.taxonomy_of(self.g.nodes[leaf].get("name")) for leaf in self.category_leaves(t)
+                if leaf in self.g}
+            for tn in tax_nodes:
+                d = self.taxonomy_distance(tp, tn)
+                if d is not None and d <= 4:
+                    best = max(best, 0.5 ** (1 + d))
+        return best
+
+    def category_name(self, node: str) -> str:
+        d = self.g.nodes.get(node) or {}
+        return str(d.get("name") or node.split(":", 1)[-1])
+
+    def complements_of(self, category: str | None, gender: str | None = None) -> dict[str, list[str]]:
+        """Complementary category names -> the outfits that pair them, for ``gender``."""
+        out: dict[str, list[str]] = {}
+        if not category:
+            return out
+        node = self.category_node(category)
+        if node not in self.g:
+            return out
+        for _, target, d in self.g.out_edges(node, data=True):
+            if d.get("relation") != "complements":
+                continue
+            if gender and d.get("genders") and gender not in d["genders"]:
+                continue
+            names = out.setdefault(self.category_name(target), [])
+            if d["outfit"] not in names:
+                names.append(d["outfit"])
+        return out
+
+    def relation(self, cat_a: str | None, cat_b: str | None, gender: str | None = None) -> str:
+        """substitutes (same category or same taxonomy node), complements (an outfit pairs
+        them) or unrelated."""
+        if not cat_a or not cat_b:
+            return "unrelated"
+        if norm_key(cat_a) == norm_key(cat_b):
+            return "substitutes"
+        if any(norm_key(c) == norm_key(cat_b) for c in self.complements_of(cat_a, gender)):
+            return "complements"
+        ta, tb = self.taxonomy_of(cat_a), self.taxonomy_of(cat_b)
+        if ta is not None and ta == tb:
+            return "substitutes"
+        return "unrelated"
+
+    def colour_compatible(self, a: str | None, b: str | None) -> tuple[bool, str]:
+        return self.data.colours.compatible(a, b)
+
+    # -- query vocabulary ------------------------------------------------------------------------------
+    def _vocabulary(self) -> dict[str, set[tuple[str, str]]]:
+        if self._vocab is not None:
+            return self._vocab
+        voc: dict[str, set[tuple[str, str]]] = {}
+
+        def add(phrase: str, f: str, value: str) -> None:
+            k = norm_key(phrase)
+            if k:
+                voc.setdefault(k, set()).add((f, value))
+
+        spec = self.data.vocabulary
+        for node, d in self.g.nodes(data=True):
+            kind = d.get("kind")
+            if kind == "category":
+                for v in _plural_variants(d["name"]):
+                    add(v, "category", node)
+            elif kind == "taxonomy":
+                name = d["name"]
+                if "&" not in name and "," not in name and d.get("depth", 9) >= 2:
+                    for v in _plural_variants(name):
+                        add(v, "category", node)
+            elif kind in ("colour", "gender", "season", "usage"):
+                add(d["name"], kind, d["name"])
+        for cat, words in (spec.get("category") or {}).items():
+            for w in words:
+                add(w, "category", self.category_node(cat))
+        for f in ("gender", "colour", "usage", "season"):
+            for value, words in (spec.get(f) or {}).items():
+                add(value, f, value)
+                for w in words:
+                    add(w, f, value)
+        kids = spec.get("kids") or {}
+        for w in kids.get("words") or []:
+            for g in kids.get("genders") or []:
+                add(w, "gender", g)
+        for k, hits in voc.items():  # a catalogue category of that name beats a taxonomy node
+            if any(v.startswith("category:") for f, v in hits if f == "category"):
+                hits -= {(f, v) for f, v in hits if f == "category" and v.startswith("taxonomy:")}
+        for key, name in self.data.brands.by_key.items():
+            voc.setdefault(key, set()).add(("brand", name))
+        self._vocab = voc
+        return voc
+
+    def match_query(self, text: str | None) -> QueryTerms:
+        """Greedy longest match of the query's words against the graph's vocabulary: category
+        (catalogue or taxonomy names and synonyms), brand, colour, gender, usage, season."""
+        terms = QueryTerms()
+        if not text:
+            return terms
+        with self._lock:
+            voc = self._vocabulary()
+            raw = text.split()
+            toks = tokenize(text)
+            i = 0
+            while i < len(toks):
+                for n in range(min(MAX_PHRASE, len(toks) - i), 0, -1):
+                    span = toks[i:i + n]
+                    key = norm_key("".join(span))
+                    hits = voc.get(key)
+                    if not hits:
+                        continue
+                    hits = {h for h in hits if not (h[0] == "brand" and key in self.data.brands.exact_keys
+                                                    and not _written_exactly(raw, h[1]))}
+                    if not hits:
+                        continue
+                    phrase = " ".join(span)
+                    for f, v in sorted(hits):
+                        terms.add(f, v, phrase)
+                    i += n
+                    break
+                else:
+                    i += 1
+        return terms
+
+    def query_vocabulary_size(self) -> int:
+        return len(self._vocabulary())
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> str:
+        """Write node-link JSON atomically; returns its SHA-256."""
+        with self._lock:
+            self.g.graph["format"] = FORMAT_VERSION
+            self.g.graph["fingerprint"] = self.data.fingerprint
+            payload = nx.node_link_data(self.g, edges="edges")
+            data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        atomic_write_bytes(Path(path), data)
+        return hashlib.sha256(data).hexdigest()
+
+    @classmethod
+    def load(cls, path: str | Path, data: GraphData, expected_sha256: str | None = None) -> "ProductGraph":
+        """Read a node-link JSON snapshot; StorageError if it is unreadable, fails its checksum,
+        or was built from other graph data (then rebuild from the records)."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise StorageError(f"cannot read graph {path}: {e}") from e
+        if expected_sha256 and hashlib.sha256(raw).hexdigest() != expected_sha256:
+            raise StorageError(f"graph {path} failed its checksum")
+        try:
+            payload = json.loads(raw)
+            g = nx.node_link_graph(payload, directed=True, multigraph=True, edges="edges")
+        except (ValueError, KeyError, TypeError, nx.NetworkXError) as e:
+            raise StorageError(f"graph {path} is unreadable: {e}") from e
+        if g.graph.get("format") != FORMAT_VERSION:
+            raise StorageError(f"graph {path} has format {g.graph.get('format')}, expected {FORMAT_VERSION}")
+        if g.graph.get("fingerprint") != data.fingerprint:
+            raise StorageError(f"graph {path} was built from other graph data; rebuilding")
+        if not isinstance(g, nx.MultiDiGraph):
+            raise StorageError(f"graph {path} is not a directed multigraph")
+        return cls(data, graph=g)
+
+    def stats(self) -> dict[str, Any]:
+        kinds = Counter(d.get("kind") for _, d in self.g.nodes(data=True))
+        return {"nodes": self.g.number_of_nodes(), "edges": self.g.number_of_edges(), "products": len(self),
+                "brands": kinds.get("brand", 0), "categories": kinds.get("category", 0),
+                "taxonomy_nodes": kinds.get("taxonomy", 0)}
+
+
+def _written_exactly(words: Sequence[str], brand: str) -> bool:
+    """Whether ``brand`` appears among the query's words with the catalogue's capitalisation."""
+    bw = brand.split()
+    return any(words[i:i + len(bw)] == bw for i in range(len(words) - len(bw) + 1))
+
+
+def _tree_distance(a: tuple[str, ...], b: tuple[str, ...]) -> int | None:
+    """Distance between the first nodes of two root-ward chains."""
+    pos = {n: i for i, n in enumerate(b)}
+    for i, n in enumerate(a):
+        if n in pos:
+            return i + pos[n]
+    return None

@@ -1,0 +1,554 @@
+"""Training and held-out queries, generated from templates over the real catalogue's vocabulary.
+
+Every query comes with its intent label and its gold slots (the brand, category, colour, gender
+and price bounds the generator put in). English and Chinese, paraphrase variety from the
+template sets (``data/templates.json``), code-mixing ("nike 跑步鞋 under 2000"), typos, casing,
+fillers and emoji.
+
+No leakage between the two splits:
+- templates: the ``train`` and ``test`` template sets are disjoint (checked);
+- vocabulary: a fixed fifth of the brands and of the article types (by a salted hash of the
+  name) is held out: held-out values never appear in a training query;
+- texts: a test query whose text is also a training query is dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from vitrine.intent.slots import SLOT_FIELDS, SlotExtractor, Vocabulary, key_norm, learn_brands, lexicon
+
+LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
+TEMPLATES_PATH = Path(__file__).with_name("data") / "templates.json"
+HOLDOUT_SALT = "vitrine-intent-holdout-v1"
+_CJK = re.compile(r"[\u3040-\u9fff]")
+_PLACEHOLDER = re.compile(r"\{(P|PA|PB|BA|BB|C|G|PRICE)\}")
+
+# Products outside the catalogue (no slot): the classifier must not depend on catalogue words.
+OTHER_PRODUCTS = {
+    "en": ["headphones", "airpods pro 2", "iphone 15", "a laptop", "bluetooth speaker", "smartwatch", "gaming mouse",
+           "coffee maker", "yoga mat", "power bank", "kindle", "air fryer", "earbuds", "phone case", "desk lamp"],
+    "zh": ["耳机", "蓝牙音箱", "手机", "笔记本电脑", "充电宝", "AirPods Pro 2", "iPhone 15", "咖啡机", "瑜伽垫",
+           "空气炸锅", "降噪耳机", "手机壳", "台灯", "电动牙刷", "这个耳机"],
+}
+GENDER_FORMS = {
+    "en_adj": {"Men": ["men's", "mens", "men", "male", "gents"], "Women": ["women's", "womens", "women", "ladies", "female"],
+               "Boys": ["boys", "boys'"], "Girls": ["girls", "girls'"], "Unisex": ["unisex"]},
+    "en_for": {"Men": ["for men", "for him", "for guys"], "Women": ["for women", "for her", "for ladies"],
+               "Boys": ["for boys", "for my son"], "Girls": ["for girls", "for my daughter"], "Unisex": ["unisex"]},
+    "zh": {"Men": ["男士", "男款", "男生", "男"], "Women": ["女士", "女款", "女生", "女"], "Boys": ["男童", "男孩"],
+           "Girls": ["女童", "女孩"], "Unisex": ["中性", "男女同款"]},
+    "en_g": {"Men": ["for my dad", "for my husband", "for my boyfriend", "for him"],
+             "Women": ["for my mom", "for my wife", "for my girlfriend", "for her"],
+             "Boys": ["for my son"], "Girls": ["for my daughter"]},
+    "zh_g": {"Men": ["给男朋友", "给老公", "送爸爸"], "Women": ["给女朋友", "给老婆", "送妈妈"], "Boys": ["给儿子"],
+             "Girls": ["给女儿"]},
+}
+PRICE_FORMS = {
+    # (form, kind); {n}/{a}/{b} numbers, {c} currency prefix, {s} currency suffix
+    "train": {
+        "en": [("under {c}{n}", "max"), ("below {c}{n}", "max"), ("less than {c}{n}{s}", "max"), ("within {n}{s}", "max"),
+               ("upto {c}{n}", "max"), ("under {n}{s}", "max"), ("{c}{n} and below", "max"), ("max {c}{n}", "max"),
+               ("{n}{s} or less", "max"), ("budget {c}{n}", "max"), ("above {c}{n}", "min"), ("over {c}{n}", "min"),
+               ("more than {n}{s}", "min"), ("at least {c}{n}", "min"), ("{c}{n} and above", "min"),
+               ("starting from {c}{n}", "min"), ("between {c}{a} and {c}{b}", "range"), ("{c}{a}-{b}{s}", "range"),
+               ("from {c}{a} to {c}{b}", "range"), ("price {a} to {b}", "range")],
+        "zh": [("{n}元以下", "max"), ("{n}以内", "max"), ("{n}块以内", "max"), ("低于{n}", "max"), ("不超过{n}元", "max"),
+               ("{n}元以上", "min"), ("高于{n}", "min"), ("{a}到{b}元", "range"), ("{a}-{b}元", "range"),
+               ("在{a}和{b}之间", "range"), ("预算{n}", "max"), ("under {n}", "max")],
+    },
+    "test": {
+        "en": [("not more than {c}{n}", "max"), ("up to {c}{n}", "max"), ("cheaper than {n}{s}", "max"), ("at most {c}{n}", "max"),
+               ("{n}{s} max", "max"), ("{c}{n}+", "min"), ("minimum {c}{n}", "min"), ("{c}{n} or more", "min"),
+               ("priced {a} to {b}{s}", "range"), ("{c}{a} to {c}{b}", "range")],
+        "zh": [("{n}块钱以下", "max"), ("不到{n}元", "max"), ("最多{n}", "max"), ("超过{n}元", "min"), ("{n}块以上", "min"),
+               ("{a}至{b}元", "range"), ("{a}~{b}元", "range")],
+    },
+}
+PRICES = [199, 249, 299, 399, 499, 500, 599, 699, 799, 899, 999, 1000, 1200, 1299, 1499, 1500, 1799, 1999, 2000,
+          2499, 2500, 2999, 3000, 3499, 3999, 4000, 4999, 5000, 6000, 7999, 8000, 10000, 15000]
+CUR_PRE = ["", "", "", "₹", "rs ", "rs.", "Rs. ", "inr ", "$"]
+CUR_POST = ["", "", "", " rupees", " rs", " bucks", "/-"]
+FILLERS = {
+    "en_pre": ["hey ", "hi, ", "pls ", "please ", "umm ", "ok so ", "yo ", "hello, ", "quick question: ", "so "],
+    "en_post": [" thanks", " pls", " asap", " 😊", " 🙏", " 👍", "!!", " ?", "...", " thx"],
+    "zh_pre": ["你好，", "请问", "亲，", "嗯 ", "那个", "麻烦"],
+    "zh_post": ["谢谢", "呢", "呀", "？", "！", " 😊", " 🙏", "哈"],
+}
+KEYBOARD = "qwertyuiopasdfghjklzxcvbnm"
+# Neutral words around a product phrase, in every intent: they must not sway the label.
+MODIFIERS = {
+    "en_pre": ["stylish", "comfortable", "cotton", "leather", "slim fit", "printed", "classic", "trendy", "waterproof",
+               "lightweight", "premium", "branded", "cool", "cute", "elegant", "plain", "striped", "solid"],
+    "en_post": ["for office", "for parties", "for summer", "for winter", "with pockets", "in size 9", "in medium",
+                "for daily wear", "for travel", "for college"],
+    "zh_pre": ["百搭", "纯棉", "真皮", "修身", "舒适的", "潮流", "夏季", "冬季", "经典款", "轻便", "大码"],
+    "zh_post": ["夏天穿", "上班穿", "(大码)"],
+}
+
+
+@dataclass
+class Example:
+    text: str
+    label: str
+    slots: dict[str, Any] | None  # None: not labelled (a real catalogue title as the product)
+    lang: str
+    template: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "label": self.label, "slots": self.slots, "lang": self.lang,
+                "template": self.template}
+
+
+@dataclass
+class Terms:
+    """The catalogue vocabulary the generator draws from."""
+
+    brands: list[str]
+    types: list[str]
+    generic: list[str]
+    colours: list[str]
+    genders: list[str]
+    titles: list[tuple[str, str]] = field(default_factory=list)  # (title, article type)
+
+    def vocabulary(self) -> Vocabulary:
+        return Vocabulary.of(self.brands, self.types + self.generic, self.colours, self.genders)
+
+
+def read_styles_csv(source: Path) -> list[dict[str, str]]:
+    """``styles.csv`` of the bundled catalogue as dicts (the intent layer reads it on its own)."""
+    path = Path(source) / "styles.csv"
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        rows = []
+        for parts in reader:
+            if len(parts) > len(header):
+                parts = parts[: len(header) - 1] + [",".join(parts[len(header) - 1:])]
+            if len(parts) == len(header):
+                rows.append(dict(zip(header, parts)))
+    return rows
+
+
+def catalogue_terms(source: Path) -> Terms:
+    """Brands (learned from titles), article types, generic categories, colours and genders."""
+    rows = read_styles_csv(source)
+    lex = lexicon()
+    common = {key_norm(w) for w in lex["common_words"]}
+    brands = [b for b in learn_brands(r["productDisplayName"] for r in rows)
+              if len(key_norm(b)) >= 2 and key_norm(b) not in common]
+    types = sorted({r["articleType"] for r in rows if r["articleType"]})
+    # generic categories (sub/master) that people name: the ones the lexicon knows
+    generic = sorted((({r["subCategory"] for r in rows} | {r["masterCategory"] for r in rows}) - set(types))
+                     & set(lex["category"]))
+    colours = sorted({r["baseColour"] for r in rows if r["baseColour"] and r["baseColour"] != "NA"})
+    genders = sorted({r["gender"] for r in rows if r["gender"]})
+    titles = [(" ".join(r["productDisplayName"].split()), r["articleType"]) for r in rows if r["productDisplayName"]]
+    return Terms(brands, types, generic, colours, genders, titles)
+
+
+def held_out(value: str, fraction_denominator: int = 5) -> bool:
+    """Whether a brand / article type belongs to the held-out fifth (stable salted hash)."""
+    h = hashlib.sha256(f"{HOLDOUT_SALT}:{key_norm(value)}".encode()).digest()
+    return int.from_bytes(h[:4], "big") % fraction_denominator == 0
+
+
+@lru_cache(maxsize=1)
+def templates() -> dict[str, Any]:
+    data = json.loads(TEMPLATES_PATH.read_text(encoding="utf-8"))
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def _norm_tpl(t: str) -> str:
+    return " ".join(t.split()).casefold()
+
+
+@lru_cache(maxsize=1)
+def compositional_templates() -> dict[str, list[str]]:
+    """English training templates: shared frames x each intent's cue verbs (see templates.json).
+    A filled frame that equals any test template is dropped (no template leaks into training)."""
+    comp = templates().get("compositional") or {}
+    test = {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in templates()[lab]["test"][lang]}
+    out: dict[str, list[str]] = {}
+    for label in LABELS:
+        made: list[str] = []
+        for frame in comp.get("frames", []):
+            for base, ing in comp.get("verbs", {}).get(label, []):
+                t = frame.replace("{VING}", ing).replace("{V}", base)
+                if label == "compare":
+                    t = t.replace("{P}", "{PA} and {PB}")
+                if _norm_tpl(t) not in test and t not in made:
+                    made.append(t)
+        out[label] = made
+    return out
+
+
+def template_sets(split: str) -> dict[str, dict[str, list[str]]]:
+    return {label: templates()[label][split] for label in LABELS}
+
+
+DETERMINERS = ["a", "the", "some", "a pair of", "two", "these", "this", "my"]
+
+
+def _forms(lex_forms: dict[str, list[str]], value: str) -> tuple[list[str], list[str]]:
+    forms = [value.lower()] + [f for f in lex_forms.get(value, []) if f]
+    en = [f for f in forms if not _CJK.search(f)]
+    zh = [f for f in forms if _CJK.search(f)]
+    return list(dict.fromkeys(en)), list(dict.fromkeys(zh))
+
+
+class QueryGenerator:
+    """Generates labelled queries for one split ("train" or "test")."""
+
+    def __init__(self, terms: Terms, split: str, seed: int = 0) -> None:
+        if split not in ("train", "test"):
+            raise ValueError("split must be 'train' or 'test'")
+        self.split = split
+        self.rng = random.Random(f"{seed}:{split}")
+        lex = lexicon()
+        self.held_brands = [b for b in terms.brands if held_out(b)]
+        self.held_types = [t for t in terms.types if held_out(t)]
+        if split == "train":
+            self.brands = [b for b in terms.brands if not held_out(b)]
+            self.types = [t for t in terms.types if not held_out(t)]
+        else:
+            self.brands, self.types = list(terms.brands), list(terms.types)
+        self.generic = list(terms.generic)
+        self.colours = list(terms.colours)
+        self.genders = [g for g in terms.genders if g in GENDER_FORMS["en_adj"]]
+        self.cat_forms = {c: _forms(lex["category"], c) for c in self.types + self.generic}
+        self.colour_forms = {c: _forms(lex["colour"], c) for c in self.colours}
+        self.brand_forms = {b: _forms(lex["brand"], b) for b in self.brands}
+        # categories with at least one usable surface form
+        self.types = [t for t in self.types if self.cat_forms[t][0]]
+        self.templates = template_sets(split)
+        self.compositional = compositional_templates() if split == "train" else {}
+        self.prices = PRICE_FORMS[split]
+        # Real catalogue titles as product phrases (training only; their slots are not labelled):
+        # product words far beyond the slot vocabulary. Held-out brands and types stay out.
+        held_b = [key_norm(b) for b in self.held_brands]
+        held_t = set(self.held_types)
+        self.titles = [] if split != "train" else [
+            t for t, at in terms.titles
+            if at not in held_t and not any(key_norm(t).startswith(b + " ") for b in held_b)]
+
+    # -- pieces --------------------------------------------------------------------------------------
+    def _pick_brand(self) -> str:
+        if self.split == "test" and self.held_brands and self.rng.random() < 0.5:
+            return self.rng.choice(self.held_brands)
+        return self.rng.choice(self.brands)
+
+    def _pick_type(self) -> str:
+        r = self.rng.random()
+        if self.split == "test" and self.held_types and r < 0.5:
+            return self.rng.choice(self.held_types)
+        if r > 0.9 and self.generic:
+            g = self.rng.choice(self.generic)
+            if self.cat_forms[g][0]:
+                return g
+        return self.rng.choice(self.types)
+
+    def _surface(self, forms: tuple[list[str], list[str]], zh: bool) -> str:
+        en, cn = forms
+        if zh and cn and self.rng.random() < 0.8:
+            return self.rng.choice(cn)
+        return self.rng.choice(en or cn)
+
+    def _brand_surface(self, brand: str, zh: bool) -> str:
+        en, cn = self.brand_forms.get(brand, ([brand.lower()], []))
+        if zh and cn and self.rng.random() < 0.5:
+            return self.rng.choice(cn)
+        s = self.rng.choice([brand, brand.lower(), brand.lower(), brand.upper()] + en[1:])
+        return s
+
+    def product(self, zh: bool, *, brand: str | None = None, category: str | None = None,
+                allow_other: bool = True, no_category: bool = False) -> tuple[str, dict[str, list[str]]]:
+        """A product phrase and the slot values it names."""
+        rng = self.rng
+        if allow_other and brand is None and category is None:
+            r = rng.random()
+            if r < 0.08:
+                return rng.choice(OTHER_PRODUCTS["zh" if zh else "en"]), {}
+            if r < 0.25 and self.titles:
+                title = rng.choice(self.titles)
+                return (title.lower() if rng.random() < 0.6 else title), {"_unlabelled": ["title"]}
+        text, slots = self._product(zh, brand=brand, category=category, no_category=no_category)
+        r = rng.random()
+        if not zh and rng.random() < 0.2:
+            text = f"{rng.choice(DETERMINERS)} {text}"
+        if r < 0.25:
+            text = rng.choice(MODIFIERS["zh_pre" if zh else "en_pre"]) + ("" if zh else " ") + text
+        elif r < 0.4:
+            text = text + " " + rng.choice(MODIFIERS["zh_post" if zh else "en_post"])
+        return text, slots
+
+    def _product(self, zh: bool, *, brand: str | None, category: str | None,
+                 no_category: bool) -> tuple[str, dict[str, list[str]]]:
+        rng = self.rng
+        slots: dict[str, list[str]] = {}
+        b = brand if brand is not None else (self._pick_brand() if rng.random() < 0.45 else None)
+        c = category if category is not None else (self._pick_type() if rng.random() < 0.92 else None)
+        if no_category:
+            c = None
+        col = rng.choice(self.colours) if rng.random() < 0.45 else None
+        g = rng.choice(self.genders) if rng.random() < 0.4 and self.genders else None
+        if c is None and b is None:
+            c = self._pick_type()
+        parts_zh = zh and rng.random() < 0.8  # the product phrase itself in Chinese (else code-mixed English)
+        bs = self._brand_surface(b, parts_zh) if b else None
+        cs = self._surface(self.cat_forms[c], parts_zh) if c else None
+        cols = self._surface(self.colour_forms[col], parts_zh) if col else None
+        if b:
+            slots["brand"] = [b]
+        if c:
+            slots["category"] = [c]
+        if col:
+            slots["colour"] = [col]
+        if g:
+            slots["gender"] = [g]
+        if parts_zh:
+            gs = rng.choice(GENDER_FORMS["zh"][g]) if g else None
+            seq = [x for x in (bs, gs, cols, cs) if x]
+            text = ""
+            for x in seq:
+                if not text:
+                    text = x
+                    continue
+                latin_join = text[-1].isascii() and text[-1].isalnum() and x[0].isascii() and x[0].isalnum()
+                mixed = not _CJK.search(text[-1]) or not _CJK.search(x[0])
+                text += (" " if latin_join or (mixed and rng.random() < 0.7) else "") + x
+            if not cs and rng.random() < 0.5:
+                text += "的东西"
+            return text, slots
+        gfor = rng.choice(GENDER_FORMS["en_for"][g]) if g else None
+        gadj = rng.choice(GENDER_FORMS["en_adj"][g]) if g else None
+        style = rng.random()
+        if cols and cs and style < 0.15:  # "nike running shoes in black for men"
+            seq = [bs, cs, "in", cols, gfor]
+        elif g and style < 0.55:  # "nike men's black running shoes" / "men's nike black ..."
+            seq = [bs, gadj, cols, cs] if rng.random() < 0.7 else [gadj, bs, cols, cs]
+        else:  # "nike black running shoes for men"
+            seq = [bs, cols, cs, gfor]
+        text = " ".join(x for x in seq if x)
+        return text, slots
+
+    def price(self, zh: bool) -> tuple[str, dict[str, float]]:
+        rng = self.rng
+        form, kind = rng.choice(self.prices["zh" if zh else "en"])
+        a, b = sorted(rng.sample(PRICES, 2))
+        n = rng.choice(PRICES)
+        c = rng.choice(CUR_PRE) if "{c}" in form else ""
+        s = rng.choice(CUR_POST) if "{s}" in form and not c else ""
+
+        def show(v: int) -> str:
+            r = rng.random()
+            if v >= 1000 and v % 1000 == 0 and r < 0.15 and not zh:
+                return f"{v // 1000}k"
+            if v >= 1000 and r > 0.85:
+                return f"{v:,}"
+            return str(v)
+
+        text = form.format(c=c, s=s, n=show(n), a=show(a), b=show(b))
+        if kind == "max":
+            return text, {"price_max": float(n)}
+        if kind == "min":
+            return text, {"price_min": float(n)}
+        return text, {"price_min": float(a), "price_max": float(b)}
+
+    def recipient(self, zh: bool) -> tuple[str, dict[str, list[str]]]:
+        key = "zh_g" if zh else "en_g"
+        g = self.rng.choice([g for g in GENDER_FORMS[key] if g in self.genders] or list(GENDER_FORMS[key]))
+        return self.rng.choice(GENDER_FORMS[key][g]), {"gender": [g]}
+
+    # -- queries -------------------------------------------------------------------------------------
+    def example(self, label: str, lang: str | None = None) -> Example:
+        rng = self.rng
+        if lang is None:
+            lang = "zh" if rng.random() < 0.4 else "en"
+        zh = lang == "zh"
+        comp = self.compositional.get(label) if lang == "en" else None
+        tpl = rng.choice(comp) if comp and rng.random() < 0.35 else rng.choice(self.templates[label][lang])
+        gold: dict[str, Any] = {}
+        segs: list[tuple[str, str]] = []  # (text, kind) kind: lit | slot | price
+        pos = 0
+        shared_cat: str | None = None
+        brands_pair: list[str] = []
+        for m in _PLACEHOLDER.finditer(tpl):
+            if m.start() > pos:
+                segs.append((tpl[pos:m.start()], "lit"))
+            pos = m.end()
+            ph = m.group(1)
+            mixed = zh and rng.random() < 0.3
+            pzh = zh and not mixed or (not zh and rng.random() < 0.08)
+            text, slots = "", {}
+            if ph == "P":
+                text, slots = self.product(pzh)
+            elif ph in ("PA", "PB"):
+                if shared_cat is None:
+                    shared_cat = self._pick_type()
+                brand = self._pick_brand()
+                while brand in brands_pair and len(self.brands) > 1:
+                    brand = self._pick_brand()
+                brands_pair.append(brand)
+                cat = shared_cat if (ph == "PA" or rng.random() < 0.6) else None
+                text, slots = self.product(pzh, brand=brand, category=cat, allow_other=False, no_category=cat is None)
+            elif ph in ("BA", "BB"):
+                brand = self._pick_brand()
+                while brand in brands_pair and len(self.brands) > 1:
+                    brand = self._pick_brand()
+                brands_pair.append(brand)
+                text, slots = self._brand_surface(brand, pzh), {"brand": [brand]}
+            elif ph == "C":
+                if shared_cat is None:
+                    shared_cat = self._pick_type()
+                text = self._surface(self.cat_forms[shared_cat], pzh)
+                slots = {"category": [shared_cat]}
+            elif ph == "G":
+                if rng.random() < 0.6:
+                    text, slots = self.recipient(zh)
+            elif ph == "PRICE":
+                if rng.random() < 0.55:
+                    text, pslots = self.price(zh)
+                    gold.update(pslots)
+                    segs.append((text, "price"))
+                    continue
+            for f, vals in slots.items():
+                cur = gold.setdefault(f, [])
+                cur.extend(v for v in vals if v not in cur)
+            segs.append((text, "slot"))
+        if pos < len(tpl):
+            segs.append((tpl[pos:], "lit"))
+        text = self._render(segs, zh)
+        if gold.pop("_unlabelled", None):  # a real title: its slots are unknown
+            return Example(text, label, None, lang, f"{self.split}:{label}:{lang}:{tpl}")
+        slots_out: dict[str, Any] = {}
+        for f in SLOT_FIELDS:
+            if gold.get(f):
+                vals = gold[f]
+                slots_out[f] = vals[0] if len(vals) == 1 else vals
+        for f in ("price_min", "price_max"):
+            if f in gold:
+                slots_out[f] = gold[f]
+        return Example(text, label, slots_out, lang, f"{self.split}:{label}:{lang}:{tpl}")
+
+    def _typo(self, w: str) -> str:
+        rng = self.rng
+        i = rng.randrange(1, len(w) - 1)
+        op = rng.random()
+        if op < 0.3:
+            return w[:i] + w[i + 1] + w[i] + w[i + 2:]
+        if op < 0.55:
+            return w[:i] + w[i + 1:]
+        if op < 0.8:
+            return w[:i] + w[i] + w[i:]
+        return w[:i] + rng.choice(KEYBOARD) + w[i + 1:]
+
+    def _render(self, segs: list[tuple[str, str]], zh: bool) -> str:
+        rng = self.rng
+        out = []
+        for text, kind in segs:
+            if kind != "price":
+                p, min_len = (0.05, 4) if kind == "lit" else (0.03, 6)
+
+                def noisy(m: re.Match[str], p: float = p, min_len: int = min_len) -> str:
+                    w = m.group(0)
+                    return self._typo(w) if len(w) >= min_len and rng.random() < p else w
+
+                text = re.sub(r"[A-Za-z]+", noisy, text)
+            out.append(text)
+        s = " ".join("".join(out).split())
+        s = re.sub(r"\s+([?,!.，？！])", r"\1", s)
+        r = rng.random()
+        if r < 0.15:
+            s = rng.choice(FILLERS["zh_pre" if zh else "en_pre"]) + s
+        elif r < 0.3:
+            s = s + rng.choice(FILLERS["zh_post" if zh else "en_post"])
+        c = rng.random()
+        if c < 0.7:
+            s = s.lower()
+        elif c < 0.8:
+            s = s.title() if not zh else s
+        elif c < 0.83:
+            s = s.upper()
+        return s.strip()
+
+    def generate(self, per_label: int, *, lang_mix: float = 0.4) -> list[Example]:
+        """``per_label`` unique queries per label (fewer when the templates cannot make that many)."""
+        out: list[Example] = []
+        for label in LABELS:
+            seen: set[str] = set()
+            tries = 0
+            while len(seen) < per_label and tries < per_label * 20:
+                tries += 1
+                lang = "zh" if self.rng.random() < lang_mix else "en"
+                ex = self.example(label, lang)
+                if ex.text in seen or not ex.text:
+                    continue
+                seen.add(ex.text)
+                out.append(ex)
+        self.rng.shuffle(out)
+        return out
+
+
+def make_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
+                seed: int = 0) -> tuple[list[Example], list[Example]]:
+    """The training queries and the held-out queries (no shared template, held-out vocabulary
+    absent from training, no shared text)."""
+    train = QueryGenerator(terms, "train", seed).generate(train_per_label)
+    texts = {e.text.casefold() for e in train}
+    test = [e for e in QueryGenerator(terms, "test", seed).generate(test_per_label) if e.text.casefold() not in texts]
+    return train, test
+
+
+def template_overlap() -> set[str]:
+    """Templates present in both the train and test sets (should be empty)."""
+    shared = set()
+    test_all = {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in templates()[lab]["test"][lang]}
+    for made in compositional_templates().values():
+        shared |= {t for t in made if _norm_tpl(t) in test_all}
+    for label in LABELS:
+        for lang in ("en", "zh"):
+            a = {" ".join(t.split()) for t in templates()[label]["train"][lang]}
+            b = {" ".join(t.split()) for t in templates()[label]["test"][lang]}
+            shared |= a & b
+    return shared
+
+
+def template_literal_slots(vocab: Vocabulary) -> dict[str, dict[str, Any]]:
+    """Slots the template words themselves would produce (placeholders removed): should be none,
+    or the gold slots would miss them."""
+    ex = SlotExtractor(vocab)
+    bad = {}
+    for label in LABELS:
+        for split in ("train", "test"):
+            for lang in ("en", "zh"):
+                for t in templates()[label][split][lang]:
+                    lit = _PLACEHOLDER.sub(" | ", t)
+                    vals = ex.extract(lit).values()
+                    if vals:
+                        bad[t] = vals
+    return bad
+
+
+def write_jsonl(examples: Sequence[Example], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for e in examples:
+            f.write(json.dumps(e.to_json(), ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: Path) -> Iterator[Example]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                yield Example(d["text"], d["label"], d.get("slots"), d.get("lang", ""), d.get("template", ""))

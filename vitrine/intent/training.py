@@ -1,0 +1,317 @@
+"""``vitrine train intent``: generate queries from the catalogue, train the Qwen2 classifier,
+measure it on the held-out queries, ship it (config.json + model.safetensors).
+
+Reproducible: the generator, the vocabulary split, the initialisation and the batch order all
+follow ``seed``; the shipped weights are what ``vitrine train intent`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitrine.errors import InvalidInput
+from vitrine.intent import tokenizer as qtok
+from vitrine.intent.classifier import LABELS, IntentClassifier
+from vitrine.intent.generator import (
+    Example,
+    QueryGenerator,
+    Terms,
+    catalogue_terms,
+    make_splits,
+    held_out as held_out_value,
+    template_overlap,
+)
+from vitrine.intent.model import (
+    DEFAULT_CONFIG,
+    DEFAULT_WEIGHTS,
+    EOS,
+    PAD,
+    UNK,
+    WEIGHTS_DIR,
+    Encoded,
+    IntentModel,
+    init_from_pretrained,
+    load_arch_config,
+)
+from vitrine.intent.slots import SlotExtractor, slots_equal
+
+log = logging.getLogger(__name__)
+
+DEFAULTS: dict[str, Any] = {
+    "epochs": 6, "batch_size": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup": 0.06, "token_dropout": 0.12,
+    "label_smoothing": 0.05, "train_per_label": 2500, "test_per_label": 400, "val_per_label": 150,
+}
+
+
+def default_source() -> Path:
+    """The bundled catalogue (``data/fashion-small`` of this checkout)."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        d = root / "data" / "fashion-small"
+        if (d / "styles.csv").is_file():
+            return d
+    raise InvalidInput("the bundled catalogue (data/fashion-small) is not here; pass the catalogue folder")
+
+
+def heldout_examples(source: Path | None = None, seed: int = 0, per_label: int = DEFAULTS["test_per_label"],
+                     train_per_label: int = DEFAULTS["train_per_label"]) -> tuple[list[Example], Terms]:
+    """The held-out evaluation queries exactly as training made them (same seed and sizes)."""
+    terms = catalogue_terms(source or default_source())
+    _, test = make_splits(terms, train_per_label=train_per_label, test_per_label=per_label, seed=seed)
+    return test, terms
+
+
+# -- metrics ----------------------------------------------------------------------------------------------
+def classification_metrics(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str] = LABELS) -> dict[str, Any]:
+    n = len(gold)
+    acc = sum(g == p for g, p in zip(gold, pred)) / n if n else float("nan")
+    per: dict[str, dict[str, float]] = {}
+    for lab in labels:
+        tp = sum(g == lab and p == lab for g, p in zip(gold, pred))
+        fp = sum(g != lab and p == lab for g, p in zip(gold, pred))
+        fn = sum(g == lab and p != lab for g, p in zip(gold, pred))
+        prec = tp / (tp + fp) if tp + fp else 0.0
+        rec = tp / (tp + fn) if tp + fn else 0.0
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        per[lab] = {"precision": round(prec, 4), "recall": round(rec, 4), "f1": round(f1, 4), "support": tp + fn}
+    macro = float(np.mean([per[lab]["f1"] for lab in labels if per[lab]["support"]])) if n else float("nan")
+    confusion = {g: dict(Counter(p for gg, p in zip(gold, pred) if gg == g)) for g in labels}
+    return {"accuracy": round(acc, 4), "macro_f1": round(macro, 4), "per_label": per, "confusion": confusion, "n": n}
+
+
+def evaluate(classifier: IntentClassifier, examples: Sequence[Example], extractor: SlotExtractor | None = None,
+             *, batch_size: int = 128) -> dict[str, Any]:
+    """Accuracy, macro-F1, per-label scores on ``examples``; slot exact-match when given an extractor."""
+    preds: list[str] = []
+    for i in range(0, len(examples), batch_size):
+        preds += [r.predicted for r in classifier.predict_batch([e.text for e in examples[i:i + batch_size]])]
+    out = classification_metrics([e.label for e in examples], preds)
+    by_lang: dict[str, Any] = {}
+    for lang in sorted({e.lang for e in examples}):
+        idx = [i for i, e in enumerate(examples) if e.lang == lang]
+        m = classification_metrics([examples[i].label for i in idx], [preds[i] for i in idx])
+        by_lang[lang] = {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "n": m["n"]}
+    out["by_language"] = by_lang
+    if extractor is not None:
+        labelled = [e for e in examples if e.slots is not None]
+        ok = [slots_equal(extractor.extract(e.text).values(), e.slots) for e in labelled]  # type: ignore[arg-type]
+        with_slots = [o for o, e in zip(ok, labelled) if e.slots]
+        out["slot_exact_match"] = round(sum(ok) / len(ok), 4) if ok else float("nan")
+        out["slot_exact_match_with_slots"] = round(sum(with_slots) / len(with_slots), 4) if with_slots else float("nan")
+    errors = [{"text": e.text, "gold": e.label, "pred": p} for e, p in zip(examples, preds) if e.label != p]
+    out["errors_sample"] = errors[:25]
+    return out
+
+
+def _length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled batches of similar length (less padding): shuffle, sort within chunks of 50
+    batches by length, cut, shuffle the batches."""
+    order = rng.permutation(len(lengths))
+    chunk = batch_size * 50
+    batches = []
+    for c in range(0, len(order), chunk):
+        part = order[c:c + chunk]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        batches += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
+    rng.shuffle(batches)  # type: ignore[arg-type]
+    return batches
+
+
+# -- training -----------------------------------------------------------------------------------------------
+def _seed_all(seed: int) -> None:
+    import torch  # noqa: PLC0415
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train_intent(out: Path | None = None, init_from: Path | None = None, seed: int = 0,
+                 epochs: int = DEFAULTS["epochs"], *, source: Path | None = None, cache_dir: Path | None = None,
+                 config: str = DEFAULT_CONFIG, train_per_label: int = DEFAULTS["train_per_label"],
+                 test_per_label: int = DEFAULTS["test_per_label"], batch_size: int = DEFAULTS["batch_size"],
+                 lr: float = DEFAULTS["lr"], threads: int = 1, progress: bool = True) -> dict[str, Any]:
+    """Train the intent classifier and write it to ``out`` (default: the shipped weights folder).
+
+    ``threads``: torch threads while training (1 by default: as fast for a model this small, the
+    same result on any machine, and kind to a shared CPU)."""
+    import torch  # noqa: PLC0415
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    try:
+        return _train(out, init_from, seed, epochs, source=source, cache_dir=cache_dir, config=config,
+                      train_per_label=train_per_label, test_per_label=test_per_label, batch_size=batch_size,
+                      lr=lr, progress=progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, source: Path | None,
+           cache_dir: Path | None, config: str, train_per_label: int, test_per_label: int, batch_size: int,
+           lr: float, progress: bool) -> dict[str, Any]:
+    import torch  # noqa: PLC0415
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    t0 = time.time()
+    if epochs < 1:
+        raise InvalidInput("epochs must be at least 1")
+    if template_overlap():
+        raise InvalidInput(f"train and test templates overlap: {sorted(template_overlap())[:5]}")
+    _seed_all(seed)
+    source = Path(source) if source else default_source()
+    terms = catalogue_terms(source)
+    train, test = make_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label, seed=seed)
+    train_texts = {e.text.casefold() for e in train}
+    val = [e for e in QueryGenerator(terms, "train", seed + 1).generate(DEFAULTS["val_per_label"])
+           if e.text.casefold() not in train_texts]
+    log.info("generated %d training, %d validation and %d held-out queries from %d brands, %d article types",
+             len(train), len(val), len(test), len(terms.brands), len(terms.types))
+
+    tok = qtok.load_tokenizer(cache_dir)
+    train_ids = [qtok.encode(tok, e.text) for e in train]
+    counts = Counter(i for ids in train_ids for i in ids)
+    arch = load_arch_config(config)
+    min_count = int(arch.get("min_token_count", 1))
+    keep_set = {i for i, c in counts.items() if c >= min_count}
+    ranks = qtok.load_ranks()
+    extra_rank = int(arch.get("extra_english_max_rank", 0) or 0)
+    if extra_rank and init_from is None:  # frequent English words beyond the training queries
+        from vitrine.intent.embed_init import english_word_ids  # noqa: PLC0415
+
+        keep_set |= set(english_word_ids(ranks, extra_rank))
+    keep = np.array(sorted(keep_set), dtype=np.int64)
+    labels = list(LABELS)
+    tok_info = {"source_package": qtok.SOURCE_PACKAGE, "source_version": qtok.source_version(),
+                "source_sha256": qtok.SOURCE_SHA256, "converter_version": qtok.CONVERTER_VERSION,
+                "vocab_size": qtok.VOCAB_SIZE, "eos_token": qtok.ENDOFTEXT}
+    if init_from is not None:
+        model = init_from_pretrained(Path(init_from), arch, keep, labels)
+        model.config["tokenizer"] = tok_info
+    else:
+        model = IntentModel(dict(arch, labels=labels, tokenizer=tok_info), keep)
+    if init_from is None and arch.get("embedding_init") == "minilm":
+        from vitrine.intent.embed_init import init_embeddings  # noqa: PLC0415
+
+        log.info("initialising %d token embeddings from MiniLM word vectors", len(keep))
+        model.config.update(init_embeddings(model.model, keep, ranks, n_special=3, pad=PAD, unk=UNK, eos=EOS,
+                                            seed=seed, progress=progress))
+    model.config.update(name="default", seed=seed, train_per_label=train_per_label, test_per_label=test_per_label)
+    net = model.model
+    label_idx = {lab: i for i, lab in enumerate(labels)}
+    enc_train = [model.rows(ids) for ids in train_ids]
+    lengths = np.array([len(e.rows) for e in enc_train])
+    y_train = np.array([label_idx[e.label] for e in train], dtype=np.int64)
+    clf = IntentClassifier(model, tok)
+
+    steps_per_epoch = math.ceil(len(enc_train) / batch_size)
+    total = steps_per_epoch * epochs
+    warm = max(1, int(DEFAULTS["warmup"] * total))
+    emb_w = net.get_input_embeddings().weight
+    # the embedding table learns slower and without decay: rows no query touches keep their start
+    opt = torch.optim.AdamW([
+        {"params": [p for p in net.parameters() if p.requires_grad and p is not emb_w],
+         "weight_decay": DEFAULTS["weight_decay"]},
+        {"params": [emb_w] if emb_w.requires_grad else [], "weight_decay": 0.0,
+         "lr": lr * float(arch.get("embedding_lr_scale", 1.0))},
+    ], lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=DEFAULTS["label_smoothing"])
+    rng = np.random.default_rng(seed)
+    history = []
+    out = Path(out) if out else WEIGHTS_DIR / DEFAULT_WEIGHTS
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "train_log.jsonl"
+    log_path.write_text("")
+    p_drop = DEFAULTS["token_dropout"]
+    for epoch in range(epochs):
+        net.train()
+        batches = _length_batches(lengths, batch_size, rng)
+        losses = []
+        bar = tqdm(batches, desc=f"intent epoch {epoch + 1}/{epochs}", disable=not progress, leave=False)
+        for step, idx in enumerate(bar):
+            batch = []
+            for i in idx:
+                rows = list(enc_train[i].rows)
+                drop = rng.random(len(rows) - 1) < p_drop  # never the final EOS
+                rows = [UNK if d else r for r, d in zip(rows[:-1], drop)] + [EOS]
+                batch.append(Encoded(rows, len(rows), False))
+            ids, mask = model.batch(batch)
+            logits = net(input_ids=ids, attention_mask=mask).logits
+            loss = loss_fn(logits, torch.from_numpy(y_train[idx]))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        net.eval()
+        vm = evaluate(clf, val)
+        rec = {"epoch": epoch + 1, "loss": round(float(np.mean(losses)), 4), "val_accuracy": vm["accuracy"],
+               "val_macro_f1": vm["macro_f1"], "seconds": round(time.time() - t0, 1)}
+        history.append(rec)
+        with open(log_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        log.info("epoch %d: loss %.4f, val accuracy %.4f", epoch + 1, rec["loss"], rec["val_accuracy"])
+    net.eval()
+    extractor = SlotExtractor(terms.vocabulary())
+    held = evaluate(clf, test, extractor)
+    model.config["heldout"] = {"accuracy": held["accuracy"], "macro_f1": held["macro_f1"],
+                               "slot_exact_match": held["slot_exact_match"], "n": held["n"]}
+    model.save_pretrained(out)
+    summary = {
+        "out": _display(out), "seed": seed, "epochs": epochs, "init_from": str(init_from) if init_from else None,
+        "config": arch["config_name"], "parameters": model.n_parameters(), "kept_token_ids": int(len(keep)),
+        "train_queries": len(train), "val_queries": len(val), "heldout_queries": len(test),
+        "heldout_brands": sum(1 for b in terms.brands if held_out_value(b)),
+        "heldout_article_types": sum(1 for t in terms.types if held_out_value(t)),
+        "history": history, "heldout": {k: v for k, v in held.items() if k != "errors_sample"},
+        "heldout_errors_sample": held["errors_sample"],
+        "weights_bytes": (out / "model.safetensors").stat().st_size, "seconds": round(time.time() - t0, 1),
+    }
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
+def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,
+                     source: Path | None = None, min_confidence: float = 0.6) -> dict[str, Any]:
+    """Re-generate the held-out queries the classifier was trained beside (its config records the
+    seed and sizes) and measure it: accuracy, macro-F1, slot exact-match, and the accuracy of the
+    deployed rule (predictions under ``min_confidence`` fall back to search)."""
+    clf = IntentClassifier.load(weights, cache_dir=cache_dir, min_confidence=min_confidence)
+    cfg = clf.model.config
+    test, terms = heldout_examples(source, seed=int(cfg.get("seed", 0)),
+                                   per_label=int(cfg.get("test_per_label", DEFAULTS["test_per_label"])),
+                                   train_per_label=int(cfg.get("train_per_label", DEFAULTS["train_per_label"])))
+    t0 = time.perf_counter()
+    result = evaluate(clf, test, SlotExtractor(terms.vocabulary()))
+    results = clf.predict_batch([e.text for e in test])
+    eff = classification_metrics([e.label for e in test], [r.label for r in results])
+    result["deployed_rule"] = {"min_confidence": min_confidence, "accuracy": eff["accuracy"],
+                               "macro_f1": eff["macro_f1"],
+                               "fallbacks": sum(not r.confident for r in results)}
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    result["weights"] = str(weights)
+    result["heldout"] = {"templates": "test set of data/templates.json", "brands_held_out":
+                         sum(1 for b in terms.brands if held_out_value(b)),
+                         "article_types_held_out": sum(1 for t in terms.types if held_out_value(t))}
+    return result
+
+
+def _display(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)

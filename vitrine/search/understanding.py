@@ -1,0 +1,317 @@
+"""Query understanding inside the engine: intent + slots -> filters and actions.
+
+``plan()`` runs the intent classifier (under a time budget, in a worker thread) and the slot
+extractor over the catalogue's vocabulary (the knowledge graph's brands, the filter facets'
+categories, colours and genders), and turns the slots into filters. ``finish()`` adds what the
+intent asks for: the comparison (compare), recommendations (recommend). After-sales queries get an
+answer instead of products (``answer_response``). A classifier that is missing, fails or runs out
+of time leaves a plain vector search marked ``degraded: ["intent"]``; a prediction under the
+confidence floor is treated as a plain search.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vitrine.errors import VitrineError
+from vitrine.search.models import AfterSalesAnswer, Filters, IntentOut, SearchRequest, SearchResponse
+from vitrine.search.settings import Settings
+
+if TYPE_CHECKING:
+    from vitrine.intent.classifier import IntentClassifier, IntentResult
+    from vitrine.intent.slots import SlotExtractor, Vocabulary
+    from vitrine.search.engine import Engine
+
+log = logging.getLogger(__name__)
+
+SLOT_FILTER_FIELDS = ("category", "colour", "gender")
+_COMPLEMENT_CUES = re.compile(
+    r"go(?:es)? with|goes well|pairs? (?:well )?with|pair .* with|to match|matches|match with|wear .* with|"
+    r"wear with|complete the look|outfit|style|complement|搭配|配什么|搭什么|适合配|搭的|配一", re.IGNORECASE)
+_local = threading.local()
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+@contextmanager
+def nested() -> Iterator[None]:
+    """Searches made while acting on an intent (compare resolves each side by search) skip intent."""
+    prev = getattr(_local, "nested", False)
+    _local.nested = True
+    try:
+        yield
+    finally:
+        _local.nested = prev
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """Worker threads for the classifier, each with its own torch thread count (OpenMP's is per
+    thread): one thread keeps a batch-1 forward at a few ms, where two contend on a busy CPU."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            def init() -> None:
+                import torch  # noqa: PLC0415
+
+                torch.set_num_threads(threads)
+
+            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vitrine-intent", initializer=init)
+        return _executor
+
+
+@lru_cache(maxsize=4)
+def _load_classifier(model: str, cache_dir: str, min_confidence: float) -> "IntentClassifier":
+    from vitrine.intent.classifier import IntentClassifier  # noqa: PLC0415 - optional extra
+
+    return IntentClassifier.load(model, cache_dir=Path(cache_dir), min_confidence=min_confidence)
+
+
+class QueryUnderstanding:
+    """The engine's intent component: the classifier and a slot extractor over its catalogue."""
+
+    def __init__(self, engine: "Engine", settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.classifier: IntentClassifier | None = None
+        self.error: str | None = None
+        self._extractor: SlotExtractor | None = None
+        self._vocab_key: tuple[int, int] | None = None
+        self._vocab_at = 0.0
+        self._lock = threading.Lock()
+        try:
+            self.classifier = _load_classifier(settings.intent_model, str(settings.cache_dir / "intent"),
+                                               settings.intent_min_confidence)
+        except (VitrineError, ImportError, OSError, RuntimeError, ValueError) as e:
+            self.error = str(e)
+            log.error("intent classifier unavailable (%s); searches run without intent", e)
+
+    # -- vocabulary ---------------------------------------------------------------------------------------
+    def vocabulary(self) -> "Vocabulary":
+        from vitrine.intent.slots import Vocabulary  # noqa: PLC0415
+
+        eng = self.engine
+        f = eng.filters
+        brands = set(f.facet("brand"))
+        graph = getattr(eng, "graph", None)
+        lex = getattr(getattr(getattr(graph, "data", None), "brands", None), "by_key", None)
+        if graph is not None and lex:
+            for name in set(lex.values()):
+                try:
+                    if graph.products_with("brand", [name]):
+                        brands.add(name)
+                except Exception:  # noqa: BLE001 - the graph is optional here
+                    break
+        return Vocabulary.of(brands, f.facet("category"), f.facet("colour"), f.facet("gender"))
+
+    def extractor(self) -> "SlotExtractor":
+        from vitrine.intent.slots import SlotExtractor  # noqa: PLC0415
+
+        key = (self.engine.records.seq, len(self.engine))
+        now = time.monotonic()
+        with self._lock:
+            stale = self._extractor is None or (key != self._vocab_key and
+                                                now - self._vocab_at >= self.settings.intent_vocab_refresh_s)
+            if stale:
+                self._extractor = SlotExtractor(self.vocabulary())
+                self._vocab_key, self._vocab_at = key, now
+            return self._extractor  # type: ignore[return-value]
+
+    # -- classification ----------------------------------------------------------------------------------
+    def classify(self, text: str) -> "IntentResult":
+        if self.classifier is None:
+            raise RuntimeError(self.error or "no intent classifier")
+        fut = _pool(self.settings.intent_threads).submit(self.classifier.predict, text)
+        try:
+            return fut.result(timeout=self.settings.intent_timeout_ms / 1000)
+        except FutureTimeout as e:
+            fut.cancel()
+            raise TimeoutError(f"intent classifier took over {self.settings.intent_timeout_ms:g} ms") from e
+
+
+@dataclass
+class Plan:
+    """What the query understanding decided for one search."""
+
+    intent: IntentOut | None = None
+    slots: dict[str, Any] = field(default_factory=dict)
+    applied: dict[str, Any] = field(default_factory=dict)
+    filters: Filters | None = None
+    brand_ids: np.ndarray | None = None
+    degraded: list[str] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+    answer: AfterSalesAnswer | None = None
+    ms: float = 0.0
+
+    @property
+    def label(self) -> str | None:
+        return self.intent.label if self.intent else None
+
+    def explanation(self) -> dict[str, Any]:
+        return {"intent": self.intent.model_dump() if self.intent else None, "slots": dict(self.applied)}
+
+    def query_info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.intent is not None:
+            out["intent_ms"] = round(self.ms, 3)
+        if self.applied:
+            out["slot_filters"] = dict(self.applied)
+        out.update(self.notes)
+        return out
+
+
+def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
+    """Classify ``text`` and turn its slots into filters; never raises (a failure degrades)."""
+    p = Plan(filters=req.filters)
+    qu: QueryUnderstanding | None = getattr(engine, "understanding", None)
+    if not text or not req.use_intent or getattr(_local, "nested", False) or not engine.settings.intent:
+        return p
+    if qu is None or qu.classifier is None:
+        p.degraded.append("intent")
+        return p
+    t0 = time.perf_counter()
+    try:
+        res = qu.classify(text)
+        slots = qu.extractor().extract(text)
+    except Exception as e:  # noqa: BLE001 - any failure of the component degrades, never fails the search
+        log.warning("intent skipped for this search: %s", e)
+        p.degraded.append("intent")
+        return p
+    p.ms = (time.perf_counter() - t0) * 1000
+    p.intent = IntentOut(label=res.label, scores=res.scores, predicted=res.predicted, confident=res.confident)
+    p.slots = slots.values()
+    if res.truncated:
+        p.notes["intent_truncated"] = True
+    if res.label == "after_sales":
+        from vitrine.intent.aftersales import answer  # noqa: PLC0415
+
+        a = answer(text)
+        p.answer = AfterSalesAnswer(**a.as_dict())
+        return p
+    if engine.settings.intent_slot_filters and p.slots:
+        _slot_filters(engine, req, p)
+    return p
+
+
+def _slot_filters(engine: "Engine", req: SearchRequest, p: Plan) -> None:
+    explicit = req.filters.model_dump(exclude_none=True) if req.filters else {}
+    merged = dict(explicit)
+    for f in SLOT_FILTER_FIELDS:
+        if f in p.slots and f not in explicit:
+            merged[f] = p.slots[f]
+            p.applied[f] = p.slots[f]
+    if "price_min" in p.slots or "price_max" in p.slots:
+        if engine.filters.has_prices():
+            for f in ("price_min", "price_max"):
+                if f in p.slots and f not in explicit:
+                    merged[f] = p.slots[f]
+                    p.applied[f] = p.slots[f]
+        else:
+            p.notes["price_slots_ignored"] = "the catalogue has no prices"
+    brand = p.slots.get("brand")
+    if brand and "brand" not in explicit:
+        names = [brand] if isinstance(brand, str) else list(brand)
+        have = {v.casefold() for v in engine.filters.facet("brand")}
+        if any(n.casefold() in have for n in names):
+            merged["brand"] = names[0] if len(names) == 1 else names
+            p.applied["brand"] = brand
+        elif getattr(engine, "graph", None) is not None:  # brands the graph learned from titles
+            ids = engine.graph.products_with("brand", names)
+            if ids:
+                p.brand_ids = np.fromiter(sorted(ids), dtype=np.int64, count=len(ids))
+                p.applied["brand"] = brand
+    try:
+        p.filters = Filters.model_validate(merged) if merged else None
+    except ValueError:  # e.g. a slot price range against an explicit one: keep the explicit filters
+        p.filters, p.applied, p.brand_ids = req.filters, {}, None
+
+
+def allowed_ids(engine: "Engine", p: Plan) -> np.ndarray | None:
+    allowed = engine.allowed_ids(p.filters)
+    if p.brand_ids is None:
+        return allowed
+    if allowed is None:
+        return p.brand_ids
+    return np.intersect1d(allowed, p.brand_ids, assume_unique=True)
+
+
+def relax(engine: "Engine", req: SearchRequest, p: Plan) -> np.ndarray | None:
+    """Nothing matched every slot: drop the slot filters (keep the request's own)."""
+    p.notes["slots_relaxed"] = dict(p.applied)
+    p.applied, p.brand_ids, p.filters = {}, None, req.filters
+    return engine.allowed_ids(req.filters)
+
+
+def answer_response(engine: "Engine", req: SearchRequest, text: str | None, image: bool, p: Plan,
+                    t0: float) -> SearchResponse:
+    """After-sales: no product ranking, a structured answer."""
+    return SearchResponse(
+        results=[], took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
+        query={"text": text, "image": image, "filters": req.filters.model_dump(exclude_none=True) if req.filters
+               else {}, **p.query_info()},
+        model=engine.model_key, degraded=list(p.degraded), intent=p.intent, slots=p.slots, answer=p.answer,
+    )
+
+
+def finish(engine: "Engine", req: SearchRequest, text: str | None, p: Plan, resp: SearchResponse) -> SearchResponse:
+    """Attach intent, slots and what the intent asks for (comparison, recommendations)."""
+    resp.intent, resp.slots = p.intent, p.slots
+    if p.intent is None or not text:
+        return resp
+    with nested():
+        if p.label == "compare":
+            resp.compare = _compare(engine, text, p)
+        elif p.label == "recommend" and resp.results:
+            kind = "complementary" if _COMPLEMENT_CUES.search(text) else "similar"
+            try:
+                resp.recommendations = engine.recommend(resp.results[0].id, kind, min(req.k, engine.settings.max_k))
+                resp.query["recommend_kind"] = kind
+            except (VitrineError, AttributeError) as e:
+                resp.query["intent_action"] = f"recommend unavailable: {e}"
+    return resp
+
+
+def _compare(engine: "Engine", text: str, p: Plan) -> Any:
+    compare_text = getattr(engine, "compare_text", None)
+    if compare_text is None:
+        p.notes["intent_action"] = "compare unavailable"
+        return None
+    try:
+        return compare_text(text)
+    except VitrineError as first:
+        # "which is better, nike or puma running shoes": build the sides from the slots
+        sides = _sides_from_slots(p.slots)
+        if len(sides) >= 2:
+            try:
+                return compare_text(" vs ".join(sides))
+            except VitrineError as e:
+                log.info("compare intent: %s", e)
+        log.info("compare intent could not resolve two products: %s", first)
+        return None
+
+
+def _sides_from_slots(slots: dict[str, Any]) -> list[str]:
+    def vals(f: str) -> list[str]:
+        v = slots.get(f)
+        return [] if v is None else [v] if isinstance(v, str) else list(v)
+
+    brands, cats = vals("brand"), vals("category")
+    if len(brands) >= 2:
+        rest = " ".join(cats[:1] + vals("gender")[:1])
+        return [f"{b} {rest}".strip() for b in brands[:5]]
+    if len(cats) >= 2:
+        rest = " ".join(brands[:1] + vals("gender")[:1])
+        return [f"{rest} {c}".strip() for c in cats[:5]]
+    return []

@@ -1,0 +1,87 @@
+"""Intent classifier latency on CPU at batch 1: tokenizer + Qwen2 forward, slot extraction, both.
+
+Queries: the held-out queries of the shipped classifier (English, Chinese, code-mixed, typos),
+plus a very long one and an emoji-only one. Each query is classified alone (batch 1), after a
+warm-up; p50/p95/p99 per stage, with torch's default threads and with one thread.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vitrine_bench.common import Report, summary_ms
+
+
+def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path | None = None,
+        threads: tuple[int | None, ...] = (None, 1)) -> Path:
+    import torch
+
+    from vitrine.intent.classifier import IntentClassifier
+    from vitrine.intent.slots import SlotExtractor
+    from vitrine.intent.training import heldout_examples
+
+    rep = Report("intent", out, "Vitrine intent classifier latency (CPU, batch 1)")
+    t0 = time.perf_counter()
+    clf = IntentClassifier.load(weights, cache_dir=cache_dir)
+    load_s = time.perf_counter() - t0
+    cfg = clf.model.config
+    test, terms = heldout_examples(seed=int(cfg.get("seed", 0)), per_label=int(cfg.get("test_per_label", 400)),
+                                   train_per_label=int(cfg.get("train_per_label", 2500)))
+    t1 = time.perf_counter()
+    ex = SlotExtractor(terms.vocabulary())
+    vocab_s = time.perf_counter() - t1
+    queries = [e.text for e in test]
+    queries += ["women red heels under 1500 " * 80, "👠👠👠🔥", "nike 跑步鞋 under 2000"]
+    rng = np.random.default_rng(0)
+    sample = [queries[i] for i in rng.integers(0, len(queries), size=n)]
+    default_threads = torch.get_num_threads()
+    rows = []
+    for th in threads:
+        torch.set_num_threads(th or default_threads)
+        for q in sample[:100]:  # warm-up
+            clf.predict(q)
+            ex.extract(q)
+        cls_lat, slot_lat, total_lat = [], [], []
+        for q in sample:
+            a = time.perf_counter()
+            clf.predict(q)
+            b = time.perf_counter()
+            ex.extract(q)
+            c = time.perf_counter()
+            cls_lat.append(b - a)
+            slot_lat.append(c - b)
+            total_lat.append(c - a)
+        label = f"{th or default_threads} thread(s)" + (" (default)" if th is None else "")
+        for stage, lat in (("classifier (tokenize + Qwen2 forward)", cls_lat), ("slots", slot_lat),
+                           ("intent + slots", total_lat)):
+            rows.append({"threads": label, "stage": stage, **summary_ms(lat)})
+        if th is None:
+            rep.add("latencies_ms_default_threads", [x * 1000 for x in total_lat])
+    torch.set_num_threads(default_threads)
+    rep.add("results", rows)
+    rep.add("model", {"parameters": clf.model.n_parameters(), "config": cfg.get("config_name"),
+                      "kept_token_ids": len(clf.model.keep_ids), "weights": weights, "load_s": load_s,
+                      "slot_vocabulary_build_s": vocab_s, "queries": n})
+    rep.text(f"{n} queries drawn from the {len(test)} held-out queries (plus a 2,000-character query, an "
+             f"emoji-only query and a code-mixed one), each classified alone after 100 warm-up queries. "
+             f"Model: Qwen2ForSequenceClassification, {clf.model.n_parameters():,} parameters "
+             f"({len(clf.model.keep_ids):,} kept token ids); load {load_s:.2f}s. Bar: p99 <= 10 ms.")
+    rep.table(rows, ["threads", "stage", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n"], "Latency per query")
+    lat = np.array(rep.data["latencies_ms_default_threads"])
+
+    def draw(ax):  # noqa: ANN001
+        xs = np.sort(lat)
+        ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs))
+        ax.axvline(10, color="red", linestyle="--", label="10 ms bar")
+        ax.set_xlabel("intent + slots latency per query (ms), batch 1")
+        ax.set_ylabel("fraction of queries")
+        ax.set_xscale("log")
+        ax.legend()
+
+    rep.plot("intent_latency_cdf.png", draw)
+    for r in rows:
+        print(r)
+    return rep.write()

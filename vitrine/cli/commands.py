@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from vitrine.cli import data_option, main, make_settings, model_options
+from vitrine.cli.kafka import serve_options  # also registers publish/consume
 
 log = logging.getLogger("vitrine")
 
@@ -60,13 +61,19 @@ def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **
 @model_options
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1)")
 @click.option("--port", type=int, default=None, help="Port (default 8000)")
-def serve(data_dir: Path, host: str | None, port: int | None, **model: Any) -> None:
+@serve_options
+def serve(data_dir: Path, host: str | None, port: int | None, consume: bool, follow: float | None,
+          **model: Any) -> None:
     """Serve the search API and UI over a data dir."""
     settings = make_settings(data_dir=data_dir, host=host, port=port, **model)
-    _serve(settings)
+    _serve(settings, consume=consume, follow=follow)
 
 
-def _serve(settings) -> None:  # noqa: ANN001
+def _serve(settings, *, consume: bool = False, follow: float | None = None) -> None:  # noqa: ANN001
+    if consume or follow:
+        from vitrine.cli.kafka import serve_with_stream
+
+        return serve_with_stream(settings, consume=consume, follow=follow)
     import uvicorn
 
     from vitrine.web.app import create_app
@@ -200,3 +207,4 @@ def info(data_dir: Path) -> None:
 
 
 from vitrine.cli import bench, evalcmd, train  # noqa: E402,F401
+from vitrine.cli import graphcmd  # noqa: E402,F401

@@ -13,7 +13,7 @@ from vitrine.cli import main, make_settings, model_options
 
 log = logging.getLogger("vitrine")
 
-PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels"]
+PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent"]
 
 
 @main.command("eval")
@@ -27,9 +27,18 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels"]
 @click.option("--split", default="test", show_default=True, help="Split whose products seed the queries")
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the result (with a flat 'metrics' object) here")
+@click.option("--fusion", type=click.Choice(["rrf", "weighted", "off"]), default=None,
+              help="Hybrid ranking: reciprocal-rank or weighted fusion of vector, BM25 and graph; off = vectors only "
+                   "(default from settings)")
+@click.option("--signals", default=None, help="Signals fused with the vectors: bm25,graph | bm25 | graph | none")
+@click.option("--n", "n_queries", type=int, default=None,
+              help="Queries for --protocol attr (default 500) or anchors for --protocol complements (default 200)")
+@click.option("--intent/--no-intent", "use_intent", default=None,
+              help="Query intent + slot filters in the searches (default from settings)")
 @model_options
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
-             json_out: Path | None, **model: Any) -> None:
+             json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
+             use_intent: bool | None, **model: Any) -> None:
     """Measure retrieval quality: Recall@K, MRR, nDCG (and the KAGL protocols)."""
     from vitrine.evals.datasets import Catalog, load_qrels
     from vitrine.evals import protocols as P
@@ -43,8 +52,11 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     protocol = protocol or ("qrels" if queries else None)
     if protocol is None:
         raise click.UsageError("give --queries QRELS (with --data) or --protocol")
-    settings = make_settings(data_dir=data_dir, **model)
-    if protocol in ("qrels", "photo-self"):
+    if protocol == "intent":  # the intent classifier on its held-out queries (no data dir needed)
+        _intent_eval(json_out)
+        return
+    settings = make_settings(data_dir=data_dir, fusion=fusion, fusion_signals=signals, intent=use_intent, **model)
+    if protocol in ("qrels", "photo-self", "attr", "complements"):
         if data_dir is None:
             raise click.UsageError(f"--protocol {protocol} searches a data dir: give --data")
         from vitrine.search.engine import Engine
@@ -54,6 +66,22 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
             if queries is None:
                 raise click.UsageError("--protocol qrels needs --queries")
             result = P.run_qrels(engine, load_qrels(queries), cutoffs)
+        elif protocol == "complements":
+            from vitrine.evals.recommend_eval import complements_check
+
+            catalog = Catalog.load()
+            split_ids = [pid for pid, m in zip(catalog.ids, catalog.split_mask(split)) if m]
+            result = complements_check(engine, split_ids, n=n_queries or 200, k=cutoffs[-1])
+            result["split"] = split
+        elif protocol == "attr":
+            from vitrine.evals.datasets import EvalQuery
+
+            qs = attribute_queries(settings, split, n_queries or 500)
+            present = set(engine.records.ids())
+            evq = [EvalQuery(qid=q["qid"], text=q["text"], image=None,
+                             relevant={i: 1.0 for i in q["relevant"] if i in present}) for q in qs]
+            result = P.run_qrels(engine, [q for q in evq if q.relevant], cutoffs)
+            result["protocol"], result["split"] = "attr", split
         else:
             result = P.photo_self(engine, Catalog.load(), split=split)
     else:
@@ -69,8 +97,83 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         if hasattr(encoder.adapter, "routing_stats"):
             result["routing"] = P.routing_report(encoder, catalog)
     result["adapter"] = settings.adapter
+    if protocol in ("qrels", "attr"):
+        result["fusion"] = {"method": settings.fusion, "signals": settings.fusion_signals}
     text = json.dumps(result, indent=2)
     click.echo(text)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+
+
+def attribute_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
+    """Attribute queries seeded by ``split``'s products ("men black casual shoes"); relevant =
+    every catalogue product matching all the attributes named. Brands come from the knowledge
+    graph's learned lexicon (multi-word brands included)."""
+    from vitrine.evals.attribute_queries import eval_queries
+    from vitrine.index.graph import GraphData
+    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+
+    source = bundled_dir()
+    rows = read_styles(source)
+    splits = read_splits(source)
+    if split not in set(splits.values()):
+        raise click.BadParameter(f"unknown split {split!r}; use train, val or test", param_hint="--split")
+    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
+    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
+    return eval_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+
+
+@main.command("make-queries")
+@click.option("--kind", type=click.Choice(["attr", "words"]), default="attr", show_default=True,
+              help="attr: attributes named (\"puma women sports shoes\"); words: a brand and rare title words "
+                   "(\"Nike Sahara\")")
+@click.option("--split", type=click.Choice(["val", "test", "train"]), default="test", show_default=True,
+              help="Split whose products seed the queries (tune on val, report on test)")
+@click.option("--n", type=int, default=500, show_default=True, help="Number of queries")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Qrels JSONL to write")
+def make_queries(kind: str, split: str, n: int, seed: int, out: Path) -> None:
+    """Write a qrels file from the bundled catalogue for `vitrine eval --queries`: attribute queries
+    (relevant = every product matching all the attributes named) or exact-word queries (relevant =
+    every product whose title holds all the words)."""
+    from vitrine.evals.attribute_queries import write_qrels
+
+    if kind == "attr":
+        qs = attribute_queries(make_settings(), split, n, seed)
+    else:
+        qs = title_word_queries(make_settings(), split, n, seed)
+    write_qrels(qs, out)
+    click.echo(f"wrote {len(qs)} {split} {kind} queries to {out}")
+
+
+def title_word_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
+    from vitrine.evals.word_queries import word_queries
+    from vitrine.index.graph import GraphData
+    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+
+    source = bundled_dir()
+    rows = read_styles(source)
+    splits = read_splits(source)
+    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
+    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
+    return word_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+
+
+def _intent_eval(json_out: Path | None) -> None:
+    """``--protocol intent``: accuracy, macro-F1 and slot exact-match of the shipped intent
+    classifier on its held-out queries (held-out templates and brand/type vocabulary)."""
+    from vitrine.intent.training import evaluate_heldout
+
+    settings = make_settings()
+    result = evaluate_heldout(settings.intent_model, cache_dir=settings.cache_dir / "intent",
+                              min_confidence=settings.intent_min_confidence)
+    result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
+                         "slot_exact_match": result["slot_exact_match"]}
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    click.echo(text)
+    click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
+               f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']})", err=True)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(text + "\n")

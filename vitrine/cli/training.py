@@ -160,4 +160,5 @@ def _display_path(p: Path) -> str:
 def train_intent_command(**kwargs: Any) -> dict[str, Any]:
     from vitrine.intent.training import train_intent  # noqa: PLC0415 - optional extra
 
+    kwargs.setdefault("cache_dir", Settings().cache_dir / "intent")  # the converted Qwen tokenizer's cache
     return train_intent(**kwargs)

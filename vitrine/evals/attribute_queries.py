@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,13 +74,13 @@ def brand_of(title: str) -> str:
     return title.split()[0] if title.split() else ""
 
 
-def attrs_of(row: dict[str, str]) -> dict[str, str]:
+def attrs_of(row: dict[str, str], brand_fn: Callable[[str], str | None] = brand_of) -> dict[str, str]:
     return {
         "gender": row.get("gender", ""),
         "colour": row.get("baseColour", ""),
         "articleType": row.get("articleType", ""),
         "usage": row.get("usage", ""),
-        "brand": brand_of(row.get("productDisplayName", "")),
+        "brand": brand_fn(row.get("productDisplayName", "")) or "",
     }
 
 
@@ -132,11 +132,15 @@ def pseudo_queries(rows: Sequence[dict[str, str]], row_ids: Sequence[int], *, pe
 
 
 def eval_queries(rows: Sequence[dict[str, str]], seed_rows: Sequence[int], *, n: int = 500, seed: int = 1,
-                 min_relevant: int = 1, templates: Sequence[tuple[int, str]] = EVAL_TEMPLATES) -> list[dict]:
-    """Distinct attribute queries seeded by ``seed_rows``; relevant = every row matching them."""
+                 min_relevant: int = 1, templates: Sequence[tuple[int, str]] = EVAL_TEMPLATES,
+                 brand_fn: Callable[[str], str | None] = brand_of) -> list[dict]:
+    """Distinct attribute queries seeded by ``seed_rows``; relevant = every row matching them.
+
+    ``brand_fn`` names a title's brand (default: its first word; the knowledge graph's learned
+    lexicon knows multi-word brands like "United Colors of Benetton")."""
     rng = random.Random(seed)
     index: dict[tuple[int, str], list[int]] = {}
-    all_attrs = [attrs_of(r) for r in rows]
+    all_attrs = [attrs_of(r, brand_fn) for r in rows]
     for i, a in enumerate(all_attrs):
         for s, sub in enumerate(SUBSETS):
             if usable(sub, a):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from vitrine.errors import StorageError
+from vitrine.index import symbolic
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,11 @@ class RecordStore:
             self._conn.executescript(_SCHEMA)
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
-                self._conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                # OR IGNORE: several processes may create the same new data dir at once
+                self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
                 raise StorageError(f"{self.path} has schema {row[0]}, this Vitrine reads {SCHEMA_VERSION}")
+            self.fts = symbolic.ensure(self._conn)  # BM25 words, same file, same transactions
         except sqlite3.DatabaseError as e:
             raise StorageError(f"cannot open record store {self.path}: {e}") from e
 
@@ -147,26 +150,40 @@ class RecordStore:
                      _blob(v.get("fused")), _blob(v.get("image")), _blob(v.get("text"))),
                 )
                 iids.append(int(c.execute("SELECT iid FROM products WHERE id=?", (r.id,)).fetchone()[0]))
+                if self.fts:
+                    symbolic.write(c, iids[-1], r.doc)
             c.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
         return seq, iids
 
     def delete_many(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> tuple[int, list[int]]:
         """Tombstone products; returns (sequence number, iids actually deleted)."""
         deleted: list[int] = []
+        tombstoned = False
         with self._tx() as c:
             seq = int((c.execute("SELECT value FROM meta WHERE key='seq'").fetchone() or [0])[0]) + 1
             for n, pid in enumerate(ids):
                 row = c.execute("SELECT iid, deleted FROM products WHERE id=?", (pid,)).fetchone()
-                if row is None or row[1]:
-                    continue
                 ver = versions[n] if versions else None
+                if row is None or row[1]:
+                    # A versioned delete of an absent product still records its version, so an older
+                    # upsert arriving late stays stale instead of resurrecting the product.
+                    if ver is not None and row is None:
+                        c.execute("INSERT INTO products (id, version, seq, deleted) VALUES (?, ?, ?, 1)",
+                                  (pid, ver, seq))
+                        tombstoned = True
+                    elif ver is not None:
+                        c.execute("UPDATE products SET version=? WHERE iid=? AND (version IS NULL OR version < ?)",
+                                  (ver, row[0], ver))
+                    continue
                 c.execute(
                     """UPDATE products SET deleted=1, doc=NULL, vec_fused=NULL, vec_image=NULL, vec_text=NULL,
                        seq=?, version=COALESCE(?, version) WHERE iid=?""",
                     (seq, ver, row[0]),
                 )
                 deleted.append(int(row[0]))
-            if deleted:
+                if self.fts:
+                    symbolic.remove(c, int(row[0]))
+            if deleted or tombstoned:
                 c.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
             else:
                 seq -= 1
@@ -224,6 +241,21 @@ class RecordStore:
                 return
             yield from rows
             last = rows[-1].iid  # type: ignore[assignment]
+
+    def bm25(self, text: str, k: int, *, only: Sequence[int] | None = None) -> list[tuple[int, float]]:
+        """Top-``k`` (iid, BM25 score) for ``text`` over titles, brands, categories and
+        attributes, best first; ``only`` scores just those iids. Empty without FTS5."""
+        if not self.fts:
+            return []
+        with self._lock:
+            return symbolic.search(self._conn, text, k, only=only)
+
+    def bm25_scores(self, text: str) -> dict[int, float]:
+        """BM25 score of every live product matching ``text`` (iid -> score). Empty without FTS5."""
+        if not self.fts:
+            return {}
+        with self._lock:
+            return symbolic.scores(self._conn, text)
 
     def count(self) -> int:
         with self._lock:

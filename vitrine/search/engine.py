@@ -15,7 +15,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,20 +26,27 @@ import numpy as np
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.index.filters import FilterIndex
+from vitrine.index.graph import GraphData, ProductGraph
 from vitrine.index.records import ImageStore, RecordRow, RecordStore
 from vitrine.index.vectors import VectorIndex, atomic_write_bytes
 from vitrine.search.models import (
+    CompareResponse,
     Explanation,
+    FacetsResponse,
+    FacetValue,
     Filters,
     Hit,
     ItemError,
     Product,
     ProductOut,
+    RecommendResponse,
     SearchRequest,
     SearchResponse,
     UpsertReport,
     decode_b64,
 )
+from vitrine.search import fusion, recommend
+from vitrine.search import understanding
 from vitrine.search.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,7 @@ log = logging.getLogger(__name__)
 FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
 MANIFEST = "manifest.json"
+GRAPH_FILE = "graph.json"
 
 
 @dataclass
@@ -100,12 +109,16 @@ class Engine:
         self.records = RecordStore(self.data_dir / "records.sqlite")
         self.images = ImageStore(self.data_dir / "images")
         self.filters = FilterIndex(FILTER_FIELDS)
+        self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self._write_lock = threading.Lock()
         self._index_seq = 0
         self._dirty = False
         self.model_key = encoder.model_key
         self._load_indexes()
+        # query intent + slots (vitrine/intent), loaded here, never at import
+        self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -123,7 +136,7 @@ class Engine:
         t0 = time.time()
         idx_dir = self.data_dir / "index"
         manifest_path = idx_dir / MANIFEST
-        loaded = False
+        loaded = graph_loaded = False
         if manifest_path.is_file():
             try:
                 manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -139,6 +152,7 @@ class Engine:
                         )
                     self._index_seq = int(manifest["seq"])
                     loaded = True
+                    graph_loaded = self._load_graph(idx_dir, manifest)
             except (StorageError, KeyError, ValueError, OSError) as e:
                 log.warning("index snapshot unusable (%s); rebuilding from records", e)
                 self.vectors = {}
@@ -147,7 +161,11 @@ class Engine:
             self._index_seq = 0
         stale_model = 0
         replayed = 0
-        # Filters always rebuild from records; vectors replay what the snapshot lacks.
+        if not graph_loaded:  # no usable graph snapshot: build it from every record
+            self.graph = ProductGraph(self.graph_data)
+            if self.graph.upsert_many((r.iid, r.id, r.doc) for r in self.records.iter_rows(with_vectors=False)):  # type: ignore[misc]
+                self._dirty = True
+        # Filters always rebuild from records; vectors and graph replay what the snapshot lacks.
         for row in self.records.iter_rows(with_vectors=False):
             values, price = filter_values(row.doc)
             self.filters.upsert(row.iid, values, price)  # type: ignore[arg-type]
@@ -173,9 +191,25 @@ class Engine:
                 stale_model, self.data_dir,
             )
 
+    def _load_graph(self, idx_dir: Path, manifest: dict[str, Any]) -> bool:
+        sha = manifest.get("files", {}).get(GRAPH_FILE)
+        if not sha:
+            return False
+        try:
+            self.graph = ProductGraph.load(idx_dir / GRAPH_FILE, self.graph_data, sha)
+            return True
+        except StorageError as e:
+            log.info("graph snapshot unusable (%s); rebuilding it from records", e)
+            return False
+
     def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
         if not rows:
             return 0
+        for r in rows:  # the graph holds every live product, whichever model embedded it
+            if r.deleted:
+                self.graph.delete([r.id])
+            else:
+                self.graph.upsert(r.iid, r.id, r.doc)  # type: ignore[arg-type]
         dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
         for f in INDEX_FIELDS:
             if dead:
@@ -236,8 +270,7 @@ class Engine:
                     for r in rows:
                         values, price = filter_values(r.doc)
                         self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
-                    self._index_seq = seq
-                    self._dirty = True
+                    self._advance_seq(seq)
                     report.upserted += len(rows)
                     report.seq = seq
         report.seconds = time.time() - t0
@@ -300,9 +333,54 @@ class Engine:
                     self.vectors[f].delete(iids)
                 for iid in iids:
                     self.filters.delete(iid)
-                self._index_seq = seq
-                self._dirty = True
+                self.graph.delete_iids(iids)
+            if seq > self._index_seq:
+                self._advance_seq(seq)
             return len(iids)
+
+    # -- several processes on one data dir (ingest workers, API replicas) -------------------------
+    def _advance_seq(self, seq: int) -> None:
+        """After this engine's own write committed at ``seq`` (write lock held). A gap in the
+        sequence means another process wrote to the record store meanwhile: replay its changes,
+        so ``_index_seq`` (what a snapshot claims to hold) never skips a change."""
+        if seq > self._index_seq + 1:
+            self._catch_up_locked()
+        self._index_seq = max(self._index_seq, seq)
+        self._dirty = True
+
+    def _catch_up_locked(self) -> int:
+        target = self.records.seq
+        applied = 0
+        batch: list[RecordRow] = []
+        for row in self.records.iter_rows(since_seq=self._index_seq, include_deleted=True):
+            batch.append(row)
+            if len(batch) >= 2000:
+                applied += self._apply_changed_rows(batch)
+                batch = []
+        applied += self._apply_changed_rows(batch)
+        self._index_seq = max(self._index_seq, target)
+        return applied
+
+    def _apply_changed_rows(self, rows: Sequence[RecordRow]) -> int:
+        self._apply_rows_to_indexes(rows)
+        for r in rows:
+            if r.deleted:
+                self.filters.delete(r.iid)  # type: ignore[arg-type]
+            else:
+                values, price = filter_values(r.doc)
+                self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+        return len(rows)
+
+    def refresh(self) -> int:
+        """Catch up with what other processes wrote to this data dir (an ingest worker beside
+        API replicas): replays the records changed since the indexes' sequence number. Cheap when
+        nothing changed. Returns the number of changed records applied."""
+        with self._write_lock:
+            if self.records.seq <= self._index_seq:
+                return 0
+            applied = self._catch_up_locked()
+            self._dirty = True
+            return applied
 
     def save(self) -> bool:
         """Snapshot the vector indexes (atomic files + manifest). Returns False if nothing changed."""
@@ -310,12 +388,14 @@ class Engine:
             if not self._dirty and (self.data_dir / "index" / MANIFEST).is_file():
                 return False
             idx_dir = self.data_dir / "index"
-            files = {f"{f}.vidx": self.vectors[f].save(idx_dir / f"{f}.vidx") for f in INDEX_FIELDS}
-            manifest = {
-                "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
-                "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
-            }
-            atomic_write_bytes(idx_dir / MANIFEST, json.dumps(manifest, indent=2).encode())
+            with _snapshot_lock(idx_dir):  # processes sharing a data dir never interleave snapshot files
+                files = {f"{f}.vidx": self.vectors[f].save(idx_dir / f"{f}.vidx") for f in INDEX_FIELDS}
+                files[GRAPH_FILE] = self.graph.save(idx_dir / GRAPH_FILE)
+                manifest = {
+                    "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
+                    "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
+                }
+                atomic_write_bytes(idx_dir / MANIFEST, json.dumps(manifest, indent=2).encode())
             self._dirty = False
             return True
 
@@ -379,12 +459,18 @@ class Engine:
             image = decode_b64(req.image_b64)
         if not text and image is None:
             raise InvalidInput("empty query: give text, a photo, or both")
+        plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
+        if plan.answer is not None:  # after-sales: an answer, no product ranking
+            return understanding.answer_response(self, req, text, image is not None, plan, t0)
         qv = self.query_vectors(text, image)
-        allowed = self.allowed_ids(req.filters)
-        scored = self._rank(qv, req.k, allowed)
+        allowed = understanding.allowed_ids(self, plan)
+        scored, vector_scores, degraded, terms = fusion.rank(self, qv, text, req.k, allowed)
+        if not scored and plan.applied:  # nothing has every slot the query named: search without them
+            allowed = understanding.relax(self, req, plan)
+            scored, vector_scores, degraded, terms = fusion.rank(self, qv, text, req.k, allowed)
         rows = self.records.get_by_iids([iid for iid, _, _ in scored])
         hits: list[Hit] = []
-        applied = req.filters.model_dump(exclude_none=True) if req.filters else {}
+        applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
         for iid, score, parts in scored:
             row = rows.get(iid)
             if row is None:  # deleted between ranking and fetching
@@ -393,15 +479,18 @@ class Engine:
             hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
             if req.explain:
                 hit.explanation = Explanation(
-                    vector_score=round(float(score), 6), signals={k: round(float(v), 6) for k, v in parts.items()},
-                    modalities=sorted(qv), filters=applied,
+                    vector_score=round(float(vector_scores.get(iid, score)), 6),
+                    signals={k: round(float(v), 6) for k, v in parts.items()},
+                    modalities=sorted(qv), filters=applied, **plan.explanation(),
                 )
             hits.append(hit)
-        return SearchResponse(
+        resp = SearchResponse(
             results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
-            query={"text": text, "image": image is not None, "filters": applied},
-            model=self.model_key,
+            query={"text": text, "image": image is not None, "filters": applied,
+                   **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
+            model=self.model_key, degraded=degraded + plan.degraded,
         )
+        return understanding.finish(self, req, text, plan, resp)
 
     def _rank(
         self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None
@@ -436,11 +525,40 @@ class Engine:
         return [(int(cids[j]), float(total[j]), {"image->image": float(s_img[j]), "text->fused": float(s_txt[j])})
                 for j in order]
 
+    # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
+    def recommend(self, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
+        """Similar products (same category, nearest in the shared space, MMR-diversified) or
+        complementary ones (complementary categories via the graph, colour-compatible, same
+        gender); NotFound for an unknown id, InvalidInput for a bad kind or k."""
+        return recommend.recommend(self, pid, kind, k)
+
+    def compare(self, ids: list[str]) -> CompareResponse:
+        """Compare 2..5 distinct products: attributes, pairwise similarities, graph relation."""
+        return recommend.compare(self, ids)
+
+    def compare_text(self, text: str) -> CompareResponse:
+        """Compare what "A vs B" names: each side resolved by search, best match of each."""
+        return recommend.compare_text(self, text)
+
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
         row = self.records.get(pid)
         if row is None:
             raise NotFound("product", pid)
         return self.vectors[field].get([row.iid])[0]  # type: ignore[list-item]
+
+    def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
+        """Filter values per field, most common first (at most ``limit`` each)."""
+        fields = list(fields) if fields else list(FILTER_FIELDS)
+        unknown = [f for f in fields if f not in FILTER_FIELDS]
+        if unknown:
+            raise InvalidInput(f"unknown facet field(s) {unknown}; known: {list(FILTER_FIELDS)}")
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be between 1 and 1000")
+        out = {}
+        for f in fields:
+            counts = sorted(self.filters.facet(f).items(), key=lambda kv: (-kv[1], kv[0].casefold()))
+            out[f] = [FacetValue(value=v, count=n) for v, n in counts[:limit]]
+        return FacetsResponse(facets=out, products=len(self))
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -471,6 +589,23 @@ class Engine:
             self._apply_rows_to_indexes(rows)
             self._index_seq, self._dirty = seq, True
         return len(rows)
+
+
+@contextmanager
+def _snapshot_lock(idx_dir: Path) -> Iterator[None]:
+    """An exclusive advisory lock on the snapshot folder (POSIX flock; a no-op elsewhere)."""
+    idx_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(idx_dir / ".lock", "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _image_key(sha: str, data: bytes) -> str:

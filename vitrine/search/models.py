@@ -213,6 +213,7 @@ class SearchRequest(BaseModel):
     k: int = Field(10, ge=1, description="Number of results")
     filters: Filters | None = None
     explain: bool = Field(False, description="Attach a per-hit explanation")
+    use_intent: bool = Field(True, description="Classify the query's intent and turn its slots into filters")
 
 
 class Explanation(BaseModel):
@@ -220,6 +221,8 @@ class Explanation(BaseModel):
     signals: dict[str, float] = Field(default_factory=dict)
     modalities: list[str] = Field(default_factory=list)
     filters: dict[str, Any] = Field(default_factory=dict)
+    intent: dict[str, Any] | None = Field(None, description="The query's intent: label and probabilities")
+    slots: dict[str, Any] = Field(default_factory=dict, description="Slots of the query used as filters")
 
 
 class Hit(BaseModel):
@@ -243,6 +246,38 @@ class SearchResponse(BaseModel):
     query: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
     degraded: list[str] = Field(default_factory=list)
+    intent: IntentOut | None = Field(None, description="What the shopper wants (null: not classified)")
+    slots: dict[str, Any] = Field(default_factory=dict, description="brand, category, colour, gender, "
+                                                                    "price_min, price_max named by the query")
+    compare: CompareResponse | None = Field(None, description="Compare intent: the compared products")
+    recommendations: RecommendResponse | None = Field(None, description="Recommend intent: recommendations")
+    answer: AfterSalesAnswer | None = Field(None, description="After-sales intent: an answer instead of products")
+
+
+class IntentOut(BaseModel):
+    label: str = Field(description="search, compare, recommend, purchase_intent, after_sales or abandon")
+    scores: dict[str, float] = Field(description="Probability of every label")
+    predicted: str | None = Field(None, description="The classifier's top label (label falls back to "
+                                                    "search when it is not confident)")
+    confident: bool = True
+
+
+class AfterSalesAnswer(BaseModel):
+    topic: str
+    text: str
+    steps: list[str] = Field(default_factory=list)
+
+
+class FacetValue(BaseModel):
+    value: str
+    count: int
+
+
+class FacetsResponse(BaseModel):
+    """Filter values and how many products hold each (for filter chips)."""
+
+    facets: dict[str, list[FacetValue]]
+    products: int
 
 
 class ProductOut(BaseModel):
@@ -282,3 +317,62 @@ class UpsertReport(BaseModel):
 
 
 Modality = Literal["text", "image"]
+
+
+# -- recommendations and comparisons (the knowledge-graph endpoints) -------------------------------
+class RecommendHit(Hit):
+    """A recommended product: every field of a search hit, plus the relation that put it there."""
+
+    relation: str = Field(description='e.g. "same category: Shirts" or '
+                                      '"complements: Shirts -> Trousers; colour-compatible"')
+
+
+class RecommendResponse(BaseModel):
+    anchor: ProductOut
+    kind: str
+    results: list[RecommendHit]
+    took_ms: float
+
+
+class CompareAttribute(BaseModel):
+    name: str
+    values: dict[str, Any] = Field(description="product id -> value (null when the product lacks it)")
+    same: bool
+
+
+class PairwiseSimilarity(BaseModel):
+    a: str
+    b: str
+    photo: float | None = Field(None, description="Cosine of the two photos in the shared space")
+    text: float | None = Field(None, description="Cosine of the two product texts in the shared space")
+    fused: float | None = Field(None, description="Cosine of the two fused product vectors")
+    relation: Literal["substitutes", "complements", "unrelated"]
+
+
+class CompareResponse(BaseModel):
+    products: list[ProductOut]
+    attributes: list[CompareAttribute]
+    shared: dict[str, Any]
+    differing: list[str]
+    pairwise: list[PairwiseSimilarity]
+    price_difference: float | None = None
+    summary: str
+    took_ms: float
+
+
+class CompareRequest(BaseModel):
+    """``{"ids": [2..5 product ids]}`` or ``{"text": "nike vs puma running shoes"}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] | None = Field(None, description="2 to 5 distinct product ids")
+    text: str | None = Field(None, max_length=1000, description='Two or more sides joined by "vs"')
+
+    @model_validator(mode="after")
+    def _one(self) -> "CompareRequest":
+        if (self.ids is None) == (self.text is None):
+            raise ValueError('give exactly one of "ids" or "text"')
+        return self
+
+
+SearchResponse.model_rebuild()  # its compare/recommendations types are defined below it

@@ -8,14 +8,30 @@ engine hands them plain arguments.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "vitrine"
+
+
+_REPO_DATA = Path(__file__).resolve().parents[2] / "data"
+
+# Hybrid ranking signals (vitrine/search/fusion.py) and their default weights, tuned on the val
+# split's attribute and exact-word queries by `vitrine bench fusion` (README, "Knowledge graph").
+FUSION_SIGNALS = ("vector", "bm25", "graph:category", "graph:proximity", "graph:brand", "graph:colour",
+                  "graph:gender", "graph:usage", "graph:season")
+DEFAULT_FUSION_WEIGHTS = {"vector": 1.0, "bm25": 0.5, "graph:category": 0.5, "graph:proximity": 0.3,
+                          "graph:brand": 0.3, "graph:colour": 0.3, "graph:gender": 0.5, "graph:usage": 0.3,
+                          "graph:season": 0.03}
+DEFAULT_RRF_WEIGHTS = {"vector": 1.0, "bm25": 2.0, "graph:category": 2.0, "graph:proximity": 0.0,
+                       "graph:brand": 0.0, "graph:colour": 2.0, "graph:gender": 1.0, "graph:usage": 2.0,
+                       "graph:season": 0.3}
 
 
 class Settings(BaseSettings):
@@ -46,6 +62,39 @@ class Settings(BaseSettings):
     default_k: int = Field(10, ge=1)
     max_k: int = Field(100, ge=1, le=10_000)
 
+    # -- hybrid ranking: vectors + BM25 + knowledge graph -----------------------------------------
+    fusion: Literal["rrf", "weighted", "off"] = Field(
+        "weighted", description="How vector, BM25 and graph signals fuse (weighted sum or reciprocal-rank); "
+                                "off = vector ranking only. Weighted measured better (README).")
+    fusion_signals: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["bm25", "graph"],
+        description="Signals fused with the vectors: bm25, graph (comma-separated in the environment).")
+    fusion_candidates: int = Field(100, ge=10, le=5000, description="Candidates each retriever adds to the pool.")
+    fusion_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_FUSION_WEIGHTS),
+                                             description="Weights of the weighted fusion, per signal.")
+    rrf_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS),
+                                          description="Weights of reciprocal-rank fusion, per signal.")
+    rrf_k: float = Field(10.0, gt=0, description="Reciprocal-rank fusion constant: weight / (rrf_k + rank).")
+    graph_dir: Path = Field(_REPO_DATA / "graph", description="Graph data: category mapping, complements, "
+                                                              "colour rules, vocabulary, brand lexicon.")
+    taxonomy_file: Path = Field(_REPO_DATA / "taxonomy" / "google-product-taxonomy.en-US.txt",
+                                description="Google's product taxonomy (the category backbone).")
+    mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
+
+    # -- query intent (vitrine/intent; vitrine/search/understanding.py) ------------------------------
+    intent: bool = Field(True, description="Classify each text query (Qwen2 intent classifier) and use its slots.")
+    intent_model: str = Field("default", description="Shipped intent classifier name or folder "
+                                                     "(config.json + model.safetensors).")
+    intent_min_confidence: float = Field(0.6, ge=0.0, le=1.0, description="Below this probability the "
+                                         "query is treated as a plain search.")
+    intent_timeout_ms: float = Field(300.0, gt=0, description="Classifier time budget; past it the search "
+                                                              "runs without intent (degraded: intent).")
+    intent_slot_filters: bool = Field(True, description="Turn the slots a query names (brand, category, colour, "
+                                                        "gender, price) into filters.")
+    intent_vocab_refresh_s: float = Field(10.0, ge=0, description="Most often the slot vocabulary is rebuilt "
+                                                                   "from the catalogue after it changed.")
+    intent_threads: int = Field(1, ge=1, le=64, description="torch threads of the intent classifier's workers.")
+
     # -- input limits ---------------------------------------------------------------------------
     max_image_bytes: int = Field(10_000_000, ge=1024)
     max_image_pixels: int = Field(40_000_000, ge=1024)
@@ -60,10 +109,58 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
     log_level: str = "INFO"
 
+    # -- Kafka catalogue stream (vitrine publish / consume; vitrine/ingest/kafka.py) -------------
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Bootstrap servers, comma-separated host:port.")
+    kafka_topic: str = Field("vitrine.catalog", description="Topic of catalogue change events.")
+    kafka_group: str = Field("vitrine-ingest", description="Consumer group of the ingest workers.")
+    kafka_dlq_topic: str | None = Field(None, description="Dead-letter topic (default: <topic>.dlq).")
+    kafka_partitions: int = Field(6, ge=1, description="Partitions of topics Vitrine creates itself.")
+    kafka_replication: int = Field(1, ge=1, description="Replication factor of topics Vitrine creates.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle to verify the brokers (SSL, SASL_SSL).")
+    kafka_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")
+    kafka_ssl_keyfile: Path | None = Field(None, description="Client private key (mutual TLS).")
+    kafka_ssl_check_hostname: bool = True
+    kafka_session_timeout_ms: int = Field(6000, ge=500, description="Group session timeout: how fast a dead "
+                                                                    "worker's partitions move to the others.")
+    kafka_max_poll_interval_ms: int = Field(120_000, ge=1000, description="Longest one batch may take before "
+                                                                          "the group drops the worker.")
+    kafka_batch_size: int = Field(64, ge=1, le=10_000, description="Most events one ingest batch applies.")
+    kafka_poll_timeout_ms: int = Field(500, ge=10, le=60_000)
+    kafka_snapshot_interval_s: float = Field(60.0, ge=0, description="Index snapshot cadence of a worker "
+                                                                      "(0: after every batch).")
+    kafka_photo_root: Path | None = Field(None, description="Folder that local photo paths in events resolve "
+                                                            "against; unset: only image_b64 and URLs.")
+
     @field_validator("index_factory")
     @classmethod
     def _factory(cls, v: str) -> str:
         return v.strip()
+
+    @field_validator("fusion_signals", mode="before")
+    @classmethod
+    def _signals(cls, v: Any) -> list[str]:
+        if isinstance(v, str):
+            v = json.loads(v) if v.strip().startswith("[") else [x for x in v.split(",")]
+        out = [str(x).strip().lower() for x in v if str(x).strip() and str(x).strip().lower() != "none"]
+        bad = [x for x in out if x not in ("bm25", "graph")]
+        if bad:
+            raise ValueError(f"unknown fusion signal(s) {bad}; use bm25, graph (or none)")
+        return out
+
+    @field_validator("fusion_weights", "rrf_weights", mode="after")
+    @classmethod
+    def _weights(cls, v: dict[str, float], info: Any) -> dict[str, float]:
+        bad = [k for k in v if k not in FUSION_SIGNALS]
+        if bad:
+            raise ValueError(f"unknown signal(s) {bad}; known: {list(FUSION_SIGNALS)}")
+        if any(w < 0 for w in v.values()):
+            raise ValueError("fusion weights must not be negative")
+        base = DEFAULT_FUSION_WEIGHTS if info.field_name == "fusion_weights" else DEFAULT_RRF_WEIGHTS
+        return {**base, **v}
 
     @property
     def image_size(self) -> tuple[int, int] | None:

@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -37,7 +37,8 @@ from vitrine.errors import (
     VitrineError,
 )
 from vitrine.search.engine import Engine, ProductInput
-from vitrine.search.models import Filters, Product, ProductOut, SearchRequest, SearchResponse
+from vitrine.search.models import FacetsResponse, Filters, Product, ProductOut, SearchRequest, SearchResponse
+from vitrine.search.models import CompareRequest, CompareResponse, RecommendResponse
 from vitrine.search.settings import Settings
 from vitrine.web.metrics import Metrics
 
@@ -242,6 +243,34 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @app.get("/products/{pid}", response_model=ProductOut, response_model_exclude_none=True, tags=["products"])
     def get_product(pid: str, engine: EngineDep) -> ProductOut:
         return engine.get(pid)
+
+    # -- knowledge-graph endpoints: recommend and compare ------------------------------------------
+    @app.get("/recommend/{pid}", response_model=RecommendResponse, response_model_exclude_none=True,
+             tags=["products"])
+    def recommend(
+        pid: str, engine: EngineDep,
+        kind: Annotated[Literal["similar", "complementary"], Query(
+            description="similar: same category, nearest, diversified; complementary: goes with it")] = "similar",
+        k: Annotated[int, Query(ge=1, description="Number of results")] = 10,
+    ) -> RecommendResponse:
+        """Products similar to, or complementing, a product; each says which relation put it there."""
+        return engine.recommend(pid, kind, k)
+
+    @app.post("/compare", response_model=CompareResponse, response_model_exclude_none=False, tags=["products"])
+    def compare(req: CompareRequest, engine: EngineDep) -> CompareResponse:
+        """Compare 2-5 products by id, or the sides of a text like "nike vs puma running shoes"."""
+        if req.ids is not None:
+            return engine.compare(req.ids)
+        return engine.compare_text(req.text or "")
+
+    @app.get("/facets", response_model=FacetsResponse, tags=["search"])
+    def facets(
+        engine: EngineDep,
+        field: Annotated[list[str] | None, Query(description="category, gender, colour, brand (repeatable)")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> FacetsResponse:
+        """Filter values with product counts, most common first (the UI's filter chips)."""
+        return engine.facets(field, limit)
 
     @app.put("/products/{pid}", tags=["products"], dependencies=[Depends(require_key)])
     def put_product(pid: str, product: Product, engine: EngineDep) -> dict[str, Any]:

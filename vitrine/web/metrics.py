@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from vitrine.search.engine import Engine
@@ -34,6 +37,10 @@ class Metrics:
         self.products.set_function(lambda: len(engine))
         self.with_photo.set_function(lambda: len(engine.vectors["image"]))
 
+    def bind_ingest(self, status: Callable[[], Mapping[str, Any] | Sequence[Mapping[str, Any]] | None]) -> None:
+        """Export Kafka ingest status (``IngestWorker.status`` or a list of status dicts) with the app's metrics."""
+        self.registry.register(IngestCollector(status))
+
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
@@ -46,3 +53,69 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class IngestCollector(Collector):
+    """Kafka ingest workers' status dicts as Prometheus metrics, read at scrape time: lag per
+    partition, events by result, events/s, dead letters by kind, last-commit age, freshness.
+    ``status`` returns one worker's dict (the worker in this process) or a list of them (the
+    status files of the workers writing a data dir this API follows)."""
+
+    def __init__(self, status: Callable[[], Mapping[str, Any] | Sequence[Mapping[str, Any]] | None]) -> None:
+        self._status = status
+
+    def describe(self) -> list[Metric]:
+        return []  # collected lazily: nothing to describe up front
+
+    def collect(self) -> Iterator[Metric]:
+        got = self._status()
+        workers = [got] if isinstance(got, Mapping) else list(got or [])
+        names = ["topic", "group", "worker"]
+        fams: dict[str, Any] = {
+            "lag": GaugeMetricFamily("vitrine_ingest_lag", "Consumer lag per partition (highwater - position)",
+                                     labels=[*names, "partition"]),
+            "events": CounterMetricFamily("vitrine_ingest_events", "Events handled, by result",
+                                          labels=[*names, "result"]),
+            "dlq": CounterMetricFamily("vitrine_ingest_dead_letters", "Events sent to the dead-letter topic, by kind",
+                                       labels=[*names, "kind"]),
+            "events_per_s": GaugeMetricFamily("vitrine_ingest_events_per_second",
+                                              "Events handled per second (last 30 s)", labels=names),
+            "last_commit_age_s": GaugeMetricFamily("vitrine_ingest_last_commit_age_seconds",
+                                                   "Seconds since the last offset commit", labels=names),
+            "connected": GaugeMetricFamily("vitrine_ingest_connected", "1 when the worker is connected to the brokers",
+                                           labels=names),
+            "reconnects": CounterMetricFamily("vitrine_ingest_reconnects", "Broker reconnections", labels=names),
+            "batches": CounterMetricFamily("vitrine_ingest_batches", "Batches applied and committed", labels=names),
+            "commit_failures": CounterMetricFamily("vitrine_ingest_commit_failures", "Offset commits that failed",
+                                                   labels=names),
+            "freshness": GaugeMetricFamily("vitrine_ingest_freshness_seconds",
+                                           "Event produced -> applied and durable (recent events)",
+                                           labels=[*names, "quantile"]),
+        }
+        for s in workers:
+            base = [str(s.get("topic", "")), str(s.get("group", "")), str(s.get("worker_id", ""))]
+            for part, p in sorted((s.get("partitions") or {}).items()):
+                if p.get("lag") is not None:
+                    fams["lag"].add_metric([*base, str(part)], float(p["lag"]))
+            for result, n in sorted((s.get("applied") or {}).items()):
+                fams["events"].add_metric([*base, result], float(n))
+            fams["events"].add_metric([*base, "dead_letter"], float(s.get("dlq", 0)))
+            for kind, n in sorted((s.get("dlq_by_kind") or {}).items()):
+                fams["dlq"].add_metric([*base, kind], float(n))
+            for key in ("events_per_s", "last_commit_age_s"):
+                if s.get(key) is not None:
+                    fams[key].add_metric(base, float(s[key]))
+            fams["connected"].add_metric(base, 1.0 if s.get("connected") else 0.0)
+            for key in ("reconnects", "batches", "commit_failures"):
+                fams[key].add_metric(base, float(s.get(key, 0)))
+            for q, v in sorted((s.get("freshness_ms") or {}).items()):
+                if q.startswith("p") and q[1:].isdigit() and v is not None:
+                    fams["freshness"].add_metric([*base, str(int(q[1:]) / 100)], float(v) / 1000)
+        yield from fams.values()
+
+
+def _gauge(name: str, doc: str, labels: list[str], values: list[str], value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=labels)
+    g.add_metric(values, value)
+    return g
+

@@ -12,7 +12,7 @@ import numpy as np
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput
-from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+from vitrine.bundled import bundled_dir, read_splits, read_styles
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ No leakage between the two splits:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import random
@@ -25,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from vitrine.bundled import read_styles
 from vitrine.intent.slots import SLOT_FIELDS, SlotExtractor, Vocabulary, key_norm, learn_brands, lexicon
 
 LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
@@ -125,18 +125,8 @@ class Terms:
 
 
 def read_styles_csv(source: Path) -> list[dict[str, str]]:
-    """``styles.csv`` of the bundled catalogue as dicts (the intent layer reads it on its own)."""
-    path = Path(source) / "styles.csv"
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = []
-        for parts in reader:
-            if len(parts) > len(header):
-                parts = parts[: len(header) - 1] + [",".join(parts[len(header) - 1:])]
-            if len(parts) == len(header):
-                rows.append(dict(zip(header, parts)))
-    return rows
+    """``styles.csv`` of the bundled catalogue as dicts."""
+    return read_styles(Path(source))
 
 
 def catalogue_terms(source: Path) -> Terms:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from vitrine.bundled import bundled_dir
 from vitrine.errors import InvalidInput
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
@@ -55,11 +56,7 @@ DEFAULTS: dict[str, Any] = {
 
 def default_source() -> Path:
     """The bundled catalogue (``data/fashion-small`` of this checkout)."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        d = root / "data" / "fashion-small"
-        if (d / "styles.csv").is_file():
-            return d
-    raise InvalidInput("the bundled catalogue (data/fashion-small) is not here; pass the catalogue folder")
+    return bundled_dir()
 
 
 def heldout_examples(source: Path | None = None, seed: int = 0, per_label: int = DEFAULTS["test_per_label"],

@@ -66,8 +66,10 @@ async def _load(url: str, concurrency: int, duration: float, make_request) -> tu
 
 
 def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, source: Path,
-        server: Server | None = None, warmup: float = 3.0) -> Path:
-    texts, photos = query_pool(source)
+        server: Server | None = None, warmup: float = 3.0, query_cache: bool = False) -> Path:
+    """``query_cache=False`` (the default) serves with the query-embedding cache off, so every
+    request pays its encode, as distinct shoppers' queries do."""
+    texts, photos = query_pool(source, n=2000)
     b64 = [base64.b64encode(p).decode() for p in photos]
     mixes = {
         "text": lambda i: ("POST", "/search", {"json": {"text": texts[i % len(texts)], "k": 10}}),
@@ -77,7 +79,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
     }
     rep = Report("api_load", out, "Vitrine API under load")
     own = server is None
-    srv = server or start_server(data_dir)
+    srv = server or start_server(data_dir, env=None if query_cache else {"VITRINE_QUERY_CACHE_SIZE": "0"})
     rows: list[dict[str, Any]] = []
     try:
         health = httpx.get(srv.url + "/health").json()
@@ -97,7 +99,9 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
     rep.add("results", rows)
     rep.text(f"Data dir: `{data_dir}` ({health.get('products')} products, index `{health.get('index')}`, "
              f"model `{health.get('model')}`). Each cell: {duration:.0f} s of back-to-back requests per "
-             "client over loopback (httpx), k=10; latency is the client-side round trip.")
+             "client over loopback (httpx), k=10; latency is the client-side round trip. Query-embedding cache: "
+             f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "
+             "machine's cores with the server.")
     rep.table(rows, ["mix", "clients", "qps", "p50_ms", "p95_ms", "p99_ms", "errors", "server_rss_mb"],
               "Results")
 

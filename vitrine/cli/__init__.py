@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
+
+# OpenMP worker threads that spin-wait between parallel regions turn a 10 ms MiniLM forward into
+# hundreds of ms as soon as another process wants the same cores (measured on 2 shared cores:
+# bench-results/fastpath.md). Passive waiting costs next to nothing on an idle machine. It must
+# be set before torch or FAISS load their OpenMP runtime; an explicit setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from vitrine.errors import InvalidInput, NotFound, VitrineError
 

@@ -25,6 +25,7 @@ records. This module knows nothing of the search layer.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import logging
@@ -64,9 +65,13 @@ _ATTR_KEYS = {
 _TOKEN = re.compile(r"[0-9a-z]+(?:['&.+-][0-9a-z]+)*\.?|[&+]")
 
 
+_NOT_KEY = re.compile(r"[^0-9a-z&+]")
+
+
+@functools.lru_cache(maxsize=65536)  # called for every candidate's facts on every search
 def norm_key(s: str) -> str:
     """Case, spaces and punctuation ignored: ``U.S. Polo Assn.`` == ``U.S.Polo Assn.``."""
-    return re.sub(r"[^0-9a-z&+]", "", s.casefold())
+    return _NOT_KEY.sub("", s.casefold())
 
 
 def tokenize(text: str) -> list[str]:

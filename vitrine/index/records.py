@@ -26,6 +26,7 @@ import numpy as np
 
 from vitrine.errors import StorageError
 from vitrine.index import symbolic
+from vitrine.index.bm25 import MemoryBM25
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +96,16 @@ class RecordStore:
             elif int(row[0]) != SCHEMA_VERSION:
                 raise StorageError(f"{self.path} has schema {row[0]}, this Vitrine reads {SCHEMA_VERSION}")
             self.fts = symbolic.ensure(self._conn)  # BM25 words, same file, same transactions
+            self._bm25: MemoryBM25 | None = None  # exact BM25 scores from memory (bm25_scores)
+            self._bm25_lock = threading.Lock()
         except sqlite3.DatabaseError as e:
             raise StorageError(f"cannot open record store {self.path}: {e}") from e
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            if getattr(self, "_bm25", None) is not None:
+                self._bm25.close()  # type: ignore[union-attr]
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -254,8 +259,28 @@ class RecordStore:
         """BM25 score of every live product matching ``text`` (iid -> score). Empty without FTS5."""
         if not self.fts:
             return {}
+        mem = self._memory_bm25()
+        if mem is not None:
+            try:  # same numbers as FTS5's bm25(), from memory, without holding the connection lock
+                res = mem.scores(text, self.seq)
+            except sqlite3.Error as e:
+                log.warning("in-memory BM25 failed (%s); asking SQLite", e)
+                res = None
+            if res is not None:
+                return res
         with self._lock:
             return symbolic.scores(self._conn, text)
+
+    def _memory_bm25(self) -> MemoryBM25 | None:
+        if self._bm25 is None:
+            with self._bm25_lock:
+                if self._bm25 is None:
+                    try:
+                        self._bm25 = MemoryBM25(self.path)
+                    except sqlite3.Error as e:  # pragma: no cover - the file opened a moment ago
+                        log.warning("in-memory BM25 unavailable (%s)", e)
+                        return None
+        return self._bm25
 
     def count(self) -> int:
         with self._lock:

@@ -92,10 +92,15 @@ def remove(conn: sqlite3.Connection, iid: int) -> None:
     conn.execute(f"DELETE FROM {TABLE} WHERE rowid=?", (iid,))
 
 
+def query_words(text: str) -> list[str]:
+    """The words of ``text`` a BM25 query uses: casefolded, stopwords dropped, first 32 distinct."""
+    words = [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
+    return list(dict.fromkeys(words))[:32]
+
+
 def match_expression(text: str) -> str | None:
     """A safe FTS5 query: every word of ``text`` (stopwords dropped), quoted, OR-ed."""
-    words = [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
-    words = list(dict.fromkeys(words))[:32]
+    words = query_words(text)
     if not words:
         return None
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)

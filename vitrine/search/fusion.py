@@ -187,9 +187,14 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     if "bm25" in signals:
         try:  # one pass over the matches: the top n join the pool, the rest score other candidates
             bm25_scores = engine.records.bm25_scores(text)
-            ranked = bm25_scores.items() if allowed_set is None else \
-                ((i, b) for i, b in bm25_scores.items() if i in allowed_set)
-            for iid, _ in heapq.nlargest(n, ranked, key=lambda t: (t[1], -t[0])):
+            top = getattr(bm25_scores, "top", None)  # numpy top-n of the in-memory scores (same order)
+            if top is not None:
+                best = top(n, allowed)
+            else:
+                ranked = bm25_scores.items() if allowed_set is None else \
+                    ((i, b) for i, b in bm25_scores.items() if i in allowed_set)
+                best = heapq.nlargest(n, ranked, key=lambda t: (t[1], -t[0]))
+            for iid, _ in best:
                 cands.setdefault(iid, Candidate(iid))
         except Exception as e:  # noqa: BLE001 - a failing retriever degrades, never fails the search
             log.warning("BM25 retrieval failed: %s", e)

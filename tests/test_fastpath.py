@@ -1,0 +1,206 @@
+"""The query fast path: micro-batching under concurrency, the query-embedding cache, precisions.
+
+Real towers, real adapters, real catalogue photos and titles; no timing assertions (speed is in
+`vitrine bench fastpath` / `vitrine bench api`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from vitrine.encoders.adapters import load_adapter
+from vitrine.encoders.batching import LRUCache, MicroBatcher
+from vitrine.encoders.encoder import MultimodalEncoder
+from vitrine.encoders.queries import QueryEncoder
+from vitrine.errors import InvalidImage
+from vitrine.search.models import SearchRequest
+
+from conftest import SOURCE
+
+
+# -- building blocks ------------------------------------------------------------------------------
+def test_lru_cache_evicts_least_recently_used():
+    c: LRUCache[int] = LRUCache(2)
+    c.put("a", 1)
+    c.put("b", 2)
+    assert c.get("a") == 1  # a is now the most recent
+    c.put("c", 3)
+    assert c.get("b") is None and c.get("a") == 1 and c.get("c") == 3
+    assert c.stats()["hits"] == 3 and c.stats()["misses"] == 1
+    off: LRUCache[int] = LRUCache(0)
+    off.put("a", 1)
+    assert off.get("a") is None and len(off) == 0
+
+
+def test_micro_batcher_batches_concurrent_calls_and_keeps_each_result():
+    seen: list[int] = []
+
+    def square(xs: list[int]) -> list[int]:
+        seen.append(len(xs))
+        time.sleep(0.01)  # a forward that takes a while: callers pile up behind it
+        return [x * x for x in xs]
+
+    b = MicroBatcher(square, max_batch=16, max_wait_s=0.005)
+    with ThreadPoolExecutor(32) as ex:
+        got = list(ex.map(b, range(200)))
+    b.close()
+    assert got == [x * x for x in range(200)]
+    assert sum(seen) == 200 and max(seen) <= 16
+    assert len(seen) < 100, f"concurrent calls were not batched: {seen}"
+
+
+def test_micro_batcher_error_fails_only_its_batch_and_worker_survives():
+    def fn(xs: list[int]) -> list[int]:
+        if -1 in xs:
+            raise ValueError("bad item")
+        return xs
+
+    b = MicroBatcher(fn, max_batch=8, max_wait_s=0.0)
+    with pytest.raises(ValueError, match="bad item"):
+        b(-1)
+    assert b(5) == 5  # the worker is still alive
+    b.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        b.submit(1)
+
+
+def test_micro_batcher_close_serves_what_is_queued():
+    gate = threading.Event()
+
+    def fn(xs: list[int]) -> list[int]:
+        gate.wait(5)
+        return [x + 1 for x in xs]
+
+    b = MicroBatcher(fn, max_batch=2, max_wait_s=0.0)
+    futs = [b.submit(i) for i in range(7)]
+    closer = threading.Thread(target=b.close)
+    closer.start()
+    gate.set()
+    closer.join(10)
+    assert [f.result(5) for f in futs] == [i + 1 for i in range(7)]
+
+
+# -- query encoder over the real towers ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def titles(subset_rows) -> list[str]:
+    return [r["productDisplayName"] for r in subset_rows[:48]]
+
+
+@pytest.fixture(scope="module")
+def photos(subset_rows) -> list[bytes]:
+    return [(SOURCE / "images" / f"{r['id']}.jpg").read_bytes() for r in subset_rows[:24]]
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_concurrent_batched_text_queries_match_unbatched(encoder, titles):
+    alone = QueryEncoder(encoder, cache_size=0, max_batch=1, max_wait_ms=0)
+    ref = np.stack([alone.text([t])[0] for t in titles])
+    alone.close()
+    # the encoder's own path (towers + adapter) agrees too (its feature cache stores float16)
+    direct = encoder.embed(None, encoder.text_features(titles)).text
+    assert np.allclose(ref, direct, atol=2e-3)
+
+    qe = QueryEncoder(encoder, cache_size=0, max_batch=16, max_wait_ms=5)
+    with ThreadPoolExecutor(16) as ex:
+        got = np.stack(list(ex.map(lambda t: qe.text([t])[0], titles)))
+    st = qe.stats()["text_batches"]
+    qe.close()
+    assert st["items"] == len(titles) and st["largest"] > 1, st  # they really went in batches
+    assert np.allclose(got, ref, atol=1e-4), np.abs(got - ref).max()
+    assert (_cos(got, ref) > 0.9999).all()
+
+
+def test_concurrent_batched_photo_queries_match_unbatched_and_bad_photo_fails_alone(encoder, photos):
+    alone = QueryEncoder(encoder, cache_size=0, max_batch=1, max_wait_ms=0)
+    ref = np.stack([alone.image([p])[0] for p in photos])
+    alone.close()
+    qe = QueryEncoder(encoder, cache_size=0, max_batch=8, max_wait_ms=5)
+    bad = photos[0][: len(photos[0]) // 3]
+
+    def one(p: bytes):
+        try:
+            return qe.image([p])[0]
+        except InvalidImage as e:
+            return e
+
+    with ThreadPoolExecutor(8) as ex:
+        got = list(ex.map(one, [*photos, bad]))
+    qe.close()
+    assert isinstance(got[-1], InvalidImage)
+    assert np.allclose(np.stack(got[:-1]), ref, atol=1e-4)
+    assert qe.stats()["image_batches"]["largest"] > 1
+
+
+def test_cache_hits_and_invalidation_on_model_change(encoder, titles):
+    cache: LRUCache[np.ndarray] = LRUCache(1000)
+    qe = QueryEncoder(encoder, cache=cache, max_wait_ms=0)
+    first = qe.text(titles[:5])
+    batches = qe.stats()["text_batches"]["items"]
+    again = qe.text([f"  {t.upper() if qe._lowercase else t} " for t in titles[:5]])  # normalised key
+    assert np.array_equal(first, again)
+    assert qe.stats()["text_batches"]["items"] == batches, "a cached query went through the model"
+    assert cache.hits >= 5
+
+    # another adapter = another model key: the shared cache must not answer for it
+    other = MultimodalEncoder(encoder.towers, load_adapter("linear"))
+    assert other.model_key != encoder.model_key
+    qo = QueryEncoder(other, cache=cache, max_wait_ms=0)
+    hits = cache.hits
+    vo = qo.text(titles[:5])
+    assert cache.hits == hits and qo.stats()["text_batches"]["items"] == 5
+    assert vo.shape == first.shape and not np.allclose(vo, first, atol=1e-3)
+    assert np.allclose(vo, other.embed(None, other.text_features(titles[:5])).text, atol=2e-3)
+    # and the original model's entries are still there, still its own
+    assert np.array_equal(qe.text(titles[:5]), first)
+    qe.close()
+    qo.close()
+
+
+def test_reduced_precision_text_towers_are_close_and_cached_apart(encoder, titles):
+    cache: LRUCache[np.ndarray] = LRUCache(1000)
+    fp = QueryEncoder(encoder, cache=cache, max_wait_ms=0)
+    a = fp.text(titles[:16])
+    # int8 dynamic quantisation is measurably lossy after the adapter (bench-results/fastpath.md);
+    # bf16 is nearly exact
+    for precision, min_cos, mean_cos in (("int8", 0.8, 0.9), ("bf16", 0.995, 0.999)):
+        q = QueryEncoder(encoder, cache=cache, max_wait_ms=0, text_precision=precision)
+        b = q.text(titles[:16])
+        assert q.stats()["text_batches"]["items"] == 16, precision  # not served from the fp32 entries
+        assert not np.array_equal(a, b)
+        c = _cos(a, b)
+        assert c.min() > min_cos and c.mean() > mean_cos, (precision, c)
+        q.close()
+    # the fp32 tower itself was not changed by quantising copies
+    assert np.allclose(fp.text(titles[:16]), a)
+    fresh = QueryEncoder(encoder, cache_size=0, max_wait_ms=0)
+    assert np.allclose(fresh.text(titles[:4]), a[:4], atol=1e-5)
+    fp.close()
+    fresh.close()
+
+
+# -- through the engine ----------------------------------------------------------------------------
+def test_engine_search_uses_the_fast_path_and_rebuilds_it_on_encoder_swap(engine, titles):
+    qe = engine.query_encoder
+    before = qe.cache.hits
+    r1 = engine.search(SearchRequest(text=titles[3], k=5))
+    r2 = engine.search(SearchRequest(text=titles[3], k=5))
+    assert [h.id for h in r1.results] == [h.id for h in r2.results]
+    assert qe.cache.hits > before
+    with ThreadPoolExecutor(8) as ex:
+        res = list(ex.map(lambda t: engine.search(SearchRequest(text=t, k=3)), titles[10:26]))
+    assert all(r.results for r in res)
+    # a swapped encoder gets its own query encoder (same shared cache, other model key)
+    old = engine.encoder
+    try:
+        engine.encoder = MultimodalEncoder(old.towers, load_adapter("linear"))
+        assert engine.query_encoder is not qe and engine.query_encoder.model_key != qe.model_key
+    finally:
+        engine.encoder = old
+    assert engine.query_encoder.model_key == qe.model_key

@@ -1,0 +1,219 @@
+"""Building blocks of the query fast path: a dynamic micro-batcher and a thread-safe LRU cache.
+
+``MicroBatcher`` turns many concurrent single-item calls into a few batched ones. Callers
+``submit`` an item and wait on a future; one worker thread takes the first queued item, then
+keeps collecting until ``max_batch`` items or ``max_wait_s`` after the first one, runs the
+batch function once over all of them and resolves every future. Under load, requests that
+arrive while a batch is running queue up and go together in the next one, so a model forward
+is paid once per batch instead of once per request. An exception raised by the batch function
+fails every future of that batch (it never kills the worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+V = TypeVar("V")
+
+
+class LRUCache(Generic[V]):
+    """A bounded least-recently-used map, safe to share between threads. ``size=0`` disables it."""
+
+    def __init__(self, size: int) -> None:
+        if size < 0:
+            raise ValueError("cache size must be >= 0")
+        self.size = size
+        self._data: OrderedDict[Hashable, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> V | None:
+        if self.size == 0:
+            self.misses += 1
+            return None
+        with self._lock:
+            v = self._data.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return v
+
+    def put(self, key: Hashable, value: V) -> None:
+        if self.size == 0:
+            return
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def stats(self) -> dict[str, Any]:
+        total = self.hits + self.misses
+        return {"size": len(self._data), "capacity": self.size, "hits": self.hits, "misses": self.misses,
+                "hit_rate": self.hits / total if total else 0.0}
+
+
+class _Closed:
+    pass
+
+
+_CLOSE = _Closed()
+
+
+class MicroBatcher(Generic[T, R]):
+    """Collects concurrent ``submit(item)`` calls into batches for ``fn(items) -> results``.
+
+    ``fn`` must return one result per item, in order. ``on_start`` runs once in the worker
+    thread before its first batch (e.g. to set torch's per-thread thread count).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[list[T]], Sequence[R]],
+        *,
+        max_batch: int = 32,
+        max_wait_s: float = 0.002,
+        name: str = "vitrine-batcher",
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if max_wait_s < 0:
+            raise ValueError("max_wait_s must be >= 0")
+        self.fn = fn
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.name = name
+        self._on_start = on_start
+        self._q: queue.SimpleQueue[tuple[T, Future[R]] | _Closed] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+        self.batches = 0
+        self.items = 0
+        self.largest = 0
+
+    # -- callers ---------------------------------------------------------------------------
+    def submit(self, item: T) -> Future[R]:
+        if self._closed:
+            raise RuntimeError(f"{self.name} is closed")
+        self._ensure_started()
+        fut: Future[R] = Future()
+        self._q.put((item, fut))
+        return fut
+
+    def __call__(self, item: T, timeout: float | None = None) -> R:
+        """Submit one item and wait for its result (re-raises the batch's error)."""
+        return self.submit(item).result(timeout)
+
+    def map(self, items: Sequence[T], timeout: float | None = None) -> list[R]:
+        futs = [self.submit(x) for x in items]
+        return [f.result(timeout) for f in futs]
+
+    def close(self) -> None:
+        """Stop the worker after the queued items are served."""
+        self._closed = True
+        if self._thread is not None:
+            self._q.put(_CLOSE)
+            self._thread.join(timeout=10)
+
+    def stats(self) -> dict[str, Any]:
+        return {"batches": self.batches, "items": self.items, "largest": self.largest,
+                "mean_batch": self.items / self.batches if self.batches else 0.0}
+
+    # -- the worker ---------------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                t = threading.Thread(target=self._run, name=self.name, daemon=True)
+                t.start()
+                self._thread = t
+
+    def _run(self) -> None:
+        if self._on_start is not None:
+            try:
+                self._on_start()
+            except Exception:  # noqa: BLE001 - a failed tweak must not kill the worker
+                log.exception("%s: on_start failed", self.name)
+        while True:
+            first = self._q.get()
+            if isinstance(first, _Closed):
+                return
+            batch = [first]
+            closing = False
+            deadline = time.perf_counter() + self.max_wait_s
+            while len(batch) < self.max_batch:
+                try:  # everything already queued joins at once; then wait out the window
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    try:
+                        nxt = self._q.get(timeout=left)
+                    except queue.Empty:
+                        break
+                if isinstance(nxt, _Closed):
+                    closing = True
+                    break
+                batch.append(nxt)
+            self._serve(batch)
+            if closing:
+                # serve what is still queued, then stop
+                rest: list[tuple[T, Future[R]]] = []
+                while True:
+                    try:
+                        x = self._q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if not isinstance(x, _Closed):
+                        rest.append(x)
+                for s in range(0, len(rest), self.max_batch):
+                    self._serve(rest[s:s + self.max_batch])
+                return
+
+    def _serve(self, batch: list[tuple[T, Future[R]]]) -> None:
+        live = [(x, f) for x, f in batch if f.set_running_or_notify_cancel()]
+        if not live:
+            return
+        self.batches += 1
+        self.items += len(live)
+        self.largest = max(self.largest, len(live))
+        try:
+            results = self.fn([x for x, _ in live])
+            if len(results) != len(live):
+                raise RuntimeError(f"{self.name}: batch function returned {len(results)} results for "
+                                   f"{len(live)} items")
+        except BaseException as e:  # noqa: BLE001 - every caller of the batch gets the error
+            for _, f in live:
+                f.set_exception(e)
+            return
+        for (_, f), r in zip(live, results):
+            f.set_result(r)

@@ -1,0 +1,239 @@
+"""The query fast path: search queries -> shared-space vectors, batched and cached.
+
+A search query is one short text or one photo, and many arrive at once under load. Encoding
+each alone pays a whole model forward per request; ``QueryEncoder`` instead
+
+- looks the query up in an LRU cache of query embeddings keyed by the encoder's model key,
+  the text tower's precision and the normalised text (or the photo's SHA-256), so a cached
+  vector can never come from another model (a new adapter or towers means a new key);
+- sends misses through a dynamic micro-batcher (:class:`~vitrine.encoders.batching.MicroBatcher`)
+  per modality: requests arriving together are encoded in one forward (towers + adapter), in
+  ``torch.inference_mode`` and with a deliberate torch thread count in the worker thread;
+- can run the text tower in reduced precision for queries only (``int8``: dynamic
+  quantisation of its Linear layers; ``bf16``): product vectors are unchanged, so switching
+  needs no re-indexing. Whether that keeps quality is measured (`vitrine bench fastpath`).
+
+Photo decoding and preprocessing happen in the caller's thread (a bad photo fails only its
+own request); the batch runs the image tower and the adapter. Query texts and photos never
+enter the SQLite feature cache (which is for catalogue items).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from vitrine.encoders.batching import LRUCache, MicroBatcher
+from vitrine.encoders.encoder import MultimodalEncoder
+from vitrine.errors import InvalidInput, ModelError
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["fp32", "bf16", "int8"]
+Key = tuple[str, str, str, str]
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "int8")
+
+
+def quantize_text_tower(module: torch.nn.Module, precision: str) -> torch.nn.Module:
+    """A copy of a text tower in ``precision`` (the original is untouched); fp32 returns it as is."""
+    if precision == "fp32":
+        return module
+    if precision == "bf16":
+        return copy.deepcopy(module).to(torch.bfloat16).eval()
+    if precision == "int8":
+        import warnings  # noqa: PLC0415
+
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic  # noqa: PLC0415
+
+        with warnings.catch_warnings():  # torch announces the deprecation of quantized tensors
+            warnings.simplefilter("ignore")
+            # per output channel: per-tensor scales lose noticeably more on MiniLM (measured)
+            q = quantize_dynamic(copy.deepcopy(module).float().eval(), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                 dtype=torch.qint8)
+        return q.eval()
+    raise InvalidInput(f"unknown text precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+
+
+class QueryEncoder:
+    """Batched, cached query encoding over one :class:`MultimodalEncoder`.
+
+    ``cache`` may be shared between query encoders (entries are keyed by model key), e.g. when
+    an engine swaps its encoder. ``threads`` sets torch's intra-op threads of the batch workers
+    (None: leave torch's setting).
+    """
+
+    def __init__(
+        self,
+        encoder: MultimodalEncoder,
+        *,
+        cache: LRUCache[np.ndarray] | None = None,
+        cache_size: int = 4096,
+        max_batch: int = 32,
+        max_wait_ms: float = 1.0,
+        text_precision: Precision | str = "fp32",
+        threads: int | None = None,
+    ) -> None:
+        if text_precision not in PRECISIONS:
+            raise InvalidInput(f"unknown text precision {text_precision!r}; use one of {', '.join(PRECISIONS)}")
+        self.encoder = encoder
+        self.model_key = encoder.model_key  # hashes the adapter weights: once, not per query
+        towers = encoder.towers
+        if text_precision != "fp32" and towers.hf_tokenizer is None:
+            log.warning("text precision %s needs a Hugging Face text tower; %s keeps fp32", text_precision,
+                        towers.name)
+            text_precision = "fp32"
+        if text_precision == "int8" and towers.device.type != "cpu":
+            log.warning("int8 dynamic quantisation runs on CPU only; the %s text tower keeps fp32",
+                        towers.device.type)
+            text_precision = "fp32"
+        self.text_precision = str(text_precision)
+        self._lowercase = bool(getattr(towers.hf_tokenizer, "do_lower_case", False))
+        self.cache: LRUCache[np.ndarray] = cache if cache is not None else LRUCache(cache_size)
+        self.threads = threads
+        self._text_module: torch.nn.Module | None = None
+        if towers.hf_tokenizer is not None:
+            base = towers.model.text
+            self._text_module = quantize_text_tower(base, self.text_precision)
+            if self.text_precision == "int8":  # quantized Linear layers live on CPU
+                self._text_device = torch.device("cpu")
+            else:
+                self._text_device = towers.device
+        wait = max_wait_ms / 1000.0
+        self._text = MicroBatcher(self._encode_texts, max_batch=max_batch, max_wait_s=wait,
+                                  name="vitrine-query-text", on_start=self._thread_setup)
+        self._image = MicroBatcher(self._encode_pixels, max_batch=max_batch, max_wait_s=wait,
+                                   name="vitrine-query-image", on_start=self._thread_setup)
+        self._pending: dict[Key, Future[np.ndarray]] = {}
+        self._pending_lock = threading.Lock()
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    # -- public ------------------------------------------------------------------------------------
+    def text(self, texts: Sequence[str]) -> np.ndarray:
+        """Shared-space vectors of query texts, (N, dim) float32."""
+        keys = [self._text_key(t) for t in texts]
+        return self._lookup(keys, lambda i: self._text.submit(texts[i]))
+
+    def image(self, photos: Sequence[bytes]) -> np.ndarray:
+        """Shared-space vectors of query photos (encoded bytes), (N, dim) float32; a photo that
+        cannot be decoded raises :class:`~vitrine.errors.InvalidImage`."""
+        keys = [self._image_key(p) for p in photos]
+
+        def submit(i: int) -> Future[np.ndarray]:
+            px = self.encoder.towers.preprocess(self.encoder.decode(photos[i]))  # bad photo: raises here
+            return self._image.submit(px)
+
+        return self._lookup(keys, submit)
+
+    def _lookup(self, keys: list[Key], submit: Callable[[int], Future[np.ndarray]]) -> np.ndarray:
+        """Cached vectors, else one in-flight encode per distinct key (concurrent callers asking for
+        the same query share it), else a new one through the batcher."""
+        out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
+        waits: list[tuple[int, Future[np.ndarray], bool]] = []
+        for i, v in enumerate(out):
+            if v is not None:
+                continue
+            with self._pending_lock:
+                fut = self._pending.get(keys[i])
+                own = fut is None
+                if own:
+                    fut = Future()
+                    self._pending[keys[i]] = fut
+            if own:
+                try:
+                    inner = submit(i)
+                except BaseException as e:
+                    self._settle(keys[i], fut, None, e)  # type: ignore[arg-type]
+                    raise
+                inner.add_done_callback(lambda f, k=keys[i], mine=fut: self._settle(k, mine, f, None))
+            waits.append((i, fut, own))  # type: ignore[arg-type]
+        for i, fut, _ in waits:
+            out[i] = fut.result()
+        if not out:
+            return np.zeros((0, self.encoder.dim), dtype=np.float32)
+        return np.stack(out)  # type: ignore[arg-type]
+
+    def _settle(self, key: Key, fut: Future[np.ndarray], inner: Future[np.ndarray] | None,
+                err: BaseException | None) -> None:
+        if err is None and inner is not None:
+            err = inner.exception()
+        if err is None and inner is not None:
+            v = inner.result()
+            self.cache.put(key, v)
+            with self._pending_lock:
+                self._pending.pop(key, None)
+            fut.set_result(v)
+        else:
+            with self._pending_lock:
+                self._pending.pop(key, None)
+            fut.set_exception(err)  # type: ignore[arg-type]
+
+    def stats(self) -> dict[str, Any]:
+        return {"model": self.model_key, "text_precision": self.text_precision, "cache": self.cache.stats(),
+                "text_batches": self._text.stats(), "image_batches": self._image.stats()}
+
+    def close(self) -> None:
+        with self._close_lock:
+            if not self._closed:
+                self._closed = True
+                self._text.close()
+                self._image.close()
+
+    # -- keys -----------------------------------------------------------------------------------------
+    def normalise(self, text: str) -> str:
+        t = " ".join(text.split())
+        return t.lower() if self._lowercase else t
+
+    def _text_key(self, text: str) -> Key:
+        return (self.model_key, self.text_precision, "t", self.normalise(text))
+
+    def _image_key(self, photo: bytes) -> Key:
+        return (self.model_key, "", "i", hashlib.sha256(photo).hexdigest())
+
+    # -- batch functions (run in the batcher threads) ---------------------------------------------
+    def _thread_setup(self) -> None:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+
+    @torch.inference_mode()
+    def text_features(self, texts: list[str]) -> np.ndarray:
+        """Backbone text features through the query text tower (its precision), (N, text_dim)."""
+        towers = self.encoder.towers
+        if self._text_module is None:  # open_clip tokenizer towers: the encoder's own path
+            with self.encoder._lock:
+                return towers.text_features(list(texts)).cpu().numpy()
+        batch = towers.hf_tokenizer(list(texts), padding=True, truncation=True, max_length=towers.context_length,
+                                    return_tensors="pt")
+        ids = batch["input_ids"].to(self._text_device)
+        # A text forward keeps no state, so even the shared fp32 tower needs no lock here.
+        return self._text_module(ids).float().cpu().numpy()
+
+    def _encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+        feats = self.text_features(texts)
+        emb = self.encoder.embed(None, feats).text
+        if emb is None:  # pragma: no cover - an adapter always gives text vectors for text input
+            raise ModelError("the adapter returned no text vectors")
+        return _rows(emb)
+
+    @torch.inference_mode()
+    def _encode_pixels(self, pixels: list[torch.Tensor]) -> list[np.ndarray]:
+        with self.encoder._lock:  # the image tower's feature taps keep per-forward state
+            feats = self.encoder.towers.image_features(torch.stack(pixels)).cpu().numpy()
+        emb = self.encoder.embed(feats, None).image
+        if emb is None:  # pragma: no cover
+            raise ModelError("the adapter returned no image vectors")
+        return _rows(emb)
+
+
+def _rows(a: np.ndarray) -> list[np.ndarray]:
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    a.flags.writeable = False  # cached vectors are shared: nobody may change them in place
+    return list(a)

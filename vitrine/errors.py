@@ -50,3 +50,12 @@ class StorageError(VitrineError):
 
 class MissingExtra(VitrineError):
     """An optional dependency is not installed; the message says what to install."""
+
+
+class SwapRefused(VitrineError):
+    """A hot swap whose candidate could not be built or failed a canary check; the live version
+    keeps serving. ``report`` says which check failed and by how much."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report

@@ -27,15 +27,17 @@ def bench() -> None:
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), required=True)
 @click.option("--concurrency", default="1,16,64", show_default=True, help="Client counts, comma-separated")
 @click.option("--duration", type=float, default=15.0, show_default=True, help="Seconds per cell")
+@click.option("--query-cache/--no-query-cache", default=False, show_default=True,
+              help="Serve with the query-embedding cache on (repeated queries skip their encode)")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
-def bench_api(data_dir: Path, concurrency: str, duration: float, out: Path) -> None:
+def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bool, out: Path) -> None:
     """API under load on loopback: QPS and p50/p95/p99 for text, photo and mixed queries."""
     _bench()
     from vitrine.ingest.fashion import bundled_dir
     from vitrine_bench import api
 
     path = api.run(data_dir, out, concurrency=[int(c) for c in concurrency.split(",")], duration=duration,
-                   source=bundled_dir())
+                   source=bundled_dir(), query_cache=query_cache)
     click.echo(f"report: {path}")
 
 
@@ -111,3 +113,116 @@ def bench_kafka(n: int, freshness_events: int, rate: float, batch_size: int, out
                      batch_size=batch_size)
     click.echo(f"report: {path}")
 
+
+
+@bench.command("encoders")
+@click.option("--batch-sizes", default="1,8,32,128", show_default=True, help="Batch sizes, comma-separated")
+@click.option("--threads", default=None, help="torch thread counts, comma-separated (default: 1 and all cores)")
+@click.option("--min-time", type=float, default=1.0, show_default=True, help="Seconds per measurement")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_encoders(batch_sizes: str, threads: str | None, min_time: float, out: Path) -> None:
+    """Photos/s and texts/s by batch size and thread count; FLOPs per item vs measured matmul FLOP/s."""
+    _bench()
+    import os
+
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import encoders
+
+    cores = os.cpu_count() or 1
+    th = [int(t) for t in threads.split(",")] if threads else sorted({1, cores})
+    click.echo(f"report: {encoders.run(out, source=bundled_dir(), batch_sizes=[int(b) for b in batch_sizes.split(',')], threads=th, min_time=min_time)}")
+
+
+@bench.command("index")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True,
+              help="A full-catalogue data dir (its fused vectors are the real set)")
+@click.option("--n-large", type=int, default=1_000_000, show_default=True,
+              help="Size of the set grown from the catalogue's vectors")
+@click.option("--queries", "n_queries", type=int, default=1000, show_default=True, help="Real text queries")
+@click.option("--batch-size", type=int, default=1000, show_default=True, help="Queries per call in batch mode")
+@click.option("--catalogue-factories", default="Flat;HNSW32;IVF256,Flat;IVF256,PQ32", show_default=True,
+              help="FAISS factories for the catalogue, ';'-separated")
+@click.option("--large-factories", default="Flat;HNSW32;IVF4096,Flat;IVF4096,PQ32", show_default=True,
+              help="FAISS factories for the large set, ';'-separated")
+@click.option("--single-budget", type=float, default=4.0, show_default=True,
+              help="Seconds of one-query-at-a-time timing per setting")
+@click.option("--skip-catalogue", is_flag=True)
+@click.option("--skip-large", is_flag=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_index(data_dir: Path, n_large: int, n_queries: int, batch_size: int, catalogue_factories: str,
+                large_factories: str, single_budget: float, skip_catalogue: bool, skip_large: bool,
+                out: Path) -> None:
+    """Flat / HNSW / IVF-Flat / IVF-PQ: build time, memory, recall@10 vs exact and queries/s
+    (single and batched) on the catalogue's vectors and on 1M vectors grown from them."""
+    _bench()
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import index
+
+    path = index.run(data_dir, out, source=bundled_dir(), n_large=n_large, n_queries=n_queries,
+                     batch_size=batch_size, catalogue_factories=catalogue_factories.split(";"),
+                     large_factories=large_factories.split(";"), single_budget_s=single_budget,
+                     skip_catalogue=skip_catalogue, skip_large=skip_large)
+    click.echo(f"report: {path}")
+
+
+@bench.command("gpu")
+@click.option("--n-large", type=int, default=1_000_000, show_default=True,
+              help="Vectors grown from the catalogue for the FAISS part (100k at most without a GPU)")
+@click.option("--inputs", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="Catalogue + query vectors (.npz from --export-inputs) for a machine without the models")
+@click.option("--export-inputs", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write catalogue + query vectors to this .npz and exit")
+@click.option("--cpu-limit", type=int, default=500, show_default=True,
+              help="Without CUDA: products encoded in the end-to-end part")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_gpu(n_large: int, inputs: Path | None, export_inputs: Path | None, cpu_limit: int, out: Path) -> None:
+    """The prepared GPU benchmark (a few minutes on a GPU machine; GPU parts skipped cleanly without one):
+    device selection, encoders and the catalogue on CUDA, FAISS GPU vs CPU."""
+    _bench()
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import gpu
+
+    if export_inputs is not None:
+        click.echo(f"wrote {gpu.export_inputs(export_inputs, bundled_dir())}")
+        return
+    click.echo(f"report: {gpu.run(out, source=bundled_dir(), n_large=n_large, inputs=inputs, cpu_limit=cpu_limit)}")
+
+
+@bench.command("fastpath")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True,
+              help="A full-catalogue data dir (quality of the text-precision options through the engine)")
+@click.option("--duration", type=float, default=4.0, show_default=True, help="Seconds per concurrency cell")
+@click.option("--attr-queries", type=int, default=300, show_default=True, help="Attribute queries (test split)")
+@click.option("--sizes", default="128x96,80x60", show_default=True, help="Photo input sizes HxW to compare")
+@click.option("--skip-quality", is_flag=True, help="Speed only")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_fastpath(data_dir: Path, duration: float, attr_queries: int, sizes: str, skip_quality: bool,
+                   out: Path) -> None:
+    """The query fast path: micro-batching, cache, threads; bf16/int8 text tower and smaller photo
+    input, each with its speed and its effect on retrieval quality."""
+    _bench()
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import fastpath
+
+    hw = [tuple(int(x) for x in s.lower().split("x")) for s in sizes.split(",")]
+    path = fastpath.run(data_dir, out, source=bundled_dir(), duration=duration, n_attr=attr_queries,
+                        skip_quality=skip_quality, sizes=hw)  # type: ignore[arg-type]
+    click.echo(f"report: {path}")
+
+
+@bench.command("soak")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True,
+              help="A data dir to serve (writes go to soak-* ids in it)")
+@click.option("--duration", type=float, default=600.0, show_default=True, help="Seconds of load")
+@click.option("--clients", type=int, default=6, show_default=True, help="Concurrent client threads")
+@click.option("--sample", "sample_s", type=float, default=5.0, show_default=True, help="Seconds per sample")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_soak(data_dir: Path, duration: float, clients: int, sample_s: float, out: Path) -> None:
+    """Mixed load (search, recommend, compare, upserts, deletes) for minutes: errors, and RSS and
+    latency over time (does memory stop growing?)."""
+    _bench()
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import soak
+
+    path = soak.run(data_dir, out, source=bundled_dir(), duration=duration, clients=clients, sample_s=sample_s)
+    click.echo(f"report: {path}")

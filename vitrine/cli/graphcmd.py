@@ -85,7 +85,8 @@ def stats(data_dir: Path) -> None:
 
     settings = make_settings(data_dir=data_dir)
     manifest = data_dir / "index" / "manifest.json"
-    sha = json.loads(manifest.read_text())["files"].get("graph.json") if manifest.is_file() else None
-    g = ProductGraph.load(data_dir / "index" / "graph.json", GraphData.load(settings.graph_dir, settings.taxonomy_file),
-                          sha)
+    m = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    sha = m.get("files", {}).get("graph.json")
+    folder = data_dir / "index" / m["dir"] if m.get("dir") else data_dir / "index"  # the current snapshot version
+    g = ProductGraph.load(folder / "graph.json", GraphData.load(settings.graph_dir, settings.taxonomy_file), sha)
     click.echo(json.dumps(g.stats(), indent=2))

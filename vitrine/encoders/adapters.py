@@ -123,6 +123,8 @@ class Adapter(nn.Module):
         state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
                  for k, v in self.state_dict().items()}
         save_file(state, str(tmp_w), metadata={"kind": self.kind, "dtype": "float16"})
+        # The config pins its weights: load_adapter refuses a weights file that does not match.
+        self.config["weights_sha256"] = _file_sha256(tmp_w)
         tmp_c.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         for tmp in (tmp_w, tmp_c):
             with open(tmp, "rb") as f:
@@ -230,7 +232,10 @@ def load_adapter(folder: str | os.PathLike[str], expected_sha256: str | None = N
         config = json.loads(cfg_file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ModelError(f"{cfg_file} is not valid JSON: {e}") from e
-    verify_sha256(w_file, expected_sha256)
+    pinned = config.get("weights_sha256")
+    if expected_sha256 and pinned and expected_sha256 != pinned:
+        raise ModelError(f"adapter {folder}: expected weights sha256 {expected_sha256}, its config pins {pinned}")
+    verify_sha256(w_file, expected_sha256 or pinned)
     adapter = create_adapter(config.get("kind", ""), **{k: v for k, v in config.items() if k != "kind"})
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(w_file)).items()}
     try:
@@ -239,6 +244,16 @@ def load_adapter(folder: str | os.PathLike[str], expected_sha256: str | None = N
         raise ModelError(f"adapter weights in {w_file} do not fit its config: {e}") from e
     adapter.eval()
     return adapter
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def list_shipped_adapters() -> list[str]:

@@ -11,24 +11,25 @@ sequence number they reflect, and catch up by replaying later changes when a dat
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import InvalidInput, NotFound, StorageError
+from vitrine.encoders.queries import QueryEncoder
+from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
-from vitrine.index.records import ImageStore, RecordRow, RecordStore
-from vitrine.index.vectors import VectorIndex, atomic_write_bytes
+from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, RecordStore
+from vitrine.index.snapshots import Snapshot, SnapshotStore
+from vitrine.index.vectors import VectorIndex
 from vitrine.search.models import (
     CompareResponse,
     Explanation,
@@ -47,6 +48,9 @@ from vitrine.search.models import (
 )
 from vitrine.search import fusion, recommend
 from vitrine.search import understanding
+from vitrine.search import fallback
+from vitrine.search import swap as hotswap
+from vitrine.search.concurrency import StateLock, reads_state
 from vitrine.search.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -113,9 +117,20 @@ class Engine:
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self._write_lock = threading.Lock()
+        self._state = StateLock()  # searches read together; the visible step of a write is exclusive
+        self.snapshots = SnapshotStore(self.data_dir / "index", keep=settings.snapshot_keep)
+        self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
+        self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
+        self.swaps: list[dict[str, Any]] = []  # hot swaps tried by this process (newest last)
+        self.model_spec = hotswap.ModelSpec(settings.model, settings.adapter, settings.pretrained)
+        self.store_id = self._store_identity()
         self._index_seq = 0
         self._dirty = False
         self.model_key = encoder.model_key
+        # the query fast path (micro-batched, cached query embeddings); built on first use
+        self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.query_cache_size)
+        self._query_encoder: QueryEncoder | None = None
+        self._query_encoder_lock = threading.Lock()
         self._load_indexes()
         # query intent + slots (vitrine/intent), loaded here, never at import
         self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
@@ -123,42 +138,73 @@ class Engine:
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def open(cls, settings: Settings, encoder: MultimodalEncoder | None = None) -> "Engine":
-        """Load models (unless given) and open ``settings.data_dir``, recovering indexes."""
+        """Load models (unless given) and open ``settings.data_dir``, recovering indexes.
+
+        A data dir whose model was hot-swapped opens with that model (``follow_swap``); when its
+        artifacts fail their checksums the configured model serves instead, and says so."""
+        notes: list[str] = []
         if encoder is None:
-            encoder = build_encoder(settings)
-        return cls(settings, encoder)
+            active = hotswap.read_active_model(Path(settings.data_dir) / "index") if settings.follow_swap else None
+            if active and (active["model"], active["adapter"], active.get("pretrained")) != \
+                    (settings.model, settings.adapter, settings.pretrained):
+                swapped = settings.model_copy(update={
+                    "model": active["model"], "adapter": active["adapter"], "pretrained": active.get("pretrained"),
+                    "index_factory": active.get("index_factory") or settings.index_factory})
+                try:
+                    encoder = build_encoder(swapped)
+                    log.warning("serving adapter %s / towers %s, activated by a hot swap (configured: %s / %s; "
+                                "VITRINE_FOLLOW_SWAP=false serves the configured one)", active["adapter"],
+                                active["model"], settings.adapter, settings.model)
+                    settings = swapped
+                except VitrineError as e:
+                    notes.append(f"the hot-swapped model {active['adapter']} is unusable ({e}); "
+                                 f"serving the configured {settings.adapter}")
+                    log.error("%s", notes[-1])
+            if encoder is None:
+                encoder = build_encoder(settings)
+        eng = cls(settings, encoder)
+        if notes:
+            eng.recovery.setdefault("notes", []).extend(notes)
+        return eng
 
     def _new_index(self) -> VectorIndex:
         s = self.settings
         return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
+    def _store_identity(self) -> str:
+        """A random id of this record store (its snapshots name it; another store's are refused)."""
+        sid = self.records.get_meta("store_id")
+        if sid is None:
+            import uuid
+
+            self.records.set_meta("store_id", uuid.uuid4().hex)
+            sid = self.records.get_meta("store_id")
+        return str(sid)
+
     def _load_indexes(self) -> None:
+        """Open the data dir: the newest usable snapshot version (every file checked against its
+        manifest's SHA-256), then the record store's changes since it; a refused version falls
+        back to the previous one, and with none usable everything is rebuilt from the records.
+        What was found and done goes to the log and to ``self.recovery`` (/health)."""
         t0 = time.time()
-        idx_dir = self.data_dir / "index"
-        manifest_path = idx_dir / MANIFEST
-        loaded = graph_loaded = False
-        if manifest_path.is_file():
-            try:
-                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-                if manifest.get("model_key") != self.model_key:
-                    log.info("index snapshot was built by another model; rebuilding from records")
-                elif manifest.get("factory") != self.settings.index_factory:
-                    log.info("index factory changed to %s; rebuilding", self.settings.index_factory)
-                else:
-                    for f in INDEX_FIELDS:
-                        self.vectors[f] = VectorIndex.load(
-                            idx_dir / f"{f}.vidx", manifest["files"][f"{f}.vidx"],
-                            nprobe=self.settings.nprobe, ef_search=self.settings.ef_search,
-                        )
-                    self._index_seq = int(manifest["seq"])
-                    loaded = True
-                    graph_loaded = self._load_graph(idx_dir, manifest)
-            except (StorageError, KeyError, ValueError, OSError) as e:
-                log.warning("index snapshot unusable (%s); rebuilding from records", e)
-                self.vectors = {}
-        if not loaded:
+        rec: dict[str, Any] = {"records_seq": self.records.seq, "snapshot": None, "snapshot_seq": None,
+                               "refused": [], "skipped": [], "partial": [p.name for p in self.snapshots.partials()]}
+        loaded: Snapshot | None = None
+        graph_loaded = False
+        for snap in self.snapshots.candidates():
+            why, fatal, graph_loaded = self._try_snapshot(snap)
+            if why is None:
+                loaded = snap
+                break
+            (rec["refused"] if fatal else rec["skipped"]).append({"version": snap.name, "reason": why})
+            (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
+        if loaded is None:
             self.vectors = {f: self._new_index() for f in INDEX_FIELDS}
             self._index_seq = 0
+            graph_loaded = False
+        else:
+            rec["snapshot"], rec["snapshot_seq"] = loaded.name, self._index_seq
+            self.snapshot_version = loaded.name
         stale_model = 0
         replayed = 0
         if not graph_loaded:  # no usable graph snapshot: build it from every record
@@ -179,28 +225,62 @@ class Engine:
                 batch = []
         replayed += self._apply_rows_to_indexes(batch)
         self._index_seq = self.records.seq
-        if replayed:
+        if replayed or loaded is None:
             self._dirty = True
-        log.info(
-            "opened %s: %d products (%s snapshot, %d changes replayed) in %.2fs",
-            self.data_dir, self.records.count(), "from" if loaded else "no", replayed, time.time() - t0,
-        )
+        rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,
+                   products=self.records.count(), stale_model=stale_model)
+        if stale_model and self.settings.reembed_on_open:
+            log.warning("%d products were embedded by another model; re-embedding them with %s",
+                        stale_model, self.model_key)
+            rec["reembedded"] = self.reembed(progress=True)
+            stale_model = 0
+        rec["seconds"] = round(time.time() - t0, 3)
+        rec["summary"] = _recovery_summary(rec)
+        self.recovery = rec
+        (log.warning if rec["refused"] or rec["partial"] else log.info)(
+            "opened %s: %d products in %.2fs; %s", self.data_dir, self.records.count(), time.time() - t0, rec["summary"])
         if stale_model:
             log.warning(
                 "%d products were embedded by another model; run `vitrine reindex --data %s` to re-embed",
                 stale_model, self.data_dir,
             )
 
-    def _load_graph(self, idx_dir: Path, manifest: dict[str, Any]) -> bool:
-        sha = manifest.get("files", {}).get(GRAPH_FILE)
-        if not sha:
-            return False
+    def _try_snapshot(self, snap: Snapshot) -> tuple[str | None, bool, bool]:
+        """Load one snapshot version into the engine. Returns (why not, whether that is damage
+        rather than a different model or index, whether its graph was loaded)."""
+        m = snap.manifest
+        if m is None:
+            return snap.error or "no manifest", True, False
+        if m.get("model_key") != self.model_key:
+            return f"built by another model ({m.get('model_key')})", False, False
+        if m.get("factory") != self.settings.index_factory:
+            return f"a {m.get('factory')} index (configured: {self.settings.index_factory})", False, False
         try:
-            self.graph = ProductGraph.load(idx_dir / GRAPH_FILE, self.graph_data, sha)
-            return True
+            seq = int(m["seq"])
+        except (KeyError, TypeError, ValueError):
+            return "manifest has no change sequence number", True, False
+        if seq > self.records.seq:
+            return (f"it reflects change {seq} but the record store is at {self.records.seq} "
+                    "(the records were replaced by an older copy)"), True, False
+        store = (m.get("records") or {}).get("store_id")
+        if store and store != self.store_id:
+            return "it belongs to another record store", True, False
+        try:
+            vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
+                                           nprobe=self.settings.nprobe, ef_search=self.settings.ef_search)
+                       for f in INDEX_FIELDS}
+            graph = None
+            same_graph = m.get("graph_fingerprint") in (None, self.graph_data.fingerprint)
+            if GRAPH_FILE in (m.get("files") or {}) and same_graph:
+                graph = ProductGraph.load(snap.file(GRAPH_FILE), self.graph_data, snap.sha256(GRAPH_FILE))
         except StorageError as e:
-            log.info("graph snapshot unusable (%s); rebuilding it from records", e)
-            return False
+            return str(e), True, False
+        except (KeyError, ValueError, OSError) as e:
+            return f"unreadable: {e}", True, False
+        self.vectors, self._index_seq = vectors, seq
+        if graph is not None:
+            self.graph = graph
+        return None, False, graph is not None
 
     def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
         if not rows:
@@ -263,14 +343,15 @@ class Engine:
                     for r in rows:  # photos first: a record never points at a missing file
                         if r.image_key:
                             self.images.put(r.image_key, photos[r.id])
-                    seq, iids = self.records.upsert_many(rows)
-                    for r, iid in zip(rows, iids):
-                        r.iid, r.seq = iid, seq
-                    self._apply_rows_to_indexes(rows)
-                    for r in rows:
-                        values, price = filter_values(r.doc)
-                        self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
-                    self._advance_seq(seq)
+                    with self._state.write():  # searches see all of this write or none of it
+                        seq, iids = self.records.upsert_many(rows)
+                        for r, iid in zip(rows, iids):
+                            r.iid, r.seq = iid, seq
+                        self._apply_rows_to_indexes(rows)
+                        for r in rows:
+                            values, price = filter_values(r.doc)
+                            self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+                        self._advance_seq(seq)
                     report.upserted += len(rows)
                     report.seq = seq
         report.seconds = time.time() - t0
@@ -327,15 +408,16 @@ class Engine:
                                 and v < existing[i].version)]  # type: ignore[operator]
                 ids = [i for i, _ in keep]
                 versions = [v for _, v in keep]
-            seq, iids = self.records.delete_many(list(ids), versions)
-            if iids:
-                for f in INDEX_FIELDS:
-                    self.vectors[f].delete(iids)
-                for iid in iids:
-                    self.filters.delete(iid)
-                self.graph.delete_iids(iids)
-            if seq > self._index_seq:
-                self._advance_seq(seq)
+            with self._state.write():  # searches see all of this delete or none of it
+                seq, iids = self.records.delete_many(list(ids), versions)
+                if iids:
+                    for f in INDEX_FIELDS:
+                        self.vectors[f].delete(iids)
+                    for iid in iids:
+                        self.filters.delete(iid)
+                    self.graph.delete_iids(iids)
+                if seq > self._index_seq:
+                    self._advance_seq(seq)
             return len(iids)
 
     # -- several processes on one data dir (ingest workers, API replicas) -------------------------
@@ -378,37 +460,56 @@ class Engine:
         with self._write_lock:
             if self.records.seq <= self._index_seq:
                 return 0
-            applied = self._catch_up_locked()
+            with self._state.write():
+                applied = self._catch_up_locked()
             self._dirty = True
             return applied
 
     def save(self) -> bool:
-        """Snapshot the vector indexes (atomic files + manifest). Returns False if nothing changed."""
+        """Publish a snapshot version of the indexes (vectors + graph, with the change sequence
+        number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False
+        if nothing changed since the last one."""
         with self._write_lock:
-            if not self._dirty and (self.data_dir / "index" / MANIFEST).is_file():
+            if not self._dirty and self.snapshot_version is not None:
                 return False
-            idx_dir = self.data_dir / "index"
-            with _snapshot_lock(idx_dir):  # processes sharing a data dir never interleave snapshot files
-                files = {f"{f}.vidx": self.vectors[f].save(idx_dir / f"{f}.vidx") for f in INDEX_FIELDS}
-                files[GRAPH_FILE] = self.graph.save(idx_dir / GRAPH_FILE)
-                manifest = {
+            with self.snapshots.publish() as pub:
+                files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
+                files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
+                snap = pub.commit({
                     "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
                     "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
-                }
-                atomic_write_bytes(idx_dir / MANIFEST, json.dumps(manifest, indent=2).encode())
+                    "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
+                    # The records take part by reference: SQLite's own transactions keep them; this
+                    # version reflects every change up to ``seq``, and opening replays the later ones.
+                    "records": {"file": "records.sqlite", "seq": self._index_seq, "store_id": self.store_id,
+                                "schema": SCHEMA_VERSION},
+                    "artifacts": self.artifacts(),
+                })
+            self.snapshot_version = snap.name
             self._dirty = False
             return True
+
+    def artifacts(self) -> dict[str, Any]:
+        """SHA-256 of every model artifact serving this engine (towers, adapter, intent)."""
+        try:
+            return hotswap.model_artifacts(self.model_spec, self.encoder,
+                                           self.settings.intent_model if self.settings.intent else None)
+        except (OSError, ValueError, VitrineError) as e:
+            return {"error": str(e)}
 
     def close(self) -> None:
         try:
             self.save()
         finally:
             self.records.close()
+            if self._query_encoder is not None:
+                self._query_encoder.close()
 
     # -- reads -----------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.vectors["fused"])
 
+    @reads_state
     def get(self, pid: str) -> ProductOut:
         row = self.records.get(pid)
         if row is None:
@@ -433,19 +534,40 @@ class Engine:
     def query_vectors(self, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
         """Shared-space query vectors per modality present."""
         out: dict[str, np.ndarray] = {}
-        tf = self.encoder.text_features([text]) if text else None
-        imf = self.encoder.image_features([image]) if image is not None else None
-        if tf is not None:
-            out["text"] = self.encoder.embed(None, tf).text[0]  # type: ignore[index]
-        if imf is not None:
-            out["image"] = self.encoder.embed(imf, None).image[0]  # type: ignore[index]
+        qe = self.query_encoder
+        if text:
+            out["text"] = qe.text([text])[0]
+        if image is not None:
+            out["image"] = qe.image([image])[0]
         return out
+
+    @property
+    def query_encoder(self) -> QueryEncoder:
+        """The query fast path over the current encoder: concurrent queries encoded in one forward,
+        an LRU cache of query embeddings keyed by model key. Rebuilt when the encoder is swapped."""
+        qe = self._query_encoder
+        if qe is not None and qe.encoder is self.encoder:
+            return qe
+        with self._query_encoder_lock:
+            qe = self._query_encoder
+            if qe is None or qe.encoder is not self.encoder:
+                s = self.settings
+                new = QueryEncoder(
+                    self.encoder, cache=self._query_cache, max_batch=s.query_batch_max,
+                    max_wait_ms=s.query_batch_wait_ms, text_precision=s.query_text_precision,
+                    threads=s.query_threads,
+                )
+                if qe is not None:
+                    qe.close()
+                self._query_encoder = qe = new
+            return qe
 
     def allowed_ids(self, filters: Filters | None) -> np.ndarray | None:
         if filters is None or filters.is_empty():
             return None
         return self.filters.allowed(filters.terms(), filters.price_min, filters.price_max)
 
+    @reads_state
     def search(self, req: SearchRequest, *, image: bytes | None = None) -> SearchResponse:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters."""
         t0 = time.perf_counter()
@@ -462,12 +584,13 @@ class Engine:
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
         if plan.answer is not None:  # after-sales: an answer, no product ranking
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
-        qv = self.query_vectors(text, image)
+        qv, gate = fallback.query_vectors(self, text, image)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
-        scored, vector_scores, degraded, terms = fusion.rank(self, qv, text, req.k, allowed)
+        scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
         if not scored and plan.applied:  # nothing has every slot the query named: search without them
             allowed = understanding.relax(self, req, plan)
-            scored, vector_scores, degraded, terms = fusion.rank(self, qv, text, req.k, allowed)
+            scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
+        degraded = gate + degraded
         rows = self.records.get_by_iids([iid for iid, _, _ in scored])
         hits: list[Hit] = []
         applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
@@ -491,6 +614,24 @@ class Engine:
             model=self.model_key, degraded=degraded + plan.degraded,
         )
         return understanding.finish(self, req, text, plan, resp)
+
+    def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
+                      allowed: np.ndarray | None) -> tuple[Any, dict[int, float], list[str], Any]:
+        """Hybrid ranking under a time budget; when fusion raises or overstays, the plain vector
+        ranking (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
+        if not qv:
+            return fallback.lexical_rank(self, qv, text, k, allowed)
+        if not text or self.settings.fusion == "off" or not self.settings.fusion_signals:
+            return fusion.rank(self, qv, text, k, allowed)
+        try:
+            return fallback.guarded(fusion.rank, self, qv, text, k, allowed,
+                                    timeout_s=self.settings.fusion_timeout_ms / 1000, what="hybrid fusion")
+        except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
+            log.warning("hybrid fusion skipped for this search: %s", e)
+            scored = self._rank(dict(qv), k, allowed)
+            from vitrine.index.graph import QueryTerms  # noqa: PLC0415
+
+            return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()
 
     def _rank(
         self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None
@@ -526,26 +667,31 @@ class Engine:
                 for j in order]
 
     # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
+    @reads_state
     def recommend(self, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
         """Similar products (same category, nearest in the shared space, MMR-diversified) or
         complementary ones (complementary categories via the graph, colour-compatible, same
         gender); NotFound for an unknown id, InvalidInput for a bad kind or k."""
         return recommend.recommend(self, pid, kind, k)
 
+    @reads_state
     def compare(self, ids: list[str]) -> CompareResponse:
         """Compare 2..5 distinct products: attributes, pairwise similarities, graph relation."""
         return recommend.compare(self, ids)
 
+    @reads_state
     def compare_text(self, text: str) -> CompareResponse:
         """Compare what "A vs B" names: each side resolved by search, best match of each."""
         return recommend.compare_text(self, text)
 
+    @reads_state
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
         row = self.records.get(pid)
         if row is None:
             raise NotFound("product", pid)
         return self.vectors[field].get([row.iid])[0]  # type: ignore[list-item]
 
+    @reads_state
     def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
         """Filter values per field, most common first (at most ``limit`` each)."""
         fields = list(fields) if fields else list(FILTER_FIELDS)
@@ -581,31 +727,65 @@ class Engine:
             todo = [(it, it.image, hashlib.sha256(it.image).hexdigest() if it.image else None) for it in items]
             report = UpsertReport()
             rows = self._encode_rows(todo, report, progress=progress)
-            for r, (it, _, _) in zip(rows, todo):
-                r.version = next((s.version for s in stale if s.id == it.product.id), None)
-            seq, iids = self.records.upsert_many(rows)
-            for r, iid in zip(rows, iids):
-                r.iid = iid
-            self._apply_rows_to_indexes(rows)
-            self._index_seq, self._dirty = seq, True
+            versions = {s.id: s.version for s in stale}
+            for r in rows:  # (rows skip products whose photo failed: match by id, not position)
+                r.version = versions.get(r.id)
+            if not rows:
+                return 0
+            with self._state.write():
+                seq, iids = self.records.upsert_many(rows)
+                for r, iid in zip(rows, iids):
+                    r.iid = iid
+                self._apply_rows_to_indexes(rows)
+                self._advance_seq(seq)
         return len(rows)
 
+    # -- hot swap (vitrine/search/swap.py) ---------------------------------------------------------
+    def swap(self, req: "hotswap.SwapRequest", *, progress: bool = False) -> "hotswap.SwapReport":
+        """Load a new model version or index snapshot beside the live one, check it on the canary
+        queries, switch atomically; raises SwapRefused (saying why) and keeps serving otherwise."""
+        return hotswap.swap(self, req, progress=progress)
 
-@contextmanager
-def _snapshot_lock(idx_dir: Path) -> Iterator[None]:
-    """An exclusive advisory lock on the snapshot folder (POSIX flock; a no-op elsewhere)."""
-    idx_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    with open(idx_dir / ".lock", "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    def install(self, cand: "hotswap.Candidate") -> list[str]:
+        """Switch to a checked candidate: catch it up with the latest writes, then swap models and
+        indexes in one exclusive step; remember the model in the data dir and snapshot it."""
+        warnings: list[str] = []
+        with self._write_lock:
+            hotswap.catch_up(self, cand)
+            hotswap.write_active_model(self.data_dir / "index", cand)
+            with self._state.write():
+                self.encoder, self.model_key, self.vectors = cand.encoder, cand.model_key, cand.vectors
+                self.model_spec = cand.spec
+                self.settings.index_factory = cand.factory
+                self._index_seq = max(self._index_seq, cand.seq)
+                self._dirty = True
         try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            self.save()
+        except (StorageError, OSError) as e:  # the switch stands; the records still hold every change
+            warnings.append(f"switched, but the snapshot of the new version failed: {e}")
+            log.error("%s", warnings[-1])
+        return warnings
+
+    def record_swap(self, report: "hotswap.SwapReport") -> None:
+        self.swaps.append({"at": time.time(), "accepted": report.accepted, "switched": report.switched,
+                           "reason": report.reason, "model_key": report.candidate.get("model_key")})
+        del self.swaps[:-20]
+
+
+def _recovery_summary(rec: dict[str, Any]) -> str:
+    parts = []
+    if rec.get("snapshot"):
+        parts.append(f"loaded snapshot {rec['snapshot']} (change {rec['snapshot_seq']})")
+    else:
+        parts.append("no usable snapshot: rebuilt from the records")
+    parts.append(f"replayed {rec.get('replayed', 0)} later changes")
+    for r in rec.get("refused", []):
+        parts.append(f"refused {r['version']}: {r['reason']}")
+    if rec.get("partial"):
+        parts.append(f"ignored {len(rec['partial'])} half-written snapshot(s) left by a crash")
+    if rec.get("reembedded"):
+        parts.append(f"re-embedded {rec['reembedded']} products made by another model")
+    return "; ".join(parts)
 
 
 def _image_key(sha: str, data: bytes) -> str:

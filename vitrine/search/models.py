@@ -54,6 +54,8 @@ class Product(BaseModel):
         if not extras:
             return data
         data = {k: v for k, v in data.items() if k in _KNOWN}
+        if data.get("attributes") is not None and not isinstance(data["attributes"], dict):
+            return data  # the attributes validator says what is wrong with them
         attrs = dict(data.get("attributes") or {})
         for k, v in extras.items():
             if v is None or v == "":
@@ -129,7 +131,10 @@ class Product(BaseModel):
     @classmethod
     def _b64(cls, v: str | None) -> str | None:
         if v:
-            decode_b64(v)  # validates
+            try:
+                decode_b64(v)  # validates
+            except InvalidInput as e:  # as a ValueError, pydantic reports it as a validation error
+                raise ValueError(str(e)) from e
         return v or None
 
     # -- derived views ----------------------------------------------------------------------

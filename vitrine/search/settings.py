@@ -51,6 +51,17 @@ class Settings(BaseSettings):
     encode_batch_size: int = Field(64, ge=1, le=4096)
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: all cores).")
 
+    # -- query fast path (vitrine/encoders/queries.py; measured in bench-results/fastpath.md) ------
+    query_cache_size: int = Field(4096, ge=0, le=10_000_000, description="LRU cache of query embeddings, keyed by "
+                                  "model key + normalised text / photo SHA-256 (0: off).")
+    query_batch_max: int = Field(32, ge=1, le=1024, description="Most concurrent queries encoded in one forward.")
+    query_batch_wait_ms: float = Field(1.0, ge=0, le=100, description="How long a query waits for others to "
+                                       "batch with (0: only those already queued).")
+    query_text_precision: Literal["fp32", "bf16", "int8"] = Field(
+        "fp32", description="Text tower precision for queries only (product vectors are unchanged).")
+    query_threads: int = Field(1, ge=1, le=256, description="torch threads of each query encode worker: one "
+                               "forward per core beats two threads contending on a busy CPU (measured).")
+
     # -- index and ranking --------------------------------------------------------------------
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1)
@@ -108,6 +119,35 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="Required for writes (PUT/DELETE /products).")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
     log_level: str = "INFO"
+
+    # -- reliability: snapshots, hot swap, degraded mode, request limits (README "Reliability") --
+    snapshot_keep: int = Field(3, ge=1, le=100, description="Index snapshot versions kept in DIR/index/snapshots.")
+    snapshot_interval_s: float = Field(30.0, ge=0, description="The API snapshots its indexes this often when "
+                                                                "they changed (0: after every write).")
+    follow_swap: bool = Field(True, description="Open a data dir with the model its last hot swap activated "
+                                                "(DIR/index/active_model.json) instead of the configured one.")
+    canary_size: int = Field(64, ge=4, le=5000, description="Catalogue products whose titles and photos are "
+                                                            "the canary queries of a hot swap.")
+    canary_queries: Path | None = Field(None, description="Extra canary queries: JSONL of {\"text\": ...}.")
+    canary_k: int = Field(10, ge=1, le=100, description="Results compared per canary query.")
+    swap_min_overlap: float = Field(0.9, ge=0.0, le=1.0, description="Same model: least mean overlap@k of "
+                                                                      "candidate and live canary results.")
+    swap_min_agreement: float = Field(0.99, ge=-1.0, le=1.0, description="Same model: least mean cosine of "
+                                                                         "candidate and live embeddings.")
+    swap_model_min_overlap: float = Field(0.2, ge=0.0, le=1.0, description="New model: least mean overlap@k "
+                                                                             "with the live model's results.")
+    swap_model_min_agreement: float = Field(0.4, ge=-1.0, le=1.0, description="New model: least mean rank "
+                                          "correlation of candidate and live similarity to the canary probes.")
+    swap_max_recall_drop: float = Field(0.1, ge=0.0, le=1.0, description="Most the canary's known-item "
+                                                                        "recall@k may fall below the live one.")
+    gate_timeout_ms: float = Field(2000.0, gt=0, description="Query embedding (adapter/MoE gate) time budget; "
+                                                             "past it the search degrades (degraded: gate).")
+    fusion_timeout_ms: float = Field(2000.0, gt=0, description="Hybrid fusion time budget; past it (or when "
+                                     "fusion fails) the search is the plain vector ranking (degraded: fusion).")
+    reembed_on_open: bool = Field(True, description="Opening a data dir re-embeds products whose vectors another "
+                                                    "model made (after a model change), so none goes missing.")
+    request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
+    admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")
 
     # -- Kafka catalogue stream (vitrine publish / consume; vitrine/ingest/kafka.py) -------------
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Bootstrap servers, comma-separated host:port.")

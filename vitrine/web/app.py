@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +32,7 @@ from vitrine.errors import (
     ModelError,
     NotFound,
     StorageError,
+    SwapRefused,
     TooLarge,
     Unauthorized,
     VitrineError,
@@ -40,10 +41,32 @@ from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import FacetsResponse, Filters, Product, ProductOut, SearchRequest, SearchResponse
 from vitrine.search.models import CompareRequest, CompareResponse, RecommendResponse
 from vitrine.search.settings import Settings
+from vitrine.search.swap import SwapReport, SwapRequest
+from vitrine.web.guards import ContentTypeGuard, RequestTimeout
 from vitrine.web.metrics import Metrics
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    code: str = Field(description="not_found, invalid_input, invalid_image, too_large, unauthorized, "
+                                  "unsupported_media_type, swap_refused, timeout, unavailable, internal, ...")
+    message: str
+    detail: Any = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: ``{"error": {"status", "code", "message", "detail"?}}``."""
+
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "Refused: the one JSON error shape says why"},
+    "5XX": {"model": ErrorBody, "description": "Failed or unavailable: the one JSON error shape"},
+}
 
 
 def error_body(status: int, code: str, message: str, detail: Any = None) -> dict[str, Any]:
@@ -64,6 +87,8 @@ def _status_for(e: VitrineError) -> tuple[int, str]:
         return 422, "invalid_input"
     if isinstance(e, Unauthorized):
         return 401, "unauthorized"
+    if isinstance(e, SwapRefused):
+        return 409, "swap_refused"
     if isinstance(e, (ModelError, StorageError)):
         return 503, "unavailable"
     return 500, "internal"
@@ -121,6 +146,11 @@ class _BodyTooLarge(Exception):
     pass
 
 
+def _quiesce(eng: Engine) -> None:
+    with eng._write_lock:  # waits for a snapshot (or write) in flight
+        pass
+
+
 def get_engine(request: Request) -> Engine:
     return request.app.state.engine
 
@@ -142,20 +172,41 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         app.state.engine = eng
         metrics.bind_engine(eng)
         log.info("serving %d products from %s", len(eng), settings.data_dir)
+        snapshots = asyncio.create_task(_snapshot_loop(eng)) if settings.snapshot_interval_s > 0 else None
         try:
             yield
         finally:
+            if snapshots is not None:
+                snapshots.cancel()
+                await asyncio.to_thread(_quiesce, eng)  # a snapshot in flight finishes first
             if own:
                 await asyncio.to_thread(eng.close)
+
+    async def _snapshot_loop(eng: Engine) -> None:
+        """Writes are durable in the record store when they return; this snapshots the indexes
+        every ``snapshot_interval_s`` when they changed, so a restart replays few changes."""
+        while True:
+            await asyncio.sleep(settings.snapshot_interval_s)
+            if not eng._dirty:
+                continue
+            try:
+                await asyncio.to_thread(eng.save)
+            except (StorageError, OSError) as e:
+                log.error("index snapshot failed (%s); the record store still holds every change", e)
 
     app = FastAPI(
         title="Vitrine",
         version=__version__,
         description="Multimodal semantic search for e-commerce: words, a photo, or both.",
         lifespan=lifespan,
+        responses=ERROR_RESPONSES,
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.add_middleware(RequestTimeout, limit_for=lambda path: settings.admin_timeout_s
+                       if path.startswith("/admin/") else settings.request_timeout_s)
+    app.add_middleware(ContentTypeGuard, json_prefixes=("/search", "/compare", "/products/", "/admin/"),
+                       multipart_paths=("/search/image",))
 
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
@@ -182,7 +233,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         status, code = _status_for(e)
         if status >= 500:
             log.error("%s: %s", code, e)
-        return JSONResponse(error_body(status, code, str(e)), status_code=status)
+        report = getattr(e, "report", None)
+        detail = report.model_dump() if hasattr(report, "model_dump") else None
+        return JSONResponse(error_body(status, code, str(e), detail), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -192,8 +245,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large"}.get(
-            e.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large",
+                415: "unsupported_media_type", 504: "timeout"}.get(e.status_code, "http_error")
         return JSONResponse(error_body(e.status_code, code, str(e.detail)), status_code=e.status_code,
                             headers=getattr(e, "headers", None))
 
@@ -202,7 +255,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         if not expected:
             raise Unauthorized("writes are disabled: the server has no API key configured (VITRINE_API_KEY)")
         if not x_api_key or not hmac.compare_digest(x_api_key.encode(), expected.encode()):
-            raise Unauthorized("a valid X-API-Key header is required for writes")
+            raise Unauthorized("a valid X-API-Key header is required for writes and admin actions")
 
     # -- search -----------------------------------------------------------------------------------
     @app.post("/search", response_model=SearchResponse, response_model_exclude_none=True, tags=["search"])
@@ -279,17 +332,19 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             raise InvalidInput(f"body id {product.id!r} does not match the path id {pid!r}")
         if product.image and not product.image_b64:
             raise InvalidInput("send the photo as image_b64; the API does not fetch image paths or URLs")
-        report = engine.upsert([ProductInput(product)])
+        report = engine.upsert([ProductInput(product)])  # durable (SQLite) when it returns
         if report.failed:
             raise InvalidInput(report.failed[0].reason)
-        engine.save()
+        if settings.snapshot_interval_s == 0:
+            engine.save()
         return {"id": pid, "upserted": report.upserted, "unchanged": report.unchanged, "stale": report.stale}
 
     @app.delete("/products/{pid}", tags=["products"], dependencies=[Depends(require_key)])
     def delete_product(pid: str, engine: EngineDep) -> dict[str, Any]:
         if engine.delete([pid]) == 0:
             raise NotFound("product", pid)
-        engine.save()
+        if settings.snapshot_interval_s == 0:
+            engine.save()
         return {"id": pid, "deleted": True}
 
     @app.get("/images/{key}", tags=["products"], response_class=FileResponse)
@@ -303,7 +358,35 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     # -- operations -------------------------------------------------------------------------------
     @app.get("/health", tags=["ops"])
     def health(engine: EngineDep) -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, **engine.stats()}
+        return {"status": "ok", "version": __version__, **engine.stats(), "snapshot": engine.snapshot_version,
+                "recovery": engine.recovery, "swaps": engine.swaps[-5:]}
+
+    # -- admin actions (need the API key) ---------------------------------------------------------
+    @app.post("/admin/swap", response_model=SwapReport, tags=["admin"], dependencies=[Depends(require_key)],
+              responses={409: {"description": "the candidate was refused; the report says why"}})
+    def admin_swap(req: SwapRequest, engine: EngineDep) -> SwapReport:
+        """Hot swap: load a model version (`adapter`, `model`), index (`index_factory`) or stored
+        snapshot (`snapshot`) beside the live one, check it on the canary queries, switch atomically.
+        409 with the report when a check fails (the live version keeps serving)."""
+        try:
+            report = engine.swap(req)
+        except SwapRefused:
+            metrics.swaps.labels("refused").inc()
+            raise
+        metrics.swaps.labels("switched" if report.switched else "dry_run").inc()
+        return report
+
+    @app.get("/admin/snapshots", tags=["admin"], dependencies=[Depends(require_key)])
+    def admin_snapshots(engine: EngineDep) -> dict[str, Any]:
+        """Stored snapshot versions (newest first), the one serving, and what start-up recovered."""
+        return {"current": engine.snapshot_version, "versions": [v.summary() for v in engine.snapshots.versions()],
+                "partial": [p.name for p in engine.snapshots.partials()], "recovery": engine.recovery}
+
+    @app.post("/admin/snapshot", tags=["admin"], dependencies=[Depends(require_key)])
+    def admin_snapshot(engine: EngineDep) -> dict[str, Any]:
+        """Publish a snapshot version of the indexes now (when they changed since the last one)."""
+        saved = engine.save()
+        return {"saved": saved, "version": engine.snapshot_version}
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def prometheus() -> Response:

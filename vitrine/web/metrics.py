@@ -31,11 +31,22 @@ class Metrics:
         self.degraded = Counter("vitrine_degraded_total", "Searches answered by a fallback path", ["component"],
                                 registry=r)
         self.products = Gauge("vitrine_products", "Products in the index", registry=r)
+        self.swaps = Counter("vitrine_swaps_total", "Hot swaps by result (switched, dry_run, refused)", ["result"],
+                             registry=r)
+        self.recovery = Gauge("vitrine_recovery", "What opening the data dir found: refused and half-written "
+                              "snapshots, changes replayed, whether it rebuilt from the records", ["what"], registry=r)
         self.with_photo = Gauge("vitrine_products_with_photo", "Products with a photo vector", registry=r)
 
     def bind_engine(self, engine: "Engine") -> None:
         self.products.set_function(lambda: len(engine))
         self.with_photo.set_function(lambda: len(engine.vectors["image"]))
+        rec = getattr(engine, "recovery", None) or {}
+        for what, fn in (("refused_snapshots", lambda: len(engine.recovery.get("refused", []))),
+                         ("partial_snapshots", lambda: len(engine.recovery.get("partial", []))),
+                         ("replayed_changes", lambda: float(engine.recovery.get("replayed", 0))),
+                         ("rebuilt", lambda: float(bool(engine.recovery.get("rebuilt"))))):
+            if rec:
+                self.recovery.labels(what).set_function(fn)
 
     def bind_ingest(self, status: Callable[[], Mapping[str, Any] | Sequence[Mapping[str, Any]] | None]) -> None:
         """Export Kafka ingest status (``IngestWorker.status`` or a list of status dicts) with the app's metrics."""

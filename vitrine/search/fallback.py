@@ -1,0 +1,142 @@
+"""Degrade, don't fail: the search's guarded steps and what answers when one of them breaks.
+
+- The query embedding (towers -> adapter; with the MoE adapter, its gate) runs under a time
+  budget (``gate_timeout_ms``). When it raises or runs out of time, the adapter's light path
+  answers when it has one (an adapter may define ``forward_light(image, text)``: the same space
+  without the part that failed, e.g. the MoE's skip path and an even mix of experts instead of
+  the router); otherwise a query with words is ranked by BM25 and the knowledge graph alone
+  (:func:`lexical_rank`). The response says ``degraded: ["gate"]``.
+- Hybrid fusion (BM25 + graph signals, vitrine/search/fusion.py) runs under ``fusion_timeout``;
+  when it raises or runs out of time the search is the plain vector ranking (``degraded:
+  ["fusion"]``). Its retrievers already degrade one by one (``bm25``, ``graph``).
+- The intent classifier degrades in vitrine/search/understanding.py (``degraded: ["intent"]``).
+
+A guarded step runs in a worker thread while the searching thread waits, holding the engine's
+read lock for it: no write can change the state under the worker while the search waits. A step
+that overstays is abandoned (its result is dropped when it ends).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import numpy as np
+
+from vitrine.errors import InvalidInput, ModelError
+from vitrine.index.graph import QueryTerms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitrine.search.engine import Engine
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Ranked = list[tuple[int, float, dict[str, float]]]
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="vitrine-guard")
+        return _pool
+
+
+def guarded(fn: Callable[..., T], *args: Any, timeout_s: float, what: str) -> T:
+    """``fn(*args)`` in a worker with a time budget: its result, or its exception re-raised, or
+    TimeoutError. Invalid input (a bad photo) is the caller's error and passes through as is."""
+    fut: Future[T] = _executor().submit(fn, *args)
+    try:
+        return fut.result(timeout=timeout_s)
+    except FutureTimeout as e:
+        fut.cancel()
+        raise TimeoutError(f"{what} took over {timeout_s * 1000:g} ms") from e
+
+
+def query_vectors(engine: "Engine", text: str | None, image: bytes | None) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The query's shared-space vectors and the degraded components (``["gate"]`` or none)."""
+    try:
+        return guarded(engine.query_vectors, text, image, timeout_s=engine.settings.gate_timeout_ms / 1000,
+                       what="query embedding"), []
+    except InvalidInput:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the gate degrades, never fails the search
+        log.warning("query embedding failed (%s); degrading to the light path", e)
+    try:
+        return light_query_vectors(engine, text, image), ["gate"]
+    except InvalidInput:
+        raise
+    except Exception as e:  # noqa: BLE001
+        log.warning("the light query path failed too (%s); ranking by words alone", e)
+        return {}, ["gate"]
+
+
+def light_query_vectors(engine: "Engine", text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
+    """Query vectors from the adapter's light path (``forward_light``), or none when it has none."""
+    import torch  # noqa: PLC0415
+
+    enc = engine.encoder
+    light = getattr(enc.adapter, "forward_light", None)
+    if light is None:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    dev = enc.towers.device
+    with torch.inference_mode():
+        if text:
+            tf = torch.from_numpy(enc.text_features([text])).to(dev)
+            res = light(None, tf)
+            out["text"] = _unit(res.text if res.text is not None else res.fused)
+        if image is not None:
+            imf = torch.from_numpy(enc.image_features([image])).to(dev)
+            res = light(imf, None)
+            out["image"] = _unit(res.image if res.image is not None else res.fused)
+    return out
+
+
+def _unit(t: Any) -> np.ndarray:
+    v = t[0].detach().float().cpu().numpy()
+    n = float(np.linalg.norm(v))
+    if not np.isfinite(v).all() or n == 0:
+        raise ModelError("the light path gave no usable vector")
+    return (v / n).astype(np.float32)
+
+
+def lexical_rank(engine: "Engine", qv: dict[str, np.ndarray], text: str | None, k: int,
+                 allowed: np.ndarray | None) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
+    """Ranking without query vectors: BM25 over titles, brands, categories and attributes, then
+    the knowledge graph's products for the values the words name. Same shape as ``fusion.rank``."""
+    if not text:
+        raise ModelError("the query embedding failed and a photo-only query has no fallback; try again")
+    if allowed is not None and len(allowed) == 0:
+        return [], {}, [], QueryTerms()
+    only = allowed.tolist() if allowed is not None else None
+    hits = engine.records.bm25(text, k, only=only)
+    out: Ranked = []
+    best = max((s for _, s in hits), default=0.0) or 1.0
+    for iid, s in hits:
+        out.append((int(iid), float(s) / best, {"bm25": float(s) / best}))
+    terms = QueryTerms()
+    if len(out) < k:
+        try:
+            from vitrine.search.fusion import graph_candidates  # noqa: PLC0415
+
+            terms = engine.graph.match_query(text)
+            with engine.graph._lock:
+                more = sorted(graph_candidates(engine.graph, terms)) if terms else []
+            seen = {i for i, _, _ in out}
+            allowed_set = set(only) if only is not None else None
+            for iid in more:
+                if len(out) >= k:
+                    break
+                if iid not in seen and (allowed_set is None or iid in allowed_set):
+                    out.append((int(iid), 0.0, {"graph": 1.0}))
+        except Exception as e:  # noqa: BLE001 - the graph is a bonus here
+            log.warning("graph fallback failed: %s", e)
+    return out, {}, [], terms

@@ -201,6 +201,7 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
     rows = []
     for prec in ("fp32", "bf16", "int8"):
         row: dict[str, Any] = {"precision": prec}
+        catalog._key = None  # the catalogue keeps the last encoder's features: make it ask this one
         k = P.kagl_t2i(_precision_encoder(engine.encoder, prec), catalog, progress=False)["metrics"]
         row.update({"kagl_R@10": k["R@10"], "kagl_MRR@10": k["MRR@10"]})
         engine.settings.query_text_precision = prec  # type: ignore[assignment]

@@ -124,7 +124,9 @@ class Adapter(nn.Module):
                  for k, v in self.state_dict().items()}
         save_file(state, str(tmp_w), metadata={"kind": self.kind, "dtype": "float16"})
         # The config pins its weights: load_adapter refuses a weights file that does not match.
-        self.config["weights_sha256"] = _file_sha256(tmp_w)
+        from vitrine.encoders.factory import sha256_file  # noqa: PLC0415 - as load_adapter does
+
+        self.config["weights_sha256"] = sha256_file(tmp_w)
         tmp_c.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         for tmp in (tmp_w, tmp_c):
             with open(tmp, "rb") as f:
@@ -244,16 +246,6 @@ def load_adapter(folder: str | os.PathLike[str], expected_sha256: str | None = N
         raise ModelError(f"adapter weights in {w_file} do not fit its config: {e}") from e
     adapter.eval()
     return adapter
-
-
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def list_shipped_adapters() -> list[str]:

@@ -22,6 +22,11 @@ from vitrine.errors import InvalidImage, InvalidInput, ModelError
 
 log = logging.getLogger(__name__)
 
+# Photos per image-tower forward on CPU. The tower's depthwise convolutions are memory-bound:
+# 8 photos at 128x96 stay in cache, 32 do not (2 cores: 120 photos/s at 8 vs 75 at 32 and 48 at
+# 128; bench-results/encoders.md). Ingest batches stay large; only the forward is split.
+IMAGE_FORWARD_BATCH = 8
+
 
 class FeatureCache:
     """Backbone features keyed by (towers key, content hash), in one SQLite file.
@@ -201,14 +206,20 @@ class MultimodalEncoder:
                     errors[i] = str(e)
                     out[i] = np.nan
             if pixels:
-                with self._lock:
-                    feats = self.towers.image_features(torch.stack(pixels)).cpu().numpy()
+                feats = self.pixel_features(torch.stack(pixels))
                 out[ok] = feats
                 if self.cache:
                     self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(ok))
             bar.update(len(chunk))
         bar.close()
         return out
+
+    def pixel_features(self, pixels: torch.Tensor) -> np.ndarray:
+        """Image-tower features of preprocessed photos (N, 3, H, W), in cache-sized forwards on CPU."""
+        step = IMAGE_FORWARD_BATCH if self.towers.device.type == "cpu" else max(1, len(pixels))
+        with self._lock:  # the tower's feature taps keep per-forward state
+            return torch.cat([self.towers.image_features(pixels[s:s + step])
+                              for s in range(0, len(pixels), step)]).cpu().numpy()
 
     def text_features(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Backbone features for texts, (N, text_dim) float32."""

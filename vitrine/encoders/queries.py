@@ -225,8 +225,7 @@ class QueryEncoder:
 
     @torch.inference_mode()
     def _encode_pixels(self, pixels: list[torch.Tensor]) -> list[np.ndarray]:
-        with self.encoder._lock:  # the image tower's feature taps keep per-forward state
-            feats = self.encoder.towers.image_features(torch.stack(pixels)).cpu().numpy()
+        feats = self.encoder.pixel_features(torch.stack(pixels))
         emb = self.encoder.embed(feats, None).image
         if emb is None:  # pragma: no cover
             raise ModelError("the adapter returned no image vectors")

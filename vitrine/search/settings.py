@@ -119,6 +119,8 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="Required for writes (PUT/DELETE /products).")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
     log_level: str = "INFO"
+    tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
+                                                "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
 
     # -- reliability: snapshots, hot swap, degraded mode, request limits (README "Reliability") --
     snapshot_keep: int = Field(3, ge=1, le=100, description="Index snapshot versions kept in DIR/index/snapshots.")

@@ -43,6 +43,7 @@ from vitrine.search.models import CompareRequest, CompareResponse, RecommendResp
 from vitrine.search.settings import Settings
 from vitrine.search.swap import SwapReport, SwapRequest
 from vitrine.web.guards import ContentTypeGuard, RequestTimeout
+from vitrine.web.memory import limit_heap_growth
 from vitrine.web.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
+        if own and settings.tune_malloc:
+            limit_heap_growth()
         eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
         app.state.engine = eng
         metrics.bind_engine(eng)

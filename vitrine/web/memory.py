@@ -26,7 +26,8 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 
-def limit_heap_growth(mmap_threshold: int = 1 << 20, trim_threshold: int = 8 << 20, arenas: int = 4) -> bool:
+def limit_heap_growth(mmap_threshold: int = 8 << 20, trim_threshold: int = 16 << 20,
+                      arenas: int | None = None) -> bool:
     """Set glibc's malloc thresholds for this process. Returns whether they took effect."""
     if not sys.platform.startswith("linux"):
         return False
@@ -37,7 +38,9 @@ def limit_heap_growth(mmap_threshold: int = 1 << 20, trim_threshold: int = 8 << 
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    ok = all(mallopt(param, value) == 1 for param, value in (
-        (M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold), (M_ARENA_MAX, arenas)))
+    settings = [(M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold)]
+    if arenas is not None:
+        settings.append((M_ARENA_MAX, arenas))
+    ok = all(mallopt(param, value) == 1 for param, value in settings)
     log.debug("malloc tuning %s", "applied" if ok else "refused")
     return ok

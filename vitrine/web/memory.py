@@ -2,14 +2,16 @@
 
 glibc serves allocations above a threshold with mmap and gives them back on free, but it raises
 that threshold to the size of every mmapped block freed (up to 32 MiB). A server that writes
-index snapshots (tens of MB of serialized FAISS index and graph JSON every few seconds) soon has
-its threshold at 32 MiB, and from then on those buffers come from the heap, whose freed pages
+index snapshots (tens of MB of serialized FAISS index and graph JSON, every 30 s under writes)
+soon has its threshold at 32 MiB, and from then on those buffers come from the heap, whose freed pages
 fragment instead of going back: RSS climbs in steps at snapshot times. Measured with
 ``vitrine bench soak --duration 600`` on the full catalogue: without this, RSS went 1583 -> 2002 MB
-(+62 MB/min in the first half, +17 in the second); with it, 1480 -> 1526 MB (+0.35 MB/min in the
-second half; bench-results/soak.md). A fixed threshold keeps big buffers on mmap; a trim threshold
-returns the heap top sooner; few arenas stop dozens of request/worker threads from each keeping
-their own. The standard library has no binding for ``mallopt``; ctypes is the documented way.
+(+62 MB/min in the first half, +17 in the second); with an 8 MiB threshold, 1527 -> 1611 MB,
++0.47 MB/min in the second half (bench-results/soak.md). A 1 MiB threshold held RSS too but cost
+a third of the photo throughput at 16 clients (every batch's activations became fresh mmaps), and
+capping arenas at 4 made 80 threads contend. A fixed threshold keeps big buffers on mmap; a trim
+threshold returns the heap top sooner (``arenas`` can cap glibc's per-thread arenas; off by
+default). The standard library has no binding for ``mallopt``; ctypes is the documented way.
 """
 
 from __future__ import annotations

@@ -112,6 +112,8 @@ def test_fuzz_writes_and_admin_with_the_key(write_schema):
 def test_fuzz_ran_over_a_thousand_cases_without_a_server_error():
     """(Runs after the two fuzz tests above.) The bar: >= 1,000 generated cases, zero 5xx."""
     total = CASES["read"] + CASES["write"]
+    if not CASES["read"] or not CASES["write"]:
+        pytest.skip("counts the cases of the two fuzz tests above: run this file whole")
     print(f"schemathesis: {CASES['read']} cases over the API, {CASES['write']} over writes with the key, "
           f"{len(SERVER_ERRORS)} server errors")
     assert total >= 1000, CASES

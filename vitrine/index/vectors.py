@@ -264,8 +264,7 @@ class VectorIndex:
                 # The common case (no filter, every row live and in the ANN index): one FAISS call
                 # and the id lookup, nothing else, so the wrapper stays close to raw FAISS speed
                 # (bench-results/index.md: VectorIndex.search over raw FAISS search).
-                index = self._gpu_index if self._gpu_index is not None and k <= 2048 else self._index
-                s, r = index.search(q, k)
+                s, r = self._unfiltered_index(k).search(q, k)
                 if r.min() >= 0:
                     return s, self._row_ids[r]
                 # an ANN search that came up short: the general path below makes up the rest exactly
@@ -330,14 +329,15 @@ class VectorIndex:
             out_s, out_r = _merge(out_s, out_r, ts, tr, k)
         return out_s, out_r
 
+    def _unfiltered_index(self, k: int):  # noqa: ANN202
+        """The GPU copy when there is one (FAISS GPU answers at most 2048 neighbours), else the index."""
+        return self._gpu_index if self._gpu_index is not None and k <= 2048 else self._index
+
     def _ann(self, q: np.ndarray, k: int, allowed_rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         faiss = _faiss()
         has_dead = self.dead_rows > 0
         if allowed_rows is None and not has_dead:
-            # FAISS GPU search answers at most 2048 neighbours per query
-            index = self._gpu_index if self._gpu_index is not None and k <= 2048 else self._index
-            s, r = index.search(q, k)
-            return s, r
+            return self._unfiltered_index(k).search(q, k)
         mask = np.zeros(self._indexed, dtype=bool)
         if allowed_rows is None:
             mask[:] = self._row_ids[: self._indexed] >= 0

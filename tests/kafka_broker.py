@@ -67,6 +67,20 @@ def records_from_catalog(catalog_dir: Path) -> list[dict]:
 FORK_LOCK = threading.RLock()
 
 
+def child_runtime(encoder) -> None:  # noqa: ANN001
+    """In a forked child, before it uses the session's models: torch's and FAISS's OpenMP pools do
+    not survive fork() (one thread each), and the feature cache gets its own SQLite connection."""
+    import faiss
+    import torch
+
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    from vitrine.encoders.encoder import FeatureCache
+
+    if encoder.cache is not None:  # never share the parent's SQLite connection
+        encoder.cache = FeatureCache(encoder.cache.path)
+
+
 def fork_worker(settings, encoder, *, until_idle: float | None = None, timeout: float = 120) -> int:
     """Run an IngestWorker in a forked child (the session's models, copy-on-write; no model
     load). SIGTERM/SIGINT stop it gracefully; SIGKILL is a crash. Returns the child's pid."""
@@ -78,18 +92,10 @@ def fork_worker(settings, encoder, *, until_idle: float | None = None, timeout: 
         return pid
     code = 1
     try:
-        # Torch's and FAISS's OpenMP pools do not survive fork(): one thread each in the child.
-        import faiss
-        import torch
-
-        torch.set_num_threads(1)
-        faiss.omp_set_num_threads(1)
-        from vitrine.encoders.encoder import FeatureCache
+        child_runtime(encoder)
         from vitrine.ingest.kafka import IngestWorker
         from vitrine.search.engine import Engine
 
-        if encoder.cache is not None:  # never share the parent's SQLite connection
-            encoder.cache = FeatureCache(encoder.cache.path)
         eng = Engine(settings, encoder)
         worker = IngestWorker(eng, settings, status_interval_s=0.0)
         worker.install_signal_handlers()

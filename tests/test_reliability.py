@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import SOURCE
+from kafka_broker import child_runtime, wait_exit
 from vitrine.errors import ModelError, SwapRefused
 from vitrine.search import fusion
 from vitrine.search.engine import Engine, ProductInput
@@ -179,15 +180,7 @@ def _snapshotting_child(settings, encoder, log_path: Path, rows: list[dict], see
         return pid
     code = 1
     try:
-        import faiss
-        import torch
-
-        torch.set_num_threads(1)
-        faiss.omp_set_num_threads(1)
-        from vitrine.encoders.encoder import FeatureCache
-
-        if encoder.cache is not None:
-            encoder.cache = FeatureCache(encoder.cache.path)
+        child_runtime(encoder)
         eng = Engine(settings, encoder)
         rng = random.Random(seed)
         state = {r.id: (r.version or 0) for r in eng.records.iter_rows(with_vectors=False) if r.id.startswith("c")}
@@ -252,17 +245,6 @@ def _expected(log_path: Path) -> tuple[dict[str, dict], dict | None]:
     return live, pending
 
 
-def _wait_exit(pid: int, timeout: float = 10) -> int:
-    t_end = time.monotonic() + timeout
-    while time.monotonic() < t_end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    raise AssertionError(f"child {pid} did not exit")
-
-
 def _check_nothing_lost(eng: Engine, live: dict[str, dict], pending: dict | None, rows: dict[str, dict]) -> None:
     ours = {r.id: r for r in eng.records.iter_rows(with_vectors=True) if r.id.startswith("c")}
     expect = dict(live)
@@ -317,7 +299,7 @@ def test_sigkill_during_snapshot_writes_loses_nothing(base_dir, settings_factory
             time.sleep(rng.random() * 0.03)
         finally:
             os.kill(pid, signal.SIGKILL)
-        assert _wait_exit(pid) == -signal.SIGKILL
+        assert wait_exit(pid, timeout=10) == -signal.SIGKILL
         mid_write = [n for n in os.listdir(d / "index" / "snapshots") if n.startswith(".tmp-")]
         live, pending = _expected(log_path)
         eng = Engine(s, encoder)  # the restart

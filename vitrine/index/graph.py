@@ -40,7 +40,7 @@ from typing import Any
 import networkx as nx
 
 from vitrine.errors import StorageError
-from vitrine.index.vectors import atomic_write_bytes
+from vitrine.index.vectors import atomic_write_bytes, read_verified
 
 log = logging.getLogger(__name__)
 
@@ -798,12 +798,7 @@ class ProductGraph:
         """Read a node-link JSON snapshot; StorageError if it is unreadable, fails its checksum,
         or was built from other graph data (then rebuild from the records)."""
         path = Path(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise StorageError(f"cannot read graph {path}: {e}") from e
-        if expected_sha256 and hashlib.sha256(raw).hexdigest() != expected_sha256:
-            raise StorageError(f"graph {path} failed its checksum")
+        raw = read_verified(path, expected_sha256, "graph")
         try:
             payload = json.loads(raw)
             g = nx.node_link_graph(payload, directed=True, multigraph=True, edges="edges")

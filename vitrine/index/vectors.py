@@ -385,12 +385,7 @@ class VectorIndex:
     def load(cls, path: str | os.PathLike[str], expected_sha256: str | None = None, **kwargs) -> "VectorIndex":
         faiss = _faiss()
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise StorageError(f"cannot read vector index {path}: {e}") from e
-        if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
-            raise StorageError(f"vector index {path} failed its checksum")
+        data = read_verified(path, expected_sha256, "vector index")
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 meta = json.loads(bytes(z["meta"]).decode())
@@ -435,6 +430,17 @@ def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: in
     s = np.where(r >= 0, s, -np.inf)
     order = np.argsort(-s, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(s, order, axis=1), np.take_along_axis(r, order, axis=1)
+
+
+def read_verified(path: Path, expected_sha256: str | None, what: str) -> bytes:
+    """A snapshot file's bytes; StorageError when unreadable or not matching its SHA-256."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise StorageError(f"cannot read {what} {path}: {e}") from e
+    if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise StorageError(f"{what} {path} failed its checksum")
+    return data
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,13 +217,8 @@ class Engine:
             self.filters.upsert(row.iid, values, price)  # type: ignore[arg-type]
             if row.model_key != self.model_key:
                 stale_model += 1
-        batch: list[RecordRow] = []
-        for row in self.records.iter_rows(since_seq=self._index_seq, include_deleted=True):
-            batch.append(row)
-            if len(batch) >= 5000:
-                replayed += self._apply_rows_to_indexes(batch)
-                batch = []
-        replayed += self._apply_rows_to_indexes(batch)
+        for batch in self._changes_since(self._index_seq, 5000):
+            replayed += self._apply_rows_to_indexes(batch)
         self._index_seq = self.records.seq
         if replayed or loaded is None:
             self._dirty = True
@@ -432,16 +427,19 @@ class Engine:
 
     def _catch_up_locked(self) -> int:
         target = self.records.seq
-        applied = 0
-        batch: list[RecordRow] = []
-        for row in self.records.iter_rows(since_seq=self._index_seq, include_deleted=True):
-            batch.append(row)
-            if len(batch) >= 2000:
-                applied += self._apply_changed_rows(batch)
-                batch = []
-        applied += self._apply_changed_rows(batch)
+        applied = sum(self._apply_changed_rows(b) for b in self._changes_since(self._index_seq, 2000))
         self._index_seq = max(self._index_seq, target)
         return applied
+
+    def _changes_since(self, seq: int, size: int) -> Iterator[list[RecordRow]]:
+        """Record-store rows changed after ``seq`` (deletions included), in batches of ``size``."""
+        batch: list[RecordRow] = []
+        for row in self.records.iter_rows(since_seq=seq, include_deleted=True):
+            batch.append(row)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+        yield batch
 
     def _apply_changed_rows(self, rows: Sequence[RecordRow]) -> int:
         self._apply_rows_to_indexes(rows)

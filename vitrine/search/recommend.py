@@ -189,21 +189,14 @@ def _complementary(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: Pr
         order = np.argsort(-sims, kind="stable")
         return [(ids_ok[j], float(sims[j])) for j in order]
 
-    queues = []
-    for cat, outfits, main, extra in per_cat:
-        q = ranked(main)
-        if q:
-            queues.append((cat, outfits, q, False))
-    queues.sort(key=lambda t: (-len(t[1]), -t[2][0][1], t[0]))
-    picks = _round_robin(queues, k)
+    def queues(fill: bool) -> list:  # one ranked queue per complementary category, most outfits first
+        out = [(cat, outfits, q, fill) for cat, outfits, main, extra in per_cat
+               if (q := ranked(extra if fill else main))]
+        return sorted(out, key=lambda t: (-len(t[1]), -t[2][0][1], t[0]))
+
+    picks = _round_robin(queues(False), k)
     if len(picks) < k:  # not enough of the anchor's own gender: unisex-compatible products fill in
-        fillq = []
-        for cat, outfits, _main, extra in per_cat:
-            q = ranked(extra)
-            if q:
-                fillq.append((cat, outfits, q, True))
-        fillq.sort(key=lambda t: (-len(t[1]), -t[2][0][1], t[0]))
-        picks += _round_robin(fillq, k - len(picks))
+        picks += _round_robin(queues(True), k - len(picks))
     rows = engine.records.get_by_iids([i for _, _, i, _, _ in picks])
     out = []
     for cat, outfits, iid, sim, is_fill in picks:

@@ -11,12 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 
+from vitrine import onnxrt
 from vitrine.encoders.adapters import load_adapter
 from vitrine.encoders.batching import LRUCache, MicroBatcher
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
-from vitrine.errors import InvalidImage
+from vitrine.errors import InvalidImage, InvalidInput, ModelError
+from vitrine.onnxrt import OnnxModule
 from vitrine.search.models import SearchRequest
 
 from conftest import SOURCE
@@ -204,3 +207,74 @@ def test_engine_search_uses_the_fast_path_and_rebuilds_it_on_encoder_swap(engine
     finally:
         engine.encoder = old
     assert engine.query_encoder.model_key == qe.model_key
+
+
+# -- the onnxruntime query path (vitrine/onnxrt.py) -------------------------------------------------
+onnx_needed = pytest.mark.skipif(not onnxrt.available(), reason="onnxruntime not installed (vitrine[fast])")
+
+
+@onnx_needed
+def test_onnx_query_path_matches_torch_for_texts_and_photos(encoder, titles, photos, cache_dir):
+    torch_qe = QueryEncoder(encoder, cache_size=0, max_wait_ms=0)
+    ort_qe = QueryEncoder(encoder, cache_size=0, max_wait_ms=0, runtime="onnx", onnx_dir=cache_dir)
+    try:
+        assert (torch_qe.runtime, ort_qe.runtime) == ("torch", "onnx")
+        texts = titles[:12] + ["", "x", "红色 高跟鞋 under 1500", "a " * 400]
+        want = np.stack([torch_qe.text([t])[0] for t in texts])
+        np.testing.assert_allclose(np.stack([ort_qe.text([t])[0] for t in texts]), want, atol=1e-5)
+        np.testing.assert_allclose(ort_qe.text_features(texts), torch_qe.text_features(texts), atol=1e-4)  # padded
+        good = photos[:6]
+        np.testing.assert_allclose(ort_qe.image(good), torch_qe.image(good), atol=1e-5)
+        assert list((cache_dir / "onnx").glob("*.onnx"))
+        again = QueryEncoder(encoder, cache_size=0, max_wait_ms=0, runtime="onnx", onnx_dir=cache_dir)
+        assert again.runtime == "onnx"  # the cached export is reused (and checked again)
+        again.close()
+    finally:
+        torch_qe.close()
+        ort_qe.close()
+
+
+@onnx_needed
+def test_onnx_runtime_that_cannot_be_had_raises_or_falls_back(encoder, cache_dir):
+    with pytest.raises(ModelError, match="not possible"):
+        QueryEncoder(encoder, cache_size=0, text_precision="bf16", runtime="onnx", onnx_dir=cache_dir)
+    qe = QueryEncoder(encoder, cache_size=0, text_precision="bf16", runtime="auto", onnx_dir=cache_dir)
+    assert qe.runtime == "torch"
+    qe.close()
+    with pytest.raises(InvalidInput):
+        QueryEncoder(encoder, cache_size=0, runtime="tensorrt")
+
+
+class _ShapeBranch(torch.nn.Module):
+    """Traced on a batch of one, its Python branch is frozen into the graph: wrong for larger ones."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.shape[0] > 1 else x + 0
+
+
+@onnx_needed
+def test_an_export_that_disagrees_with_torch_is_refused_and_not_kept(tmp_path):
+    x1, x3 = torch.ones(1, 4), torch.ones(3, 4)
+    with pytest.raises(ModelError, match="disagrees"):
+        OnnxModule.export(_ShapeBranch(), (x1,), key="branch", cache_dir=tmp_path, input_names=["x"],
+                          dynamic_axes={"x": {0: "b"}, "out": {0: "b"}}, probes=[(x1,), (x3,)])
+    assert not list((tmp_path / "onnx").glob("*.onnx"))
+    ok = OnnxModule.export(_ShapeBranch(), (x1,), key="branch", cache_dir=tmp_path, input_names=["x"],
+                           dynamic_axes={"x": {0: "b"}, "out": {0: "b"}}, probes=[(x1,)])
+    np.testing.assert_allclose(ok(np.full((1, 4), 3.0, dtype=np.float32)), np.full((1, 4), 3.0))
+
+
+@onnx_needed
+def test_intent_classifier_onnx_runtime_gives_torch_probabilities(cache_dir):
+    from vitrine.intent.classifier import IntentClassifier
+
+    a = IntentClassifier.load(cache_dir=cache_dir / "intent", runtime="torch")
+    b = IntentClassifier.load(cache_dir=cache_dir / "intent", runtime="onnx")
+    assert b.runtime == "onnx"
+    queries = ["nike vs puma running shoes", "what goes with a navy blazer", "how do I return these sandals",
+               "这个耳机和AirPods Pro 2比，降噪强吗？", "", "😀😀😀", "women red heels under 1500 " * 40]
+    for x, y in zip(a.predict_batch(queries), b.predict_batch(queries)):
+        assert x.label == y.label
+        assert max(abs(x.scores[k] - y.scores[k]) for k in x.scores) < 1e-4
+    for q in queries:
+        assert b.predict(q).scores == pytest.approx(a.predict(q).scores, abs=1e-4)

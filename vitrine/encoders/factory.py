@@ -165,6 +165,18 @@ class Towers:
             return feats
         return torch.cat([feats, *self.taps.collect(pixels, self.preprocess)], dim=1)
 
+    def image_export_module(self) -> torch.nn.Module:
+        """The image tower with its block taps as one plain module (no inference mode, no colour
+        histogram), for exporting: ``image_features(px) == with_histogram(module(px), px)``."""
+        return _TappedImage(self)
+
+    def with_histogram(self, trunk_features: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+        """Appends the colour histogram (when configured) to the exported module's features."""
+        if self.taps is None or not self.taps.hist:
+            return trunk_features
+        return torch.cat([trunk_features, self.taps.colour_histogram(pixels.to(trunk_features.device),
+                                                                      self.preprocess)], dim=1)
+
     @torch.inference_mode()
     def text_features(self, texts: list[str]) -> torch.Tensor:
         """Backbone features of a batch of texts, (B, text_dim) float32."""
@@ -177,6 +189,21 @@ class Towers:
             return self.model.text(ids).float()
         ids = self.clip_tokenizer(texts).to(self.device)
         return self.model.encode_text(ids, normalize=False).float()
+
+
+class _TappedImage(torch.nn.Module):
+    """``Towers.image_features`` without the colour histogram, as a traceable module."""
+
+    def __init__(self, towers: Towers) -> None:
+        super().__init__()
+        self.model = towers.model
+        self.taps = towers.taps
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        feats = self.model.encode_image(pixels, normalize=False).float()
+        if self.taps is None:
+            return feats
+        return torch.cat([feats, *(self.taps._captured.pop(b) for b in self.taps.blocks)], dim=1)
 
 
 class FeatureTaps:

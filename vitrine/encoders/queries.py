@@ -23,9 +23,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -33,11 +35,14 @@ import torch
 
 from vitrine.encoders.batching import LRUCache, MicroBatcher
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import InvalidInput, ModelError
+from vitrine import onnxrt
+from vitrine.errors import InvalidInput, ModelError, VitrineError
+from vitrine.onnxrt import OnnxModule
 
 log = logging.getLogger(__name__)
 
 Precision = Literal["fp32", "bf16", "int8"]
+Runtime = Literal["auto", "torch", "onnx"]
 Key = tuple[str, str, str, str]
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "int8")
 
@@ -80,6 +85,8 @@ class QueryEncoder:
         max_wait_ms: float = 1.0,
         text_precision: Precision | str = "fp32",
         threads: int | None = None,
+        runtime: Runtime | str = "torch",
+        onnx_dir: Path | None = None,
     ) -> None:
         if text_precision not in PRECISIONS:
             raise InvalidInput(f"unknown text precision {text_precision!r}; use one of {', '.join(PRECISIONS)}")
@@ -106,6 +113,9 @@ class QueryEncoder:
                 self._text_device = torch.device("cpu")
             else:
                 self._text_device = towers.device
+        self._onnx_text: OnnxModule | None = None
+        self._onnx_image: OnnxModule | None = None
+        self.runtime = self._text_runtime(str(runtime), onnx_dir)
         wait = max_wait_ms / 1000.0
         self._text = MicroBatcher(self._encode_texts, max_batch=max_batch, max_wait_s=wait,
                                   name="vitrine-query-text", on_start=self._thread_setup)
@@ -115,6 +125,77 @@ class QueryEncoder:
         self._pending_lock = threading.Lock()
         self._closed = False
         self._close_lock = threading.Lock()
+
+    def _text_runtime(self, runtime: str, onnx_dir: Path | None) -> str:
+        """"torch" or "onnx": what runs the query text tower. ``auto`` takes onnxruntime when it is
+        installed and the tower qualifies (fp32, a Hugging Face tower, on CPU), else torch; an
+        explicit ``onnx`` that cannot be had raises."""
+        if runtime not in ("auto", "torch", "onnx"):
+            raise InvalidInput(f"unknown query runtime {runtime!r}; use auto, torch or onnx")
+        if runtime == "torch":
+            return "torch"
+        towers = self.encoder.towers
+        why = None
+        if self._text_module is None:
+            why = "the text tower has no Hugging Face tokenizer"
+        elif self.text_precision != "fp32":
+            why = f"text precision {self.text_precision} runs in torch"
+        elif towers.device.type != "cpu":
+            why = f"the towers run on {towers.device.type}"
+        elif runtime == "auto" and not onnxrt.available():
+            why = "onnxruntime is not installed (pip install 'vitrine[fast]')"
+        if why is None:
+            try:
+                self._onnx_text = self._export_text(onnx_dir)
+                self._onnx_image = self._export_image(onnx_dir)
+                return "onnx"
+            except VitrineError as e:
+                why = str(e)
+        if runtime == "onnx":
+            raise ModelError(f"query runtime onnx is not possible: {why}")
+        log.info("query text tower runs in torch: %s", why)
+        return "torch"
+
+    def _export_text(self, onnx_dir: Path | None) -> OnnxModule:
+        towers = self.encoder.towers
+        module = self._text_module
+        assert module is not None
+        tok = towers.hf_tokenizer
+
+        def ids(texts: list[str]) -> torch.Tensor:
+            return tok(texts, padding=True, truncation=True, max_length=towers.context_length,
+                       return_tensors="pt")["input_ids"]
+
+        probes = [(ids(["women red heels under 1500"]),), (ids(["x"]),),
+                  (ids(["nike", "men's navy blue slim fit cotton shirt for office", "红色 高跟鞋"]),)]
+        hf = getattr(module, "transformer", None)
+        config = getattr(hf, "config", None)
+
+        def prepare() -> Callable[[], None]:
+            # The exporter traces attention written out (sdpa exports a different graph); the
+            # two agree to ~1e-6 in torch. Switched back once exported and checked.
+            old = getattr(config, "_attn_implementation", None)
+            if config is not None and old is not None:
+                config._attn_implementation = "eager"
+            return lambda: setattr(config, "_attn_implementation", old) if old is not None else None
+
+        with self.encoder._lock:  # the towers are shared with ingest; nobody encodes while we trace
+            return OnnxModule.export(
+                module, probes[0], key=f"text:{towers.key}", cache_dir=onnx_dir or Path(tempfile.gettempdir()),
+                input_names=["ids"], dynamic_axes={"ids": {0: "batch", 1: "tokens"}, "out": {0: "batch"}},
+                probes=probes, threads=self.threads or 1, prepare=prepare)
+
+    def _export_image(self, onnx_dir: Path | None) -> OnnxModule:
+        towers = self.encoder.towers
+        h, w = towers.preprocess.size
+        gen = torch.Generator().manual_seed(0)
+        probes = [(torch.randn(n, 3, h, w, generator=gen),) for n in (1, 3)]
+        with self.encoder._lock:  # the block taps keep per-forward state: no other forward meanwhile
+            return OnnxModule.export(
+                towers.image_export_module().eval(), probes[0], key=f"image:{towers.key}",
+                cache_dir=onnx_dir or Path(tempfile.gettempdir()), input_names=["pixels"],
+                dynamic_axes={"pixels": {0: "batch"}, "out": {0: "batch"}}, probes=probes,
+                threads=self.threads or 1)
 
     # -- public ------------------------------------------------------------------------------------
     def text(self, texts: Sequence[str]) -> np.ndarray:
@@ -177,7 +258,7 @@ class QueryEncoder:
             fut.set_exception(err)  # type: ignore[arg-type]
 
     def stats(self) -> dict[str, Any]:
-        return {"model": self.model_key, "text_precision": self.text_precision, "cache": self.cache.stats(),
+        return {"model": self.model_key, "text_precision": self.text_precision, "runtime": self.runtime, "cache": self.cache.stats(),
                 "text_batches": self._text.stats(), "image_batches": self._image.stats()}
 
     def close(self) -> None:
@@ -212,6 +293,8 @@ class QueryEncoder:
                 return towers.text_features(list(texts)).cpu().numpy()
         batch = towers.hf_tokenizer(list(texts), padding=True, truncation=True, max_length=towers.context_length,
                                     return_tensors="pt")
+        if self._onnx_text is not None:
+            return self._onnx_text(batch["input_ids"].numpy())
         ids = batch["input_ids"].to(self._text_device)
         # A text forward keeps no state, so even the shared fp32 tower needs no lock here.
         return self._text_module(ids).float().cpu().numpy()
@@ -225,7 +308,12 @@ class QueryEncoder:
 
     @torch.inference_mode()
     def _encode_pixels(self, pixels: list[torch.Tensor]) -> list[np.ndarray]:
-        feats = self.encoder.pixel_features(torch.stack(pixels))
+        px = torch.stack(pixels)
+        if self._onnx_image is not None:
+            trunk = torch.from_numpy(self._onnx_image(px.numpy()))
+            feats = self.encoder.towers.with_histogram(trunk, px).numpy()
+        else:
+            feats = self.encoder.pixel_features(px)
         emb = self.encoder.embed(feats, None).image
         if emb is None:  # pragma: no cover
             raise ModelError("the adapter returned no image vectors")

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from vitrine import onnxrt
+from vitrine.errors import ModelError, VitrineError
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.model import DEFAULT_WEIGHTS, IntentModel
 
@@ -55,23 +59,86 @@ class IntentClassifier:
     """Tokenizer + Qwen2 sequence classifier, with a confidence floor."""
 
     def __init__(self, model: IntentModel, tokenizer: Any, *, min_confidence: float = 0.5,
-                 max_chars: int = 2000) -> None:
+                 max_chars: int = 2000, runtime: str = "torch", onnx_dir: Path | None = None,
+                 threads: int = 1) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.labels = list(model.labels)
         self.min_confidence = float(min_confidence)
         self.max_chars = int(max_chars)
         self.name = str(model.config.get("name", "intent"))
+        self._onnx: onnxrt.OnnxModule | None = None
+        self.runtime = self._pick_runtime(runtime, onnx_dir, threads)
 
     @classmethod
     def load(cls, weights: str | os.PathLike[str] = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,
-             min_confidence: float = 0.5, max_chars: int = 2000) -> "IntentClassifier":
+             min_confidence: float = 0.5, max_chars: int = 2000, runtime: str = "torch",
+             threads: int = 1) -> "IntentClassifier":
+        """``runtime``: torch, onnx (onnxruntime, checked against torch; raises when impossible)
+        or auto (onnxruntime when installed, else torch). The ONNX graph is cached in ``cache_dir``."""
         t0 = time.perf_counter()
         model = IntentModel.from_pretrained(weights)
         tok = qtok.load_tokenizer(cache_dir)
-        log.info("intent classifier %s loaded (%d parameters) in %.2fs", weights, model.n_parameters(),
-                 time.perf_counter() - t0)
-        return cls(model, tok, min_confidence=min_confidence, max_chars=max_chars)
+        out = cls(model, tok, min_confidence=min_confidence, max_chars=max_chars, runtime=runtime,
+                  onnx_dir=cache_dir, threads=threads)
+        log.info("intent classifier %s loaded (%d parameters, %s) in %.2fs", weights, model.n_parameters(),
+                 out.runtime, time.perf_counter() - t0)
+        return out
+
+    def _pick_runtime(self, runtime: str, onnx_dir: Path | None, threads: int) -> str:
+        if runtime not in ("auto", "torch", "onnx"):
+            raise ModelError(f"unknown intent runtime {runtime!r}; use auto, torch or onnx")
+        if runtime == "torch" or (runtime == "auto" and not onnxrt.available()):
+            return "torch"
+        try:
+            self._onnx = self._export(onnx_dir, threads)
+            return "onnx"
+        except VitrineError as e:
+            if runtime == "onnx":
+                raise
+            log.warning("intent classifier runs in torch: %s", e)
+            return "torch"
+
+    def _export(self, onnx_dir: Path | None, threads: int) -> onnxrt.OnnxModule:
+        import tempfile  # noqa: PLC0415
+
+        import torch  # noqa: PLC0415
+
+        net = self.model.model
+        probes = [self.model.batch([self.model.rows(self.token_ids(t))]) for t in
+                  ("women red heels under 1500", "x", "这个耳机和AirPods Pro 2比，降噪强吗？")]
+        probes.append(self.model.batch([self.model.rows(self.token_ids(t)) for t in
+                                        ("nike vs puma running shoes", "how do I return these sandals",
+                                         "what goes with a navy blazer for a wedding in june")]))
+        cfg = net.config
+
+        class Logits(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = net
+
+            def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+                return self.net(input_ids=ids, attention_mask=mask).logits
+
+        def prepare():  # noqa: ANN202 - attention written out exports; sdpa agrees with it in torch
+            old = cfg._attn_implementation
+            cfg._attn_implementation = "eager"
+            return lambda: setattr(cfg, "_attn_implementation", old)
+
+        key = f"intent:{self.model.config.get('weights_sha256') or self.name}"
+        return onnxrt.OnnxModule.export(
+            Logits().eval(), probes[0], key=key, cache_dir=onnx_dir or Path(tempfile.gettempdir()),
+            input_names=["ids", "mask"], dynamic_axes={"ids": {0: "batch", 1: "tokens"},
+                                                       "mask": {0: "batch", 1: "tokens"}, "out": {0: "batch"}},
+            probes=probes, threads=threads, prepare=prepare)
+
+    def _probabilities(self, encs: list[Any]) -> np.ndarray:
+        if self._onnx is None:
+            return self.model.probabilities(encs)
+        ids, mask = self.model.batch(encs)
+        z = self._onnx(ids.numpy(), mask.numpy()).astype(np.float64)
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
 
     def token_ids(self, text: str) -> list[int]:
         return qtok.encode(self.tokenizer, text)
@@ -87,7 +154,7 @@ class IntentClassifier:
             e = self.model.rows(self.token_ids(unicodedata.normalize("NFC", s)) if s else [])
             e.truncated = e.truncated or cut
             encs.append(e)
-        probs = self.model.probabilities(encs)
+        probs = self._probabilities(encs)
         ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         out = []
         for (s, _), e, p in zip(cleaned, encs, probs):

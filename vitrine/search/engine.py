@@ -553,7 +553,7 @@ class Engine:
                 new = QueryEncoder(
                     self.encoder, cache=self._query_cache, max_batch=s.query_batch_max,
                     max_wait_ms=s.query_batch_wait_ms, text_precision=s.query_text_precision,
-                    threads=s.query_threads,
+                    threads=s.query_threads, runtime=s.query_runtime, onnx_dir=s.cache_dir,
                 )
                 if qe is not None:
                     qe.close()
@@ -798,6 +798,10 @@ def build_encoder(settings: Settings) -> MultimodalEncoder:
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
+    if settings.faiss_threads:
+        from vitrine.index.vectors import set_search_threads  # noqa: PLC0415
+
+        set_search_threads(settings.faiss_threads)
     return MultimodalEncoder.create(
         settings.model,
         settings.adapter if settings.adapter != "none" else None,

@@ -73,10 +73,12 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 @lru_cache(maxsize=4)
-def _load_classifier(model: str, cache_dir: str, min_confidence: float) -> "IntentClassifier":
+def _load_classifier(model: str, cache_dir: str, min_confidence: float, runtime: str = "torch",
+                     threads: int = 1) -> "IntentClassifier":
     from vitrine.intent.classifier import IntentClassifier  # noqa: PLC0415 - optional extra
 
-    return IntentClassifier.load(model, cache_dir=Path(cache_dir), min_confidence=min_confidence)
+    return IntentClassifier.load(model, cache_dir=Path(cache_dir), min_confidence=min_confidence, runtime=runtime,
+                                 threads=threads)
 
 
 class QueryUnderstanding:
@@ -93,7 +95,8 @@ class QueryUnderstanding:
         self._lock = threading.Lock()
         try:
             self.classifier = _load_classifier(settings.intent_model, str(settings.cache_dir / "intent"),
-                                               settings.intent_min_confidence)
+                                               settings.intent_min_confidence, settings.query_runtime,
+                                               settings.intent_threads)
         except (VitrineError, ImportError, OSError, RuntimeError, ValueError) as e:
             self.error = str(e)
             log.error("intent classifier unavailable (%s); searches run without intent", e)

@@ -37,6 +37,7 @@ from vitrine.errors import (
     Unauthorized,
     VitrineError,
 )
+from vitrine.index.vectors import set_search_threads
 from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import FacetsResponse, Filters, Product, ProductOut, SearchRequest, SearchResponse
 from vitrine.search.models import CompareRequest, CompareResponse, RecommendResponse
@@ -177,8 +178,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         own = engine is None
         if own and settings.tune_malloc:
             limit_heap_growth()
+        if own:
+            set_search_threads(settings.faiss_threads or 1)
         eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
         app.state.engine = eng
+        await asyncio.to_thread(lambda: eng.query_encoder)  # the query fast path is built before traffic
         metrics.bind_engine(eng)
         log.info("serving %d products from %s", len(eng), settings.data_dir)
         snapshots = asyncio.create_task(_snapshot_loop(eng)) if settings.snapshot_interval_s > 0 else None

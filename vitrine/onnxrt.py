@@ -1,0 +1,134 @@
+"""Query-time forwards through onnxruntime: a torch module exported once, checked, then cached.
+
+A search query is one short text (about 7 tokens) or one photo. At that size PyTorch's eager
+dispatch, not arithmetic, is most of a forward: MiniLM's 6 layers take ~6 ms in eager mode on
+one core and ~2 ms through onnxruntime's fused kernels (``vitrine bench fastpath``). So the query
+path may run a module through onnxruntime:
+
+- the module is exported with the TorchScript-based ONNX exporter (dynamic batch and length
+  axes) into the cache dir, under a name that hashes the caller's model key, torch's and
+  onnxruntime's versions: a new adapter, new towers or a new torch means a new export, never a
+  stale graph;
+- before it is used, the export is run on probe inputs next to the torch module and refused
+  (:class:`~vitrine.errors.ModelError`) unless the outputs agree within ``atol``: a wrong graph
+  must fail loudly at start-up, not rank badly; the caller then keeps torch;
+- the file is written to a temporary name and renamed, so a crash never leaves half a graph.
+
+The exported file is a derived, rebuildable cache (like the feature cache), not a model format:
+the modules themselves persist as config.json + safetensors. onnxruntime is an optional extra
+(``pip install 'vitrine[fast]'``); without it :func:`available` is False and callers keep torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vitrine.errors import MissingExtra, ModelError
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1  # bump when the export recipe changes: old cached graphs are then ignored
+
+
+def available() -> bool:
+    """Whether onnxruntime (and the ONNX exporter's ``onnx`` package) can be imported."""
+    return importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime  # noqa: PLC0415
+    except ImportError as e:
+        raise MissingExtra("onnxruntime is not installed; pip install 'vitrine[fast]' (or set "
+                           "VITRINE_QUERY_RUNTIME=torch)") from e
+    return onnxruntime
+
+
+class OnnxModule:
+    """One exported module behind an onnxruntime session: ``module(*arrays) -> np.ndarray``."""
+
+    def __init__(self, path: Path, input_names: Sequence[str], *, threads: int = 1) -> None:
+        ort = _ort()
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = max(1, int(threads))
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        self.path = Path(path)
+        self.input_names = list(input_names)
+        self.session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        # onnxruntime releases the GIL while it runs; one session serves concurrent callers.
+        return self.session.run(None, dict(zip(self.input_names, inputs)))[0]
+
+    @classmethod
+    def export(
+        cls,
+        module: torch.nn.Module,
+        example: Sequence[torch.Tensor],
+        *,
+        key: str,
+        cache_dir: Path,
+        input_names: Sequence[str],
+        dynamic_axes: dict[str, dict[int, str]],
+        probes: Sequence[Sequence[torch.Tensor]],
+        atol: float = 1e-4,
+        threads: int = 1,
+        prepare: Callable[[], Callable[[], None]] | None = None,
+    ) -> "OnnxModule":
+        """Export ``module`` (or reuse the cached export for ``key``), check it on ``probes``
+        against torch and return it. ``prepare`` may switch the module into an exportable mode
+        and returns the function that switches it back."""
+        ort = _ort()
+        digest = hashlib.sha256(
+            f"{key}|torch={torch.__version__}|ort={ort.__version__}|v{EXPORT_VERSION}".encode()).hexdigest()[:20]
+        path = Path(cache_dir) / "onnx" / f"{digest}.onnx"
+        t0 = time.perf_counter()
+        restore = prepare() if prepare is not None else None
+        try:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
+                os.close(fd)
+                try:
+                    with torch.no_grad(), warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # tracer notes on shapes the probes check below
+                        torch.onnx.export(module, tuple(example), tmp, input_names=list(input_names),
+                                          output_names=["out"], dynamic_axes=dynamic_axes, opset_version=17,
+                                          dynamo=False)
+                    os.replace(tmp, path)
+                except Exception as e:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise ModelError(f"ONNX export of {key} failed: {e}") from e
+            out = cls(path, input_names, threads=threads)
+            worst = 0.0
+            with torch.no_grad():
+                for args in probes:
+                    ref = module(*args).float().numpy()
+                    got = out(*(a.numpy() for a in args))
+                    if ref.shape != got.shape:
+                        raise ModelError(f"ONNX export of {key}: output shape {got.shape}, torch {ref.shape}")
+                    worst = max(worst, float(np.abs(ref - got).max()))
+        finally:
+            if restore is not None:
+                restore()
+        if worst > atol:
+            path.unlink(missing_ok=True)
+            raise ModelError(f"ONNX export of {key} disagrees with torch (max |diff| {worst:.2e} > {atol:g})")
+        log.info("onnxruntime query path for %s ready in %.1fs (max |diff| vs torch %.1e on %d probes)",
+                 key, time.perf_counter() - t0, worst, len(probes))
+        return out

@@ -7,18 +7,24 @@ import csv
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vitrine.errors import StorageError
+from vitrine.index.bm25 import BM25Scores
 from vitrine.index.graph import (
     GraphData,
     ProductGraph,
+    QueryTerms,
     learn_brands,
     norm_key,
 )
 from vitrine.ingest.catalog import ingest_file
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
+from vitrine.search.fusion import Candidate, Pool, fuse_weighted
 from vitrine.search.models import Filters, SearchRequest
 
 from conftest import REPO, SOURCE
@@ -307,3 +313,26 @@ def test_cli_graph_check_and_make_queries(tmp_path, all_rows, data):
         for pid in q["relevant"]:
             title = by_id[pid]["productDisplayName"].casefold()
             assert all(w in title for w in q["words"])
+
+
+@given(st.lists(st.tuples(st.floats(-1, 1, allow_nan=False), st.floats(0, 30, allow_nan=False),
+                          st.dictionaries(st.sampled_from(["graph:category", "graph:colour", "graph:brand"]),
+                                          st.sampled_from([0.0, 0.5, 1.0]), max_size=3)),
+                min_size=0, max_size=60),
+       st.integers(1, 20))
+@settings(max_examples=150, deadline=None)
+def test_weighted_fusion_head_equals_the_full_ranking_head(rows, k):
+    """fuse(limit=k) scores only totals and explains the best k: it must return exactly the
+    head of the full ranking, with the same scores and explanations."""
+    pool = Pool(cands={i: Candidate(i, v, {}, b, g) for i, (v, b, g) in enumerate(rows)}, terms=QueryTerms())
+    weights = {"vector": 1.0, "bm25": 0.3, "graph:category": 0.4, "graph:colour": 0.2, "graph:brand": 0.25}
+    full = fuse_weighted(pool, weights)
+    assert fuse_weighted(pool, weights, k) == full[:k]
+    assert [s for _, s, _ in full] == sorted((s for _, s, _ in full), reverse=True)
+
+
+@given(st.lists(st.integers(0, 500), unique=True, max_size=40), st.lists(st.integers(-5, 600), max_size=40))
+@settings(max_examples=150, deadline=None)
+def test_bm25_get_many_matches_get(ids, keys):
+    scores = BM25Scores(np.array(sorted(ids), dtype=np.int64), np.arange(len(ids), dtype=np.float64) + 0.5)
+    assert scores.get_many(keys) == [scores.get(k, 0.0) for k in keys]

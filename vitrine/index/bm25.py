@@ -275,6 +275,17 @@ class BM25Scores(Mapping[int, float]):
             return float(self.values_[i])
         raise KeyError(key)
 
+    def get_many(self, keys: Sequence[int], default: float = 0.0) -> list[float]:
+        """Scores of many iids at once (``default`` for those without one)."""
+        if not len(keys):
+            return []
+        k = np.asarray(keys, dtype=np.int64)
+        i = np.minimum(np.searchsorted(self.ids, k), max(0, len(self.ids) - 1))
+        if not len(self.ids):
+            return [default] * len(k)
+        hit = self.ids[i] == k
+        return np.where(hit, self.values_[i], default).tolist()
+
     def get(self, key: int, default: float | None = None) -> float | None:  # type: ignore[override]
         try:
             return self[key]

@@ -380,6 +380,7 @@ class ProductGraph:
         self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
         self._leaves_cache: dict[str, frozenset[str]] = {}
+        self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
         if graph is None:
             self.g = nx.MultiDiGraph(format=FORMAT_VERSION, fingerprint=self.data.fingerprint)
             self._build_backbone()
@@ -422,6 +423,7 @@ class ProductGraph:
             self.g.add_node(node, kind="category", name=name)
             self._vocab = None
             self._leaves_cache.clear()
+            self._prox_cache.clear()
         if leaf and not self.g.nodes[node].get("mapped"):
             self.g.nodes[node]["mapped"] = True
             mapped = self.data.category_map.get(key)
@@ -430,6 +432,7 @@ class ProductGraph:
                 self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
                                 source="category_map.csv" if mapped is not None else "name match")
                 self._leaves_cache.clear()
+                self._prox_cache.clear()
         return node
 
     def _taxonomy_by_name(self, name: str) -> int | None:
@@ -499,6 +502,7 @@ class ProductGraph:
                     if pn != child and not self.g.has_edge(child, pn, key="in_group"):
                         self.g.add_edge(child, pn, key="in_group")
                         self._leaves_cache.clear()
+                        self._prox_cache.clear()
                     child = pn
             for f in ATTRIBUTE_FIELDS:
                 v = getattr(facts, f)
@@ -651,6 +655,16 @@ class ProductGraph:
         """How close a product's category is to the categories a query names: 0.5 ** (1 + d)
         for taxonomy distance d between their Google nodes (0.5 for two article types on the
         same node, 0.125 for sibling nodes), 0 beyond 4 hops or without a mapping."""
+        key = (category, tuple(terms))
+        hit = self._prox_cache.get(key)
+        if hit is not None:
+            return hit
+        if len(self._prox_cache) > 100_000:
+            self._prox_cache.clear()
+        best = self._prox_cache[key] = self._category_proximity(category, key[1])
+        return best
+
+    def _category_proximity(self, category: str | None, terms: tuple[str, ...]) -> float:
         tp = self.taxonomy_of(category)
         if tp is None:
             return 0.0

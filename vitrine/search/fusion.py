@@ -230,8 +230,10 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
             else:  # no vector (another model's, or deleted meanwhile): cannot be ranked
                 cands.pop(i)
     if "bm25" in signals and "bm25" not in degraded:
-        for i, c in cands.items():
-            c.bm25 = bm25_scores.get(i, 0.0)
+        many = getattr(bm25_scores, "get_many", None)  # one vectorised lookup for the whole pool
+        vals = many(list(cands)) if many is not None else [bm25_scores.get(i, 0.0) for i in cands]
+        for c, v in zip(cands.values(), vals):
+            c.bm25 = v
     if "graph" in signals and terms and "graph" not in degraded:
         try:
             with graph._lock:
@@ -247,14 +249,27 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
 
 
 # -- fusion ----------------------------------------------------------------------------------------
-def fuse_weighted(pool: Pool, weights: Mapping[str, float]) -> Ranked:
+def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = None) -> Ranked:
+    """Weighted sum of each candidate's signals, best first; with ``limit`` only the best
+    ``limit`` are returned (the same ones, with the same scores, as the head of the full list)."""
     bmax = pool.bm25_max
-    out: Ranked = []
+    w_vec, w_bm25 = weights.get("vector", 0.0), weights.get("bm25", 0.0)
+    totals: list[tuple[float, int, Candidate]] = []
     for c in pool.cands.values():
+        # the same additions, in the same order, as summing the explanation below
+        t = w_vec * c.vector
+        if c.bm25 > 0 and bmax > 0:
+            t += w_bm25 * (c.bm25 / bmax)
+        for name, x in c.graph.items():
+            t += weights.get(name, 0.0) * x
+        totals.append((-t, c.iid, c))
+    head = heapq.nsmallest(limit, totals, key=lambda r: (r[0], r[1])) if limit is not None else \
+        sorted(totals, key=lambda r: (r[0], r[1]))
+    out: Ranked = []
+    for _, _, c in head:  # the per-signal explanation, for the returned ones only
         contrib = {name: weights.get(name, 0.0) * x for name, x in c.signals(bmax).items()}
         contrib = {name: v for name, v in contrib.items() if v != 0.0 or name == "vector"}
         out.append((c.iid, float(sum(contrib.values())), contrib))
-    out.sort(key=lambda t: (-t[1], t[0]))
     return out
 
 
@@ -277,11 +292,13 @@ def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float) -> Ranked:
     return out
 
 
-def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float = 60.0) -> Ranked:
+def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float = 60.0,
+         limit: int | None = None) -> Ranked:
     if method == "weighted":
-        return fuse_weighted(pool, weights)
+        return fuse_weighted(pool, weights, limit)
     if method == "rrf":
-        return fuse_rrf(pool, weights, rrf_k)
+        out = fuse_rrf(pool, weights, rrf_k)
+        return out if limit is None else out[:limit]
     raise ValueError(f"unknown fusion method {method!r}")
 
 
@@ -298,7 +315,7 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
         return [], {}, [], QueryTerms()
     pool = build_pool(engine, qv, text, k, allowed)
     weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
-    ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k)[:k]
+    ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=k)
     out: Ranked = []
     for iid, score, contrib in ranked:
         c = pool.cands[iid]

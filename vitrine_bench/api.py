@@ -1,8 +1,14 @@
 """API under load: a load generator on loopback against ``vitrine serve``.
 
 For each concurrency level and query mix (text, photo, mixed), clients send requests
-back-to-back for a fixed duration; we record QPS and latency percentiles (client side, the
-whole HTTP round trip) and the server's RSS.
+back-to-back for a fixed duration ("closed loop": the saturation throughput, and the latency a
+queue of that many impatient clients sees); we record QPS and latency percentiles (client side,
+the whole HTTP round trip) and the server's RSS.
+
+With ``rates``, each concurrency level also runs paced ("open loop", as wrk2 does): requests are
+scheduled at a fixed total rate spread over the clients, and each latency is measured from the
+request's *scheduled* start, so a server that falls behind is charged for the wait it causes
+(no coordinated omission). That is the latency shoppers see at a given traffic level.
 """
 
 from __future__ import annotations
@@ -65,8 +71,46 @@ async def _load(url: str, concurrency: int, duration: float, make_request) -> tu
     return lat, errors, elapsed
 
 
+async def _paced(url: str, concurrency: int, rate: float, duration: float,
+                 make_request) -> tuple[list[float], int, float]:  # noqa: ANN001
+    """Open loop: request j is due at ``j / rate``; ``concurrency`` clients take the next due
+    request in turn; latency counts from when it was due."""
+    lat: list[float] = []
+    errors = 0
+    n_total = max(1, int(rate * duration))
+    nxt = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        t_start = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal errors, nxt
+            while nxt < n_total:
+                j = nxt
+                nxt += 1
+                due = t_start + j / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                method, path, kwargs = make_request(j)
+                try:
+                    r = await client.request(method, path, **kwargs)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    lat.append(time.perf_counter() - due)
+                else:
+                    errors += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t_start
+    return lat, errors, elapsed
+
+
 def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, source: Path,
-        server: Server | None = None, warmup: float = 3.0, query_cache: bool = False) -> Path:
+        server: Server | None = None, warmup: float = 3.0, query_cache: bool = False,
+        rates: list[float] | None = None, mixes_wanted: list[str] | None = None) -> Path:
     """``query_cache=False`` (the default) serves with the query-embedding cache off, so every
     request pays its encode, as distinct shoppers' queries do."""
     texts, photos = query_pool(source, n=2000)
@@ -86,28 +130,44 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
         rep.add("server", health)
         asyncio.run(_load(srv.url, 4, warmup, mixes["mixed"]))  # warm caches and threads
         for mix, make in mixes.items():
-            for c in concurrency:
-                lat, errors, elapsed = asyncio.run(_load(srv.url, c, duration, make))
-                row = {"mix": mix, "clients": c, "qps": len(lat) / elapsed, "errors": errors,
-                       **summary_ms(lat), "server_rss_mb": srv.rss_mb()}
+            if mixes_wanted and mix not in mixes_wanted:
+                continue
+            cells = [(c, None) for c in concurrency] + [(c, r) for c in concurrency for r in (rates or [])]
+            for c, rate in cells:
+                if rate is not None and c < 2:
+                    continue  # one client cannot pace a rate over its own round trip
+                cpu0 = srv.cpu_s()
+                if rate is None:
+                    lat, errors, elapsed = asyncio.run(_load(srv.url, c, duration, make))
+                else:
+                    lat, errors, elapsed = asyncio.run(_paced(srv.url, c, rate, duration, make))
+                row = {"mix": mix, "clients": c, "load": "closed" if rate is None else f"paced {rate:g}/s",
+                       "qps": len(lat) / elapsed, "errors": errors, **summary_ms(lat),
+                       "server_cpu_ms_per_req": (srv.cpu_s() - cpu0) * 1000 / max(1, len(lat) + errors),
+                       "server_rss_mb": srv.rss_mb()}
                 rows.append(row)
-                print(f"{mix:6s} c={c:3d} qps={row['qps']:.1f} p50={row['p50_ms']:.1f}ms "
-                      f"p99={row['p99_ms']:.1f}ms errors={errors} rss={row['server_rss_mb']:.0f}MB", flush=True)
+                print(f"{mix:6s} c={c:3d} {row['load']:>13s} qps={row['qps']:.1f} p50={row['p50_ms']:.1f}ms "
+                      f"p99={row['p99_ms']:.1f}ms cpu/req={row['server_cpu_ms_per_req']:.1f}ms errors={errors} "
+                      f"rss={row['server_rss_mb']:.0f}MB", flush=True)
     finally:
         if own:
             srv.stop()
     rep.add("results", rows)
     rep.text(f"Data dir: `{data_dir}` ({health.get('products')} products, index `{health.get('index')}`, "
-             f"model `{health.get('model')}`). Each cell: {duration:.0f} s of back-to-back requests per "
-             "client over loopback (httpx), k=10; latency is the client-side round trip. Query-embedding cache: "
+             f"model `{health.get('model')}`). Each cell: {duration:.0f} s over loopback (httpx), k=10; latency "
+             "is the client-side round trip. `closed`: every client sends its next request as soon as the last "
+             "one answers (saturation). `paced R/s`: requests due at a fixed total rate R over the clients, "
+             "latency counted from when each was due (a server that falls behind pays for the queue). "
+             "Query-embedding cache: "
              f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "
              "machine's cores with the server.")
-    rep.table(rows, ["mix", "clients", "qps", "p50_ms", "p95_ms", "p99_ms", "errors", "server_rss_mb"],
+    rep.table(rows, ["mix", "clients", "load", "qps", "p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_req", "errors",
+                     "server_rss_mb"],
               "Results")
 
     def draw(ax) -> None:  # noqa: ANN001
         for mix in mixes:
-            pts = [r for r in rows if r["mix"] == mix]
+            pts = [r for r in rows if r["mix"] == mix and r["load"] == "closed"]
             ax.plot([r["qps"] for r in pts], [r["p99_ms"] for r in pts], marker="o", label=f"{mix} p99")
             for r in pts:
                 ax.annotate(str(r["clients"]), (r["qps"], r["p99_ms"]), fontsize=8)

@@ -114,6 +114,14 @@ class Server:
             pass
         return float("nan")
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system, all threads) the server has used so far."""
+        try:  # /proc/PID/stat fields 14 and 15: utime and stime in clock ticks (after the "(comm)")
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)

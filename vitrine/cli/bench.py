@@ -29,15 +29,21 @@ def bench() -> None:
 @click.option("--duration", type=float, default=15.0, show_default=True, help="Seconds per cell")
 @click.option("--query-cache/--no-query-cache", default=False, show_default=True,
               help="Serve with the query-embedding cache on (repeated queries skip their encode)")
+@click.option("--rates", default="", show_default=True,
+              help="Also run each client count paced at these total request rates (per second, comma-separated)")
+@click.option("--mixes", default="text,photo,mixed", show_default=True, help="Query mixes to run")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
-def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bool, out: Path) -> None:
+def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bool, rates: str, mixes: str,
+              out: Path) -> None:
     """API under load on loopback: QPS and p50/p95/p99 for text, photo and mixed queries."""
     _bench()
     from vitrine.ingest.fashion import bundled_dir
     from vitrine_bench import api
 
     path = api.run(data_dir, out, concurrency=[int(c) for c in concurrency.split(",")], duration=duration,
-                   source=bundled_dir(), query_cache=query_cache)
+                   source=bundled_dir(), query_cache=query_cache,
+                   rates=[float(r) for r in rates.split(",") if r.strip()],
+                   mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()])
     click.echo(f"report: {path}")
 
 

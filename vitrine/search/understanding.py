@@ -16,7 +16,6 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vitrine.encoders.batching import MicroBatcher
 from vitrine.errors import VitrineError
 from vitrine.search.models import AfterSalesAnswer, Filters, IntentOut, SearchRequest, SearchResponse
 from vitrine.search.settings import Settings
@@ -42,7 +42,7 @@ _COMPLEMENT_CUES = re.compile(
     r"go(?:es)? with|goes well|pairs? (?:well )?with|pair .* with|to match|matches|match with|wear .* with|"
     r"wear with|complete the look|outfit|style|complement|搭配|配什么|搭什么|适合配|搭的|配一", re.IGNORECASE)
 _local = threading.local()
-_executor: ThreadPoolExecutor | None = None
+_batchers: dict[int, MicroBatcher[str, "IntentResult"]] = {}  # by classifier (loaded once, cached)
 _executor_lock = threading.Lock()
 
 
@@ -57,19 +57,24 @@ def nested() -> Iterator[None]:
         _local.nested = prev
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """Worker threads for the classifier, each with its own torch thread count (OpenMP's is per
-    thread): one thread keeps a batch-1 forward at a few ms, where two contend on a busy CPU."""
-    global _executor
+def _batcher(classifier: "IntentClassifier", threads: int, max_batch: int) -> MicroBatcher[str, "IntentResult"]:
+    """The classifier's micro-batcher: queries arriving together are classified in one forward
+    (under load, one padded batch instead of one forward per request), in a worker thread with
+    its own torch thread count (OpenMP's is per thread)."""
     with _executor_lock:
-        if _executor is None:
+        b = _batchers.get(id(classifier))
+        if b is None:
             def init() -> None:
                 import torch  # noqa: PLC0415
 
                 torch.set_num_threads(threads)
 
-            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vitrine-intent", initializer=init)
-        return _executor
+            def run(texts: list[str]) -> list["IntentResult"]:
+                return [classifier.predict(texts[0])] if len(texts) == 1 else classifier.predict_batch(list(texts))
+
+            b = _batchers[id(classifier)] = MicroBatcher(run, max_batch=max_batch, max_wait_s=0.0,
+                                                         name="vitrine-intent", on_start=init)
+        return b
 
 
 @lru_cache(maxsize=4)
@@ -136,7 +141,7 @@ class QueryUnderstanding:
     def classify(self, text: str) -> "IntentResult":
         if self.classifier is None:
             raise RuntimeError(self.error or "no intent classifier")
-        fut = _pool(self.settings.intent_threads).submit(self.classifier.predict, text)
+        fut = _batcher(self.classifier, self.settings.intent_threads, self.settings.query_batch_max).submit(text)
         try:
             return fut.result(timeout=self.settings.intent_timeout_ms / 1000)
         except FutureTimeout as e:

@@ -140,6 +140,53 @@ def precision_speed(enc: Any, texts: list[str], log) -> list[dict[str, Any]]:  #
     return rows
 
 
+def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Path, log) -> list[dict[str, Any]]:  # noqa: ANN001
+    """torch vs onnxruntime for each query-time model, one thread, and how far their outputs differ
+    (the same vectors and probabilities, so quality is unchanged by construction; checked here)."""
+    import torch
+
+    from vitrine import onnxrt
+    from vitrine.encoders.queries import QueryEncoder
+    from vitrine.intent.classifier import IntentClassifier
+
+    if not onnxrt.available():
+        log("onnxruntime not installed: runtime comparison skipped")
+        return []
+    torch.set_num_threads(1)
+    qes = {rt: QueryEncoder(enc, cache_size=0, runtime=rt, onnx_dir=cache_dir, threads=1) for rt in ("torch", "onnx")}
+    clfs = {rt: IntentClassifier.load(cache_dir=cache_dir / "intent", runtime=rt) for rt in ("torch", "onnx")}
+    pixels = [enc.towers.preprocess(enc.decode(p)) for p in photos[:64]]
+    probe_t, probe_p = texts[:200], pixels[:64]
+    ref_t = qes["torch"]._encode_texts(probe_t)
+    ref_p = qes["torch"]._encode_pixels(probe_p)
+    ref_i = clfs["torch"].predict_batch(probe_t)
+    rows = []
+    for rt in ("torch", "onnx"):
+        qe, clf = qes[rt], clfs[rt]
+        it = iter(range(10**9))
+        cells = {
+            "text tower, 1 query": lambda: qe.text_features([texts[next(it) % len(texts)]]),
+            "text tower, batch of 16": lambda: qe.text_features(texts[:16]),
+            "photo tower, 1 photo": lambda: qe._encode_pixels(pixels[:1]),
+            "photo tower, batch of 8": lambda: qe._encode_pixels(pixels[:8]),
+            "intent classifier, 1 query": lambda: clf.predict(texts[next(it) % len(texts)]),
+        }
+        diff = {
+            "text tower": float(np.abs(np.stack(qe._encode_texts(probe_t)) - np.stack(ref_t)).max()),
+            "photo tower": float(np.abs(np.stack(qe._encode_pixels(probe_p)) - np.stack(ref_p)).max()),
+            "intent classifier": max(abs(a.scores[k] - b.scores[k]) for a, b in
+                                     zip(clf.predict_batch(probe_t), ref_i) for k in a.scores),
+        }
+        for name, fn in cells.items():
+            d = _med(fn)
+            n = 16 if "16" in name else 8 if "of 8" in name else 1
+            rows.append({"model": name, "runtime": rt, "ms_per_call": d * 1000, "ms_per_item": d * 1000 / n,
+                         "max_abs_diff_vs_torch": diff[name.split(",")[0]]})
+            log(f"{name} [{rt}]: {d * 1000:.2f} ms per call, {d * 1000 / n:.2f} per item")
+        qe.close()
+    return rows
+
+
 def resolution_speed(photos: list[bytes], sizes: list[tuple[int, int]], log) -> list[dict[str, Any]]:  # noqa: ANN001
     import torch
 
@@ -288,10 +335,12 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float, n_attr: int
     speed = batching_speed(enc, texts, photos[:200], duration, log)
     hit = cache_hit_us(enc, texts)
     log(f"cache hit: {hit:.1f} us")
+    rt_speed = runtime_speed(enc, texts, photos, Settings(_env_file=None).cache_dir, log)
     prec_speed = precision_speed(enc, texts, log)
     res_speed = resolution_speed(photos, sizes, log)
     rep.add("batching", speed)
     rep.add("cache_hit_us", hit)
+    rep.add("runtime_speed", rt_speed)
     rep.add("precision_speed", prec_speed)
     rep.add("resolution_speed", res_speed)
     prec_q = res_q = None
@@ -309,6 +358,10 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float, n_attr: int
              f"**{hit:.0f} µs** (normalising, hashing, LRU lookup).")
     rep.table(speed, ["modality", "config", "threads", "clients", "qps", "p50_ms", "p99_ms", "mean_batch"],
               "Query encodes under concurrency (towers + adapter)")
+    if rt_speed:
+        rep.table(rt_speed, ["model", "runtime", "ms_per_call", "ms_per_item", "max_abs_diff_vs_torch"],
+                  "Query-time models: torch vs onnxruntime (one thread, median wall time; the default runtime "
+                  "is onnxruntime when installed, Settings.query_runtime)")
     rep.table(prec_speed, ["precision", "batch", "threads", "ms_per_batch", "texts_per_s"],
               "Text tower precision: speed (tokenise + MiniLM)")
     rep.table(res_speed, ["input", "batch", "threads", "ms_per_batch", "photos_per_s", "mflop_per_photo"],

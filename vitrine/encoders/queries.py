@@ -214,29 +214,40 @@ class QueryEncoder:
 
         return self._lookup(keys, submit)
 
-    def _lookup(self, keys: list[Key], submit: Callable[[int], Future[np.ndarray]]) -> np.ndarray:
-        """Cached vectors, else one in-flight encode per distinct key (concurrent callers asking for
-        the same query share it), else a new one through the batcher."""
-        out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
-        waits: list[tuple[int, Future[np.ndarray], bool]] = []
-        for i, v in enumerate(out):
-            if v is not None:
-                continue
-            with self._pending_lock:
-                fut = self._pending.get(keys[i])
-                own = fut is None
-                if own:
-                    fut = Future()
-                    self._pending[keys[i]] = fut
+    def text_future(self, text: str) -> Future[np.ndarray]:
+        """One query text's vector as a future: start the encode now, collect it later (e.g.
+        while the intent classifier runs). A cached vector comes back already done."""
+        key = self._text_key(text)
+        v = self.cache.get(key)
+        if v is not None:
+            done: Future[np.ndarray] = Future()
+            done.set_result(v)
+            return done
+        return self._future(key, lambda: self._text.submit(text))
+
+    def _future(self, key: Key, submit: Callable[[], Future[np.ndarray]]) -> Future[np.ndarray]:
+        """The in-flight encode of ``key`` (concurrent callers asking for the same query share
+        it), else a new one through the batcher."""
+        with self._pending_lock:
+            fut = self._pending.get(key)
+            own = fut is None
             if own:
-                try:
-                    inner = submit(i)
-                except BaseException as e:
-                    self._settle(keys[i], fut, None, e)  # type: ignore[arg-type]
-                    raise
-                inner.add_done_callback(lambda f, k=keys[i], mine=fut: self._settle(k, mine, f, None))
-            waits.append((i, fut, own))  # type: ignore[arg-type]
-        for i, fut, _ in waits:
+                fut = Future()
+                self._pending[key] = fut
+        if own:
+            try:
+                inner = submit()
+            except BaseException as e:
+                self._settle(key, fut, None, e)  # type: ignore[arg-type]
+                raise
+            inner.add_done_callback(lambda f, k=key, mine=fut: self._settle(k, mine, f, None))
+        return fut  # type: ignore[return-value]
+
+    def _lookup(self, keys: list[Key], submit: Callable[[int], Future[np.ndarray]]) -> np.ndarray:
+        """Cached vectors, else the in-flight or a new encode of each key."""
+        out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
+        waits = [(i, self._future(keys[i], lambda i=i: submit(i))) for i, v in enumerate(out) if v is None]
+        for i, fut in waits:
             out[i] = fut.result()
         if not out:
             return np.zeros((0, self.encoder.dim), dtype=np.float32)

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -529,12 +530,14 @@ class Engine:
             image_url=f"/images/{row.image_key}" if row.image_key else None,
         )
 
-    def query_vectors(self, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
-        """Shared-space query vectors per modality present."""
+    def query_vectors(self, text: str | None, image: bytes | None,
+                      text_vector: Future[np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Shared-space query vectors per modality present (``text_vector``: the text's encode,
+        started earlier with ``query_encoder.text_future``)."""
         out: dict[str, np.ndarray] = {}
         qe = self.query_encoder
         if text:
-            out["text"] = qe.text([text])[0]
+            out["text"] = text_vector.result() if text_vector is not None else qe.text([text])[0]
         if image is not None:
             out["image"] = qe.image([image])[0]
         return out
@@ -579,10 +582,11 @@ class Engine:
             image = decode_b64(req.image_b64)
         if not text and image is None:
             raise InvalidInput("empty query: give text, a photo, or both")
+        early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
         if plan.answer is not None:  # after-sales: an answer, no product ranking
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
-        qv, gate = fallback.query_vectors(self, text, image)  # degrades (gate), never fails
+        qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
         scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
         if not scored and plan.applied:  # nothing has every slot the query named: search without them
@@ -612,6 +616,18 @@ class Engine:
             model=self.model_key, degraded=degraded + plan.degraded,
         )
         return understanding.finish(self, req, text, plan, resp)
+
+    def _encode_early(self, req: SearchRequest, text: str | None) -> Future[np.ndarray] | None:
+        """Start the query text's encode before intent classification when both will run (an
+        after-sales query then wastes one encode; every other query waits for the slower of the
+        two instead of their sum). None: encode later, in the guarded query-vector step."""
+        if not text or self.understanding is None or not req.use_intent:
+            return None
+        try:
+            return self.query_encoder.text_future(text)
+        except Exception as e:  # noqa: BLE001 - the guarded step retries and degrades if need be
+            log.warning("early query encode not started: %s", e)
+            return None
 
     def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
                       allowed: np.ndarray | None) -> tuple[Any, dict[int, float], list[str], Any]:

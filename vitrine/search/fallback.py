@@ -60,11 +60,12 @@ def guarded(fn: Callable[..., T], *args: Any, timeout_s: float, what: str) -> T:
         raise TimeoutError(f"{what} took over {timeout_s * 1000:g} ms") from e
 
 
-def query_vectors(engine: "Engine", text: str | None, image: bytes | None) -> tuple[dict[str, np.ndarray], list[str]]:
+def query_vectors(engine: "Engine", text: str | None, image: bytes | None,
+                  text_vector: Future[np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """The query's shared-space vectors and the degraded components (``["gate"]`` or none)."""
     try:
-        return guarded(engine.query_vectors, text, image, timeout_s=engine.settings.gate_timeout_ms / 1000,
-                       what="query embedding"), []
+        return guarded(engine.query_vectors, text, image, text_vector,
+                       timeout_s=engine.settings.gate_timeout_ms / 1000, what="query embedding"), []
     except InvalidInput:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of the gate degrades, never fails the search

@@ -8,6 +8,7 @@ warm-up; p50/p95/p99 per stage, with torch's default threads and with one thread
 from __future__ import annotations
 
 import time
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,16 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
     from vitrine.intent.slots import SlotExtractor
     from vitrine.intent.training import heldout_examples
 
+    from vitrine import onnxrt
+
     rep = Report("intent", out, "Vitrine intent classifier latency (CPU, batch 1)")
     t0 = time.perf_counter()
     clf = IntentClassifier.load(weights, cache_dir=cache_dir)
     load_s = time.perf_counter() - t0
+    # (runtime, classifier, torch threads): torch at its default and at one thread; onnxruntime at one
+    runs: list[tuple[str, Any, int | None]] = [("torch", clf, th) for th in threads]
+    if onnxrt.available():
+        runs.append(("onnxruntime", IntentClassifier.load(weights, cache_dir=cache_dir, runtime="onnx"), 1))
     cfg = clf.model.config
     test, terms = heldout_examples(seed=int(cfg.get("seed", 0)), per_label=int(cfg.get("test_per_label", 400)),
                                    train_per_label=int(cfg.get("train_per_label", 2500)))
@@ -39,7 +46,7 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
     sample = [queries[i] for i in rng.integers(0, len(queries), size=n)]
     default_threads = torch.get_num_threads()
     rows = []
-    for th in threads:
+    for runtime, clf, th in runs:
         torch.set_num_threads(th or default_threads)
         for q in sample[:100]:  # warm-up
             clf.predict(q)
@@ -54,12 +61,14 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
             cls_lat.append(b - a)
             slot_lat.append(c - b)
             total_lat.append(c - a)
-        label = f"{th or default_threads} thread(s)" + (" (default)" if th is None else "")
+        label = f"{runtime}, {th or default_threads} thread(s)" + (" (default)" if th is None else "")
         for stage, lat in (("classifier (tokenize + Qwen2 forward)", cls_lat), ("slots", slot_lat),
                            ("intent + slots", total_lat)):
-            rows.append({"threads": label, "stage": stage, **summary_ms(lat)})
+            rows.append({"run": label, "stage": stage, **summary_ms(lat)})
         if th is None:
             rep.add("latencies_ms_default_threads", [x * 1000 for x in total_lat])
+        if runtime == "onnxruntime":
+            rep.add("latencies_ms_onnxruntime", [x * 1000 for x in total_lat])
     torch.set_num_threads(default_threads)
     rep.add("results", rows)
     rep.add("model", {"parameters": clf.model.n_parameters(), "config": cfg.get("config_name"),
@@ -69,12 +78,15 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
              f"emoji-only query and a code-mixed one), each classified alone after 100 warm-up queries. "
              f"Model: Qwen2ForSequenceClassification, {clf.model.n_parameters():,} parameters "
              f"({len(clf.model.keep_ids):,} kept token ids); load {load_s:.2f}s. Bar: p99 <= 10 ms.")
-    rep.table(rows, ["threads", "stage", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n"], "Latency per query")
-    lat = np.array(rep.data["latencies_ms_default_threads"])
+    rep.table(rows, ["run", "stage", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n"], "Latency per query")
+    curves = {"torch, default threads": rep.data["latencies_ms_default_threads"]}
+    if "latencies_ms_onnxruntime" in rep.data:
+        curves["onnxruntime, 1 thread"] = rep.data["latencies_ms_onnxruntime"]
 
     def draw(ax):  # noqa: ANN001
-        xs = np.sort(lat)
-        ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs))
+        for name, lat in curves.items():
+            xs = np.sort(np.array(lat))
+            ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=name)
         ax.axvline(10, color="red", linestyle="--", label="10 ms bar")
         ax.set_xlabel("intent + slots latency per query (ms), batch 1")
         ax.set_ylabel("fraction of queries")

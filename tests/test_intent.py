@@ -154,6 +154,32 @@ def test_generator_has_no_leakage(terms, splits):
     assert len(test_vals & (held_b | held_t)) >= 20
 
 
+def test_validation_templates_are_disjoint_from_train_and_test(terms):
+    from vitrine.intent.generator import VAL_PERCENT, _norm_tpl, compositional_templates, make_val, template_sets
+
+    sets = {split: template_sets(split) for split in ("train", "val", "test")}
+    for label in LABELS:
+        for lang in ("en", "zh"):
+            tr, va, te = ({_norm_tpl(t) for t in sets[split][label][lang]} for split in ("train", "val", "test"))
+            assert va and tr and te
+            assert not tr & va and not va & te and not tr & te
+            # a fixed share of each intent's train templates per language is kept for validation
+            assert 0.5 * VAL_PERCENT / 100 <= len(va) / (len(tr) + len(va)) <= 2 * VAL_PERCENT / 100
+    val_all = {_norm_tpl(t) for by_lang in sets["val"].values() for ts in by_lang.values() for t in ts}
+    test_all = {_norm_tpl(t) for by_lang in sets["test"].values() for ts in by_lang.values() for t in ts}
+    for made in compositional_templates().values():
+        assert not {_norm_tpl(t) for t in made} & (val_all | test_all)
+    val = make_val(terms, per_label=30, seed=0)
+    assert {e.label for e in val} == set(LABELS)
+    assert all(e.template.startswith("val:") and _norm_tpl(e.template.split(":", 3)[3]) in val_all for e in val)
+    # validation uses the training vocabulary only: no held-out brand or article type
+    held = {b for b in terms.brands if held_out(b)} | {t for t in terms.types if held_out(t)}
+    for e in val:
+        for f in ("brand", "category"):
+            v = (e.slots or {}).get(f)
+            assert not set([v] if isinstance(v, str) else v or []) & held
+
+
 def test_generator_variety(splits, terms):
     train, test = splits
     for data in (train, test):
@@ -283,7 +309,7 @@ def test_training_smoke(tmp_path, tok_cache):
 
     out = tmp_path / "w"
     s = train_intent(out, seed=3, epochs=1, cache_dir=tok_cache, train_per_label=20, test_per_label=5,
-                     progress=False)
+                     val_per_label=5, progress=False)
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     assert s["train_queries"] == 120 and s["heldout"]["n"] > 0 and len(s["history"]) == 1
     clf = IntentClassifier.load(out, cache_dir=tok_cache)
@@ -337,7 +363,9 @@ def test_minilm_embedding_init_option():
     ranks = qtok.load_ranks()
     words = {s: ranks[s.encode()] for s in (" return", " exchange", " refund", " shoes", " sandals", " sneakers",
                                             " cheap", " buy", " purchase", " red", " blue")}
-    keep = np.array(sorted(words.values()))
+    # a realistic table (frequent English words around the probes): the PCA of a handful of
+    # vectors alone says little about their neighbourhoods
+    keep = np.array(sorted(set(words.values()) | set(english_word_ids(ranks, 3000))))
     m = IntentModel(dict(load_arch_config(), labels=list(LABELS), tokenizer={}), keep)
     info = init_embeddings(m.model, keep, ranks, n_special=3, pad=PAD, unk=UNK, eos=EOS)
     assert info["minilm_rows"] == len(keep)

@@ -62,15 +62,39 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None)
 @click.option("--init-from", type=click.Path(path_type=Path, exists=True), default=None,
               help="Start from a pretrained Qwen checkpoint (HF folder or GGUF file)")
-@click.option("--epochs", type=int, default=None)
+@click.option("--epochs", type=int, default=None, help="Default: the training defaults (vitrine/intent/training.py)")
 @click.option("--seed", type=int, default=0, show_default=True)
-def train_intent(out: Path | None, init_from: Path | None, epochs: int | None, seed: int) -> None:
-    """Train the Qwen2-architecture intent classifier on generated queries."""
+@click.option("--config", default=None,
+              help="Architecture config: a shipped name (vitrine/intent/configs) or a JSON file")
+@click.option("--train-per-label", type=int, default=None, help="Generated training queries per label")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Override a training setting, e.g. --set token_dropout=0.15 (repeatable)")
+@click.option("--no-heldout", is_flag=True, help="Measure on validation only (for tuning), not on held-out queries")
+def train_intent(out: Path | None, init_from: Path | None, epochs: int | None, seed: int, config: str | None,
+                 train_per_label: int | None, settings: tuple[str, ...], no_heldout: bool) -> None:
+    """Train the Qwen2-architecture intent classifier on generated queries.
+
+    Model selection (best epoch) uses validation queries from templates kept out of training."""
     try:
         from vitrine.cli.training import train_intent_command
     except ImportError as e:  # pragma: no cover
         raise click.ClickException(f"intent training is unavailable: {e}") from e
-    kwargs: dict[str, Any] = {"out": out, "init_from": init_from, "seed": seed}
+    kwargs: dict[str, Any] = {"out": out, "init_from": init_from, "seed": seed, "heldout": not no_heldout}
     if epochs is not None:
         kwargs["epochs"] = epochs
-    click.echo(json.dumps(train_intent_command(**kwargs), indent=2))
+    if config is not None:
+        kwargs["config"] = config
+    if train_per_label is not None:
+        kwargs["train_per_label"] = train_per_label
+    hparams: dict[str, float] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        try:
+            hparams[key.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not KEY=NUMBER", param_hint="--set") from None
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not KEY=NUMBER", param_hint="--set")
+    if hparams:
+        kwargs["hparams"] = hparams
+    click.echo(json.dumps(train_intent_command(**kwargs), indent=2, ensure_ascii=False))

@@ -62,8 +62,10 @@ def token_texts(ids: list[int], ranks: dict[bytes, int]) -> list[str]:
     return [inv[i].decode("utf-8", "replace").strip() or inv[i].decode("utf-8", "replace") for i in ids]
 
 
-def minilm_vectors(texts: list[str], *, batch_size: int = 256, progress: bool = False) -> np.ndarray:
-    """Mean-pooled, L2-normalised MiniLM embeddings of short texts."""
+def minilm_vectors(texts: list[str], *, batch_size: int = 256, max_length: int = 16,
+                   progress: bool = False) -> np.ndarray:
+    """Mean-pooled, L2-normalised MiniLM embeddings of short texts (tokens, or whole queries with a
+    larger ``max_length``)."""
     import torch  # noqa: PLC0415
     from tqdm.auto import tqdm  # noqa: PLC0415
     from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415
@@ -75,7 +77,8 @@ def minilm_vectors(texts: list[str], *, batch_size: int = 256, progress: bool = 
     with torch.inference_mode():
         for i in tqdm(range(0, len(texts), batch_size), desc="MiniLM token vectors", disable=not progress,
                       leave=False):
-            enc = tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=16, return_tensors="pt")
+            enc = tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=max_length,
+                      return_tensors="pt")
             h = model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).float()
             v = (h * m).sum(1) / m.sum(1).clamp(min=1)

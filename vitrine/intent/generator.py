@@ -10,6 +10,11 @@ No leakage between the two splits:
 - vocabulary: a fixed fifth of the brands and of the article types (by a salted hash of the
   name) is held out: held-out values never appear in a training query;
 - texts: a test query whose text is also a training query is dropped.
+
+Validation (model selection, tuning) measures the same thing as the held-out set, generalisation
+to phrasings never trained on, without touching the test templates: a fixed share of the
+``train`` templates of every intent and language (and of the compositional frames), picked by a
+salted hash of the template text, is kept out of training and only builds the ``val`` queries.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from vitrine.intent.slots import SLOT_FIELDS, SlotExtractor, Vocabulary, key_nor
 LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
 TEMPLATES_PATH = Path(__file__).with_name("data") / "templates.json"
 HOLDOUT_SALT = "vitrine-intent-holdout-v1"
+VAL_SALT = "vitrine-intent-val-v1"
+VAL_PERCENT = 18  # share (in percent) of the train templates / compositional frames kept for validation
+SPLITS = ("train", "val", "test")
 _CJK = re.compile(r"[\u3040-\u9fff]")
 _PLACEHOLDER = re.compile(r"\{(P|PA|PB|BA|BB|C|G|PRICE)\}")
 
@@ -162,16 +170,27 @@ def _norm_tpl(t: str) -> str:
     return " ".join(t.split()).casefold()
 
 
+def is_val_template(key: str, template: str) -> bool:
+    """Whether a ``train`` template (or compositional frame) is kept for validation: a stable salted
+    hash of ``key`` (label and language, or "frame") and the normalised text."""
+    h = hashlib.sha256(f"{VAL_SALT}:{key}:{_norm_tpl(template)}".encode()).digest()
+    return int.from_bytes(h[:4], "big") % 100 < VAL_PERCENT
+
+
 @lru_cache(maxsize=1)
 def compositional_templates() -> dict[str, list[str]]:
     """English training templates: shared frames x each intent's cue verbs (see templates.json).
-    A filled frame that equals any test template is dropped (no template leaks into training)."""
+    Frames kept for validation are left out, and a filled frame that equals any test or validation
+    template is dropped (no test or validation template leaks into training)."""
     comp = templates().get("compositional") or {}
     test = {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in templates()[lab]["test"][lang]}
+    test |= {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in template_sets("val")[lab][lang]}
     out: dict[str, list[str]] = {}
     for label in LABELS:
         made: list[str] = []
         for frame in comp.get("frames", []):
+            if is_val_template("frame", frame):
+                continue
             for base, ing in comp.get("verbs", {}).get(label, []):
                 t = frame.replace("{VING}", ing).replace("{V}", base)
                 if label == "compare":
@@ -182,8 +201,17 @@ def compositional_templates() -> dict[str, list[str]]:
     return out
 
 
+@lru_cache(maxsize=3)
 def template_sets(split: str) -> dict[str, dict[str, list[str]]]:
-    return {label: templates()[label][split] for label in LABELS}
+    """The templates of ``split`` per label and language: "test" is the held-out set; "train" and
+    "val" partition the ``train`` lists of templates.json (see :func:`is_val_template`)."""
+    if split == "test":
+        return {label: templates()[label]["test"] for label in LABELS}
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be one of {SPLITS}")
+    want_val = split == "val"
+    return {label: {lang: [t for t in tpls if is_val_template(f"{label}:{lang}", t) == want_val]
+                    for lang, tpls in templates()[label]["train"].items()} for label in LABELS}
 
 
 DETERMINERS = ["a", "the", "some", "a pair of", "two", "these", "this", "my"]
@@ -197,17 +225,18 @@ def _forms(lex_forms: dict[str, list[str]], value: str) -> tuple[list[str], list
 
 
 class QueryGenerator:
-    """Generates labelled queries for one split ("train" or "test")."""
+    """Generates labelled queries for one split: "train", "val" (validation templates, training
+    vocabulary) or "test" (held-out templates, price forms and vocabulary)."""
 
     def __init__(self, terms: Terms, split: str, seed: int = 0) -> None:
-        if split not in ("train", "test"):
-            raise ValueError("split must be 'train' or 'test'")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}")
         self.split = split
         self.rng = random.Random(f"{seed}:{split}")
         lex = lexicon()
         self.held_brands = [b for b in terms.brands if held_out(b)]
         self.held_types = [t for t in terms.types if held_out(t)]
-        if split == "train":
+        if split != "test":
             self.brands = [b for b in terms.brands if not held_out(b)]
             self.types = [t for t in terms.types if not held_out(t)]
         else:
@@ -222,7 +251,7 @@ class QueryGenerator:
         self.types = [t for t in self.types if self.cat_forms[t][0]]
         self.templates = template_sets(split)
         self.compositional = compositional_templates() if split == "train" else {}
-        self.prices = PRICE_FORMS[split]
+        self.prices = PRICE_FORMS["test" if split == "test" else "train"]
         # Real catalogue titles as product phrases (training only; their slots are not labelled):
         # product words far beyond the slot vocabulary. Held-out brands and types stay out.
         held_b = [key_norm(b) for b in self.held_brands]
@@ -499,17 +528,28 @@ def make_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: in
     return train, test
 
 
+def make_val(terms: Terms, *, per_label: int = 400, seed: int = 0,
+             exclude: set[str] | None = None) -> list[Example]:
+    """Validation queries: from the validation templates only, over the training vocabulary;
+    texts in ``exclude`` (casefolded training texts) are dropped."""
+    exclude = exclude or set()
+    return [e for e in QueryGenerator(terms, "val", seed).generate(per_label) if e.text.casefold() not in exclude]
+
+
 def template_overlap() -> set[str]:
-    """Templates present in both the train and test sets (should be empty)."""
-    shared = set()
-    test_all = {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in templates()[lab]["test"][lang]}
+    """Templates shared by two of the train / val / test sets (should be empty): the template
+    lists and the filled compositional frames, compared after normalising space and case."""
+    shared: set[str] = set()
+    norm = {split: {lab: {lang: {_norm_tpl(t) for t in tpls} for lang, tpls in by_lang.items()}
+                    for lab, by_lang in template_sets(split).items()} for split in SPLITS}
+    every = {split: set().union(*(s for by_lang in norm[split].values() for s in by_lang.values()))
+             for split in SPLITS}
     for made in compositional_templates().values():
-        shared |= {t for t in made if _norm_tpl(t) in test_all}
+        shared |= {t for t in made if _norm_tpl(t) in every["test"] | every["val"]}
     for label in LABELS:
         for lang in ("en", "zh"):
-            a = {" ".join(t.split()) for t in templates()[label]["train"][lang]}
-            b = {" ".join(t.split()) for t in templates()[label]["test"][lang]}
-            shared |= a & b
+            a, v, b = (norm[split][label].get(lang, set()) for split in SPLITS)
+            shared |= (a & b) | (a & v) | (v & b)
     return shared
 
 

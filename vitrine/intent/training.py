@@ -1,5 +1,6 @@
 """``vitrine train intent``: generate queries from the catalogue, train the Qwen2 classifier,
-measure it on the held-out queries, ship it (config.json + model.safetensors).
+keep the epoch that does best on the validation queries (templates kept out of training, see
+``generator.py``), measure it on the held-out queries, ship it (config.json + model.safetensors).
 
 Reproducible: the generator, the vocabulary split, the initialisation and the batch order all
 follow ``seed``; the shipped weights are what ``vitrine train intent`` writes.
@@ -25,10 +26,10 @@ from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
 from vitrine.intent.generator import (
     Example,
-    QueryGenerator,
     Terms,
     catalogue_terms,
     make_splits,
+    make_val,
     held_out as held_out_value,
     template_overlap,
 )
@@ -49,9 +50,15 @@ from vitrine.intent.slots import SlotExtractor, slots_equal
 log = logging.getLogger(__name__)
 
 DEFAULTS: dict[str, Any] = {
-    "epochs": 6, "batch_size": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup": 0.06, "token_dropout": 0.12,
-    "label_smoothing": 0.05, "train_per_label": 2500, "test_per_label": 400, "val_per_label": 150,
+    "epochs": 6, "batch_size": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup": 0.06, "token_dropout": 0.2,
+    "label_smoothing": 0.05, "train_per_label": 4000, "test_per_label": 400, "val_per_label": 400,
+    "distill_weight": 1.0,
 }
+# Training settings that ``hparams`` may override (the rest are arguments of train_intent).
+# distill_weight: an auxiliary loss (weight) that makes the classifier's pooled state predict the
+# MiniLM sentence embedding of each English training query (through a linear map used in training
+# only): sentence meaning from a pretrained encoder, for phrasings the templates never had.
+HPARAM_KEYS = ("weight_decay", "warmup", "token_dropout", "label_smoothing", "distill_weight")
 
 
 def default_source() -> Path:
@@ -136,9 +143,14 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
                  epochs: int = DEFAULTS["epochs"], *, source: Path | None = None, cache_dir: Path | None = None,
                  config: str = DEFAULT_CONFIG, train_per_label: int = DEFAULTS["train_per_label"],
                  test_per_label: int = DEFAULTS["test_per_label"], batch_size: int = DEFAULTS["batch_size"],
-                 lr: float = DEFAULTS["lr"], threads: int = 1, progress: bool = True) -> dict[str, Any]:
+                 lr: float = DEFAULTS["lr"], val_per_label: int = DEFAULTS["val_per_label"],
+                 hparams: dict[str, float] | None = None, heldout: bool = True, threads: int = 1,
+                 progress: bool = True) -> dict[str, Any]:
     """Train the intent classifier and write it to ``out`` (default: the shipped weights folder).
 
+    The epoch with the best validation macro-F1 (validation templates never trained on) is kept.
+    ``hparams`` overrides the settings in :data:`HPARAM_KEYS`; ``heldout=False`` skips the held-out
+    measurement (for tuning on validation only).
     ``threads``: torch threads while training (1 by default: as fast for a model this small, the
     same result on any machine, and kind to a shared CPU)."""
     import torch  # noqa: PLC0415
@@ -148,29 +160,34 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
     try:
         return _train(out, init_from, seed, epochs, source=source, cache_dir=cache_dir, config=config,
                       train_per_label=train_per_label, test_per_label=test_per_label, batch_size=batch_size,
-                      lr=lr, progress=progress)
+                      lr=lr, val_per_label=val_per_label, hparams=hparams or {}, heldout=heldout,
+                      progress=progress)
     finally:
         torch.set_num_threads(before)
 
 
 def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, source: Path | None,
            cache_dir: Path | None, config: str, train_per_label: int, test_per_label: int, batch_size: int,
-           lr: float, progress: bool) -> dict[str, Any]:
+           lr: float, val_per_label: int, hparams: dict[str, float], heldout: bool,
+           progress: bool) -> dict[str, Any]:
     import torch  # noqa: PLC0415
     from tqdm.auto import tqdm  # noqa: PLC0415
 
     t0 = time.time()
     if epochs < 1:
         raise InvalidInput("epochs must be at least 1")
+    unknown = set(hparams) - set(HPARAM_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown training settings {sorted(unknown)}; known: {list(HPARAM_KEYS)}")
+    hp = {k: hparams.get(k, DEFAULTS[k]) for k in HPARAM_KEYS}
     if template_overlap():
-        raise InvalidInput(f"train and test templates overlap: {sorted(template_overlap())[:5]}")
+        raise InvalidInput(f"{len(template_overlap())} templates are shared by the train, val and test sets")
     _seed_all(seed)
     source = Path(source) if source else default_source()
     terms = catalogue_terms(source)
     train, test = make_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label, seed=seed)
     train_texts = {e.text.casefold() for e in train}
-    val = [e for e in QueryGenerator(terms, "train", seed + 1).generate(DEFAULTS["val_per_label"])
-           if e.text.casefold() not in train_texts]
+    val = make_val(terms, per_label=val_per_label, seed=seed, exclude=train_texts)
     log.info("generated %d training, %d validation and %d held-out queries from %d brands, %d article types",
              len(train), len(val), len(test), len(terms.brands), len(terms.types))
 
@@ -202,35 +219,39 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         log.info("initialising %d token embeddings from MiniLM word vectors", len(keep))
         model.config.update(init_embeddings(model.model, keep, ranks, n_special=3, pad=PAD, unk=UNK, eos=EOS,
                                             seed=seed, progress=progress))
-    model.config.update(name="default", seed=seed, train_per_label=train_per_label, test_per_label=test_per_label)
+    model.config.update(name="default", seed=seed, train_per_label=train_per_label, test_per_label=test_per_label,
+                        training=dict(hp, epochs=epochs, batch_size=batch_size, lr=lr, val_per_label=val_per_label))
     net = model.model
     label_idx = {lab: i for i, lab in enumerate(labels)}
     enc_train = [model.rows(ids) for ids in train_ids]
     lengths = np.array([len(e.rows) for e in enc_train])
     y_train = np.array([label_idx[e.label] for e in train], dtype=np.int64)
     clf = IntentClassifier(model, tok)
+    distill = _distill_targets(train) if hp["distill_weight"] > 0 else None
+    head = torch.nn.Linear(net.config.hidden_size, distill[0].shape[1]) if distill is not None else None
 
     steps_per_epoch = math.ceil(len(enc_train) / batch_size)
     total = steps_per_epoch * epochs
-    warm = max(1, int(DEFAULTS["warmup"] * total))
+    warm = max(1, int(hp["warmup"] * total))
     emb_w = net.get_input_embeddings().weight
     # the embedding table learns slower and without decay: rows no query touches keep their start
     opt = torch.optim.AdamW([
-        {"params": [p for p in net.parameters() if p.requires_grad and p is not emb_w],
-         "weight_decay": DEFAULTS["weight_decay"]},
+        {"params": [p for p in net.parameters() if p.requires_grad and p is not emb_w]
+         + (list(head.parameters()) if head is not None else []), "weight_decay": hp["weight_decay"]},
         {"params": [emb_w] if emb_w.requires_grad else [], "weight_decay": 0.0,
          "lr": lr * float(arch.get("embedding_lr_scale", 1.0))},
     ], lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
-    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=DEFAULTS["label_smoothing"])
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=hp["label_smoothing"])
     rng = np.random.default_rng(seed)
     history = []
     out = Path(out) if out else WEIGHTS_DIR / DEFAULT_WEIGHTS
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
     log_path.write_text("")
-    p_drop = DEFAULTS["token_dropout"]
+    p_drop = hp["token_dropout"]
+    best: tuple[float, int, dict[str, Any]] | None = None  # (val macro-F1, epoch, weights)
     for epoch in range(epochs):
         net.train()
         batches = _length_batches(lengths, batch_size, rng)
@@ -244,8 +265,19 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
                 rows = [UNK if d else r for r, d in zip(rows[:-1], drop)] + [EOS]
                 batch.append(Encoded(rows, len(rows), False))
             ids, mask = model.batch(batch)
-            logits = net(input_ids=ids, attention_mask=mask).logits
-            loss = loss_fn(logits, torch.from_numpy(y_train[idx]))
+            if distill is None:
+                logits = net(input_ids=ids, attention_mask=mask).logits
+                loss = loss_fn(logits, torch.from_numpy(y_train[idx]))
+            else:
+                assert head is not None
+                # the classifier's own pooling: the last real position (right padding, EOS last)
+                hidden = net.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                pooled = hidden[torch.arange(len(idx)), mask.sum(1) - 1]
+                loss = loss_fn(net.score(pooled), torch.from_numpy(y_train[idx]))
+                targets, has = torch.from_numpy(distill[0][idx]), torch.from_numpy(distill[1][idx])
+                if bool(has.any()):
+                    cos = torch.nn.functional.cosine_similarity(head(pooled[has]), targets[has], dim=-1)
+                    loss = loss + hp["distill_weight"] * (1 - cos).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], 1.0)
@@ -261,12 +293,23 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         history.append(rec)
         with open(log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
-        log.info("epoch %d: loss %.4f, val accuracy %.4f", epoch + 1, rec["loss"], rec["val_accuracy"])
+        log.info("epoch %d: loss %.4f, val accuracy %.4f, macro-F1 %.4f", epoch + 1, rec["loss"],
+                 rec["val_accuracy"], rec["val_macro_f1"])
+        if best is None or vm["macro_f1"] > best[0]:
+            best = (vm["macro_f1"], epoch + 1, {k: v.detach().clone() for k, v in net.state_dict().items()})
+    assert best is not None
+    net.load_state_dict(best[2])
     net.eval()
     extractor = SlotExtractor(terms.vocabulary())
-    held = evaluate(clf, test, extractor)
-    model.config["heldout"] = {"accuracy": held["accuracy"], "macro_f1": held["macro_f1"],
-                               "slot_exact_match": held["slot_exact_match"], "n": held["n"]}
+    val_m = evaluate(clf, val, extractor)
+    model.config["best_epoch"] = best[1]
+    model.config["val"] = {"accuracy": val_m["accuracy"], "macro_f1": val_m["macro_f1"],
+                           "slot_exact_match": val_m["slot_exact_match"], "n": val_m["n"]}
+    held: dict[str, Any] = {}
+    if heldout:
+        held = evaluate(clf, test, extractor)
+        model.config["heldout"] = {"accuracy": held["accuracy"], "macro_f1": held["macro_f1"],
+                                   "slot_exact_match": held["slot_exact_match"], "n": held["n"]}
     model.save_pretrained(out)
     summary = {
         "out": _display(out), "seed": seed, "epochs": epochs, "init_from": str(init_from) if init_from else None,
@@ -274,12 +317,26 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         "train_queries": len(train), "val_queries": len(val), "heldout_queries": len(test),
         "heldout_brands": sum(1 for b in terms.brands if held_out_value(b)),
         "heldout_article_types": sum(1 for t in terms.types if held_out_value(t)),
-        "history": history, "heldout": {k: v for k, v in held.items() if k != "errors_sample"},
-        "heldout_errors_sample": held["errors_sample"],
+        "training": model.config["training"], "best_epoch": best[1], "history": history,
+        "val": {k: v for k, v in val_m.items() if k != "errors_sample"}, "val_errors_sample": val_m["errors_sample"],
+        "heldout": {k: v for k, v in held.items() if k != "errors_sample"} if heldout else None,
         "weights_bytes": (out / "model.safetensors").stat().st_size, "seconds": round(time.time() - t0, 1),
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
+
+
+def _distill_targets(train: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """MiniLM sentence embeddings of the English training queries (zero rows and ``False`` for the
+    others: MiniLM is an English model)."""
+    from vitrine.intent.embed_init import minilm_vectors  # noqa: PLC0415
+
+    has = np.array([e.lang == "en" for e in train])
+    vecs = minilm_vectors([e.text for e in train if e.lang == "en"], max_length=64)
+    out = np.zeros((len(train), vecs.shape[1] if len(vecs) else 384), dtype=np.float32)
+    out[has] = vecs
+    log.info("distillation targets: MiniLM embeddings of %d English training queries", int(has.sum()))
+    return out, has
 
 
 def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,

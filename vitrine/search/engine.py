@@ -814,10 +814,10 @@ def build_encoder(settings: Settings) -> MultimodalEncoder:
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
-    if settings.faiss_threads:
+    if settings.search_threads:
         from vitrine.index.vectors import set_search_threads  # noqa: PLC0415
 
-        set_search_threads(settings.faiss_threads)
+        set_search_threads(settings.search_threads)
     return MultimodalEncoder.create(
         settings.model,
         settings.adapter if settings.adapter != "none" else None,

@@ -67,9 +67,9 @@ class Settings(BaseSettings):
                                "forward per core beats two threads contending on a busy CPU (measured).")
 
     # -- index and ranking --------------------------------------------------------------------
-    faiss_threads: int = Field(0, ge=0, le=256, description="OpenMP threads inside one FAISS search. 0: one "
-                               "when serving (requests already run side by side), FAISS's default (all cores) "
-                               "for batch work.")
+    search_threads: int = Field(0, ge=0, le=256, description="Threads inside one search (FAISS OpenMP, "
+                                "numpy/FAISS BLAS). 0: one when serving (requests already run side by side), "
+                                "the libraries' default (all cores) for batch work.")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1)
     ef_search: int = Field(128, ge=1)

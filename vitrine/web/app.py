@@ -178,10 +178,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         own = engine is None
         if own and settings.tune_malloc:
             limit_heap_growth()
-        if own:
-            set_search_threads(settings.faiss_threads or 1)
         eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
         app.state.engine = eng
+        if own:  # after the models loaded their libraries: the limits apply to loaded ones
+            set_search_threads(settings.search_threads or 1)
         await asyncio.to_thread(lambda: eng.query_encoder)  # the query fast path is built before traffic
         metrics.bind_engine(eng)
         log.info("serving %d products from %s", len(eng), settings.data_dir)

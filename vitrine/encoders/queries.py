@@ -33,9 +33,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from vitrine import onnxrt
 from vitrine.encoders.batching import LRUCache, MicroBatcher
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine import onnxrt
 from vitrine.errors import InvalidInput, ModelError, VitrineError
 from vitrine.onnxrt import OnnxModule
 
@@ -115,7 +115,7 @@ class QueryEncoder:
                 self._text_device = towers.device
         self._onnx_text: OnnxModule | None = None
         self._onnx_image: OnnxModule | None = None
-        self.runtime = self._text_runtime(str(runtime), onnx_dir)
+        self.runtime = self._pick_runtime(str(runtime), onnx_dir)
         wait = max_wait_ms / 1000.0
         self._text = MicroBatcher(self._encode_texts, max_batch=max_batch, max_wait_s=wait,
                                   name="vitrine-query-text", on_start=self._thread_setup)
@@ -126,10 +126,10 @@ class QueryEncoder:
         self._closed = False
         self._close_lock = threading.Lock()
 
-    def _text_runtime(self, runtime: str, onnx_dir: Path | None) -> str:
-        """"torch" or "onnx": what runs the query text tower. ``auto`` takes onnxruntime when it is
-        installed and the tower qualifies (fp32, a Hugging Face tower, on CPU), else torch; an
-        explicit ``onnx`` that cannot be had raises."""
+    def _pick_runtime(self, runtime: str, onnx_dir: Path | None) -> str:
+        """"torch" or "onnx": what runs the query towers (text and photo). ``auto`` takes
+        onnxruntime when it is installed and the towers qualify (fp32 Hugging Face text tower, on
+        CPU), else torch; an explicit ``onnx`` that cannot be had raises."""
         if runtime not in ("auto", "torch", "onnx"):
             raise InvalidInput(f"unknown query runtime {runtime!r}; use auto, torch or onnx")
         if runtime == "torch":
@@ -153,7 +153,7 @@ class QueryEncoder:
                 why = str(e)
         if runtime == "onnx":
             raise ModelError(f"query runtime onnx is not possible: {why}")
-        log.info("query text tower runs in torch: %s", why)
+        log.info("query towers run in torch: %s", why)
         return "torch"
 
     def _export_text(self, onnx_dir: Path | None) -> OnnxModule:

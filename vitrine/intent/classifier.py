@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitrine import onnxrt
-from vitrine.errors import ModelError, VitrineError
+from vitrine.errors import InvalidInput, VitrineError
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.model import DEFAULT_WEIGHTS, IntentModel
 
@@ -87,7 +87,7 @@ class IntentClassifier:
 
     def _pick_runtime(self, runtime: str, onnx_dir: Path | None, threads: int) -> str:
         if runtime not in ("auto", "torch", "onnx"):
-            raise ModelError(f"unknown intent runtime {runtime!r}; use auto, torch or onnx")
+            raise InvalidInput(f"unknown intent runtime {runtime!r}; use auto, torch or onnx")
         if runtime == "torch" or (runtime == "auto" and not onnxrt.available()):
             return "torch"
         try:

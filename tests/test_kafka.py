@@ -471,7 +471,9 @@ def test_two_workers_split_partitions_and_build_the_same_index(broker, settings_
     wait_for(lambda: len([w for w in worker_status(shared.data_dir) if w["partitions"]]) == 2 and all(
         len(w["partitions"]) == 2 for w in worker_status(shared.data_dir)), 60, "both workers to get partitions")
     exp = _publish_scenario(shared, events)
-    wait_for(lambda: records_state(shared.data_dir) == exp.live and lag_zero(shared), 120, "the pair to finish")
+    # the status files are rewritten every few seconds: wait for their counts too, not only the index
+    wait_for(lambda: records_state(shared.data_dir) == exp.live and lag_zero(shared) and
+             sum(w["events"] for w in worker_status(shared.data_dir)) >= len(events), 120, "the pair to finish")
     running = worker_status(shared.data_dir)
     assert len(running) == 2 and all(w["events"] > 0 for w in running)
     parts = [set(w["partitions"]) for w in running]

@@ -163,6 +163,9 @@ def test_record_store_sequence_and_tombstones(tmp_path):
     assert seq2 == 2 and again == iids[:1]  # same iid on update
     seq3, deleted = rs.delete_many(["b", "zzz"])
     assert seq3 == 3 and deleted == [iids[1]]
+    # a delete that writes nothing claims no sequence number: the store's current one could be
+    # another process's change, and an engine taking it for its own would never replay it
+    assert rs.delete_many(["b", "zzz"]) == (0, []) and rs.seq == 3
     changed = list(rs.iter_rows(since_seq=1, include_deleted=True))
     assert {(r.id, r.deleted) for r in changed} == {("a", False), ("b", True)}
     assert rs.get("a").doc["title"] == "A2" and rs.get("b") is None

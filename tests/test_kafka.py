@@ -105,9 +105,13 @@ def test_refresh_picks_up_another_process_writes(fresh_engine, settings_factory,
     writer.upsert([ProductInput(Product(id="w", title="writer only"))])
     reader.upsert([ProductInput(Product(id="r", title="reader only"))])
     assert {"w", "r"} <= set(reader.records.ids()) and len(reader) == 6
+    # a delete that writes nothing must not take the writer's newer change for the reader's own
+    # (its snapshot would claim a change it never applied: a reopened engine would miss "w2")
+    writer.upsert([ProductInput(Product(id="w2", title="writer again"))])
+    assert reader.delete(["no-such-product"]) == 0
     reader.save()
     reopened = Engine(writer.settings, writer.encoder)
-    assert len(reopened) == 6
+    assert len(reopened) == 7 and "w2" in set(reopened.records.ids())
     for e in (reader, reopened):
         e.records.close()
 

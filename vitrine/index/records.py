@@ -161,7 +161,9 @@ class RecordStore:
         return seq, iids
 
     def delete_many(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> tuple[int, list[int]]:
-        """Tombstone products; returns (sequence number, iids actually deleted)."""
+        """Tombstone products; returns (the sequence number of this change, iids actually deleted).
+        The sequence number is 0 when nothing was written: the store's current number may be
+        another process's change, which the caller must not take for its own."""
         deleted: list[int] = []
         tombstoned = False
         with self._tx() as c:
@@ -191,7 +193,7 @@ class RecordStore:
             if deleted or tombstoned:
                 c.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
             else:
-                seq -= 1
+                seq = 0
         return seq, deleted
 
     # -- reads ------------------------------------------------------------------------------------

@@ -160,10 +160,7 @@ class Towers:
         histogram follow the tower's own pooled features.
         """
         pixels = pixels.to(self.device)
-        feats = self.model.encode_image(pixels, normalize=False).float()
-        if self.taps is None:
-            return feats
-        return torch.cat([feats, *self.taps.collect(pixels, self.preprocess)], dim=1)
+        return self.with_histogram(_TappedImage(self)(pixels), pixels)
 
     def image_export_module(self) -> torch.nn.Module:
         """The image tower with its block taps as one plain module (no inference mode, no colour
@@ -203,7 +200,7 @@ class _TappedImage(torch.nn.Module):
         feats = self.model.encode_image(pixels, normalize=False).float()
         if self.taps is None:
             return feats
-        return torch.cat([feats, *(self.taps._captured.pop(b) for b in self.taps.blocks)], dim=1)
+        return torch.cat([feats, *self.taps.pooled()], dim=1)
 
 
 class FeatureTaps:
@@ -249,11 +246,9 @@ class FeatureTaps:
         self.dims = dims
         return sum(dims)
 
-    def collect(self, pixels: torch.Tensor, pp: ImagePreprocess) -> list[torch.Tensor]:
-        out = [self._captured.pop(b) for b in self.blocks]
-        if self.hist:
-            out.append(self.colour_histogram(pixels, pp))
-        return out
+    def pooled(self) -> list[torch.Tensor]:
+        """The pooled block outputs the last forward captured (taken: each forward captures anew)."""
+        return [self._captured.pop(b) for b in self.blocks]
 
     def colour_histogram(self, pixels: torch.Tensor, pp: ImagePreprocess) -> torch.Tensor:
         mean = torch.tensor(pp.mean, device=pixels.device).view(1, 3, 1, 1)

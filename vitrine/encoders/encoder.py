@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.encoders.adapters import Adapter, load_adapter
 from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
@@ -192,7 +192,7 @@ class MultimodalEncoder:
         for i, k in enumerate(keys):
             if k in cached:
                 out[i] = cached[k]
-        bar = tqdm(total=len(todo), desc="photos", unit="img", disable=not progress or not todo)
+        bar = progress_bar(total=len(todo), desc="photos", unit="img", enabled=progress and bool(todo))
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start:start + self.batch_size]
             pixels, ok = [], []
@@ -234,7 +234,7 @@ class MultimodalEncoder:
         # Sort by length so each batch pads little.
         todo.sort(key=lambda i: len(texts[i]))
         bs = self.batch_size * 4
-        bar = tqdm(total=len(todo), desc="texts", unit="txt", disable=not progress or not todo)
+        bar = progress_bar(total=len(todo), desc="texts", unit="txt", enabled=progress and bool(todo))
         for start in range(0, len(todo), bs):
             chunk = todo[start:start + bs]
             with self._lock:

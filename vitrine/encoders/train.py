@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.encoders.adapters import Adapter
 
@@ -182,7 +182,7 @@ def train_adapter(
     step = 0
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
     log_file = open(log_path, "w", encoding="utf-8") if log_path else None
-    bar = tqdm(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", disable=not progress)
+    bar = progress_bar(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", enabled=progress)
     try:
         for epoch in range(cfg.epochs):
             adapter.train()

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.evals.datasets import Catalog, EvalQuery
@@ -95,7 +95,7 @@ def photo_self(engine: Engine, catalog: Catalog, *, split: str = "test", limit: 
     ok = 0
     misses: list[dict[str, str]] = []
     lat = []
-    for pid in tqdm(ids, desc="photo-self", disable=not progress):
+    for pid in progress_bar(ids, desc="photo-self", enabled=progress):
         t0 = time.perf_counter()
         res = engine.search(SearchRequest(k=1), image=catalog.photo(pid))
         lat.append((time.perf_counter() - t0) * 1000)
@@ -118,7 +118,7 @@ def run_qrels(engine: Engine, queries: Sequence[EvalQuery], ks: Sequence[int], *
     kmax = max(ks)
     runs = []
     lat = []
-    for q in tqdm(queries, desc="eval", disable=not progress):
+    for q in progress_bar(queries, desc="eval", enabled=progress):
         flt = q.meta.get(filters_key)
         req = SearchRequest(text=q.text, k=kmax, filters=Filters.model_validate(flt) if flt else None)
         t0 = time.perf_counter()

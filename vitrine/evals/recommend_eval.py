@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.index.graph import norm_key
 from vitrine.search.engine import Engine
@@ -28,7 +28,7 @@ def complements_check(engine: Engine, ids: list[str], *, n: int = 200, k: int = 
     lat = []
     counts = []
     examples = []
-    for pid in tqdm(anchors, desc="complements", disable=not progress):
+    for pid in progress_bar(anchors, desc="complements", enabled=progress):
         t0 = time.perf_counter()
         res = engine.recommend(pid, "complementary", k)
         lat.append((time.perf_counter() - t0) * 1000)

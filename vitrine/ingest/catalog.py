@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.errors import InvalidInput
 from vitrine.search.engine import Engine, ProductInput
@@ -192,7 +192,7 @@ def ingest_records(
     s = engine.settings
     resolver = PhotoResolver(root, max_bytes=s.max_image_bytes, timeout_s=s.fetch_timeout_s)
     report = UpsertReport()
-    bar = tqdm(total=total, desc="ingest", unit="product", disable=not progress)
+    bar = progress_bar(total=total, desc="ingest", unit="product", enabled=progress)
     batch: list[Parsed] = []
 
     def flush(pool: ThreadPoolExecutor) -> None:

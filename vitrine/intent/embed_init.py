@@ -67,7 +67,7 @@ def minilm_vectors(texts: list[str], *, batch_size: int = 256, max_length: int =
     """Mean-pooled, L2-normalised MiniLM embeddings of short texts (tokens, or whole queries with a
     larger ``max_length``)."""
     import torch  # noqa: PLC0415
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    from vitrine.progress import progress_bar  # noqa: PLC0415
     from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415
 
     d = minilm_dir()
@@ -75,7 +75,7 @@ def minilm_vectors(texts: list[str], *, batch_size: int = 256, max_length: int =
     model = AutoModel.from_pretrained(str(d), local_files_only=True).eval()
     out = []
     with torch.inference_mode():
-        for i in tqdm(range(0, len(texts), batch_size), desc="MiniLM token vectors", disable=not progress,
+        for i in progress_bar(range(0, len(texts), batch_size), desc="MiniLM token vectors", enabled=progress,
                       leave=False):
             enc = tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=max_length,
                       return_tensors="pt")

@@ -171,7 +171,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
            lr: float, val_per_label: int, hparams: dict[str, float], heldout: bool,
            progress: bool) -> dict[str, Any]:
     import torch  # noqa: PLC0415
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    from vitrine.progress import progress_bar  # noqa: PLC0415
 
     t0 = time.time()
     if epochs < 1:
@@ -256,7 +256,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         net.train()
         batches = _length_batches(lengths, batch_size, rng)
         losses = []
-        bar = tqdm(batches, desc=f"intent epoch {epoch + 1}/{epochs}", disable=not progress, leave=False)
+        bar = progress_bar(batches, desc=f"intent epoch {epoch + 1}/{epochs}", enabled=progress, leave=False)
         for step, idx in enumerate(bar):
             batch = []
             for i in idx:

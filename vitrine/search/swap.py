@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, ModelError, StorageError, SwapRefused, VitrineError
@@ -218,7 +218,7 @@ def embed_rows(engine: "Engine", encoder: MultimodalEncoder, rows: list[RecordRo
     from vitrine.search.engine import product_text  # noqa: PLC0415
 
     out: dict[int, dict[str, np.ndarray | None]] = {}
-    bar = tqdm(total=len(rows), desc="re-embed", unit="product", disable=not progress or not rows)
+    bar = progress_bar(total=len(rows), desc="re-embed", unit="product", enabled=progress and bool(rows))
     for s in range(0, len(rows), 2048):
         chunk = rows[s:s + 2048]
         texts = [product_text(Product.model_validate(r.doc)) for r in chunk]

@@ -12,9 +12,11 @@ fails every future of that batch (it never kills the worker).
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
@@ -85,11 +87,25 @@ class _Closed:
 _CLOSE = _Closed()
 
 
+_live_batchers: "weakref.WeakSet[MicroBatcher[Any, Any]]" = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    """In a forked child only the forking thread survives: every batcher's worker thread is gone
+    (its queue and locks may be mid-use). Each starts afresh on its next submit."""
+    for b in list(_live_batchers):
+        b._forget_worker()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 class MicroBatcher(Generic[T, R]):
     """Collects concurrent ``submit(item)`` calls into batches for ``fn(items) -> results``.
 
     ``fn`` must return one result per item, in order. ``on_start`` runs once in the worker
-    thread before its first batch (e.g. to set torch's per-thread thread count).
+    thread before its first batch (e.g. to set torch's per-thread thread count). Safe across
+    ``fork()``: a child starts its own worker thread on its first submit.
     """
 
     def __init__(
@@ -117,6 +133,12 @@ class MicroBatcher(Generic[T, R]):
         self.batches = 0
         self.items = 0
         self.largest = 0
+        _live_batchers.add(self)
+
+    def _forget_worker(self) -> None:
+        self._q = queue.SimpleQueue()
+        self._thread = None
+        self._start_lock = threading.Lock()
 
     # -- callers ---------------------------------------------------------------------------
     def submit(self, item: T) -> Future[R]:

@@ -12,6 +12,7 @@ confidence floor is treated as a plain search.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -44,6 +45,14 @@ _COMPLEMENT_CUES = re.compile(
 _local = threading.local()
 _batchers: dict[int, MicroBatcher[str, "IntentResult"]] = {}  # by classifier (loaded once, cached)
 _executor_lock = threading.Lock()
+
+
+def _reinit_lock_after_fork() -> None:
+    global _executor_lock
+    _executor_lock = threading.Lock()  # another thread may have held it at fork time
+
+
+os.register_at_fork(after_in_child=_reinit_lock_after_fork)
 
 
 @contextmanager

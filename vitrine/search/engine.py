@@ -582,6 +582,7 @@ class Engine:
             image = decode_b64(req.image_b64)
         if not text and image is None:
             raise InvalidInput("empty query: give text, a photo, or both")
+        self._prepare_query_encoder()
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
         if plan.answer is not None:  # after-sales: an answer, no product ranking
@@ -616,6 +617,18 @@ class Engine:
             model=self.model_key, degraded=degraded + plan.degraded,
         )
         return understanding.finish(self, req, text, plan, resp)
+
+    def _prepare_query_encoder(self) -> None:
+        """Build the query fast path (an ONNX export, or loading one and checking it against torch)
+        before the query's time budget starts: one-time set-up is not the query's latency, and a
+        first query must not degrade for it. A failure here is left to the guarded step, which
+        degrades."""
+        if self._query_encoder is not None and self._query_encoder.encoder is self.encoder:
+            return
+        try:
+            self.query_encoder  # noqa: B018 - the property builds and keeps it
+        except Exception as e:  # noqa: BLE001
+            log.warning("query fast path not built: %s", e)
 
     def _encode_early(self, req: SearchRequest, text: str | None) -> Future[np.ndarray] | None:
         """Start the query text's encode before intent classification when both will run (an

@@ -109,12 +109,15 @@ def publish(catalog: Path | None, kafka_topic: str | None, kafka_bootstrap: str 
               help="Seconds between index snapshots (0: after every batch)")
 @click.option("--until-idle", type=float, default=None, metavar="SECONDS",
               help="Exit once caught up and idle this long (a batch job instead of a service)")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop after this long in all; with --until-idle, exit 1 if not caught up by then "
+                   "(a batch job that cannot reach its broker fails instead of waiting forever)")
 @click.option("--metrics-port", type=int, default=None, help="Serve this worker's Prometheus metrics on this port")
 @click.option("--status", "show_status", is_flag=True,
               help="Print the workers' status (lag, events/s, dead letters, last commit) and exit")
 @click.option("--json", "as_json", is_flag=True, help="With --status: JSON out")
-def consume(data_dir: Path | None, until_idle: float | None, metrics_port: int | None, show_status: bool,
-            as_json: bool, **opts: Any) -> None:
+def consume(data_dir: Path | None, until_idle: float | None, timeout: float | None, metrics_port: int | None,
+            show_status: bool, as_json: bool, **opts: Any) -> None:
     """Run a Kafka ingest worker (a consumer-group member): events -> index, offsets committed
     only after the changes are durable. SIGTERM/SIGINT finish the batch, commit and exit."""
     given = {k: v for k, v in opts.items() if v is not None}
@@ -144,7 +147,7 @@ def consume(data_dir: Path | None, until_idle: float | None, metrics_port: int |
         click.echo(f"consuming {settings.kafka_topic} at {settings.kafka_bootstrap} as group {settings.kafka_group} "
                    f"into {data_dir} (Ctrl-C to stop)", err=True)
         try:
-            st = worker.run(until_idle=until_idle)
+            st = worker.run(until_idle=until_idle, timeout=timeout)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -154,6 +157,9 @@ def consume(data_dir: Path | None, until_idle: float | None, metrics_port: int |
     click.echo(f"stopped: {st['events']} events, {applied.get('upserted', 0)} upserted, "
                f"{applied.get('unchanged', 0)} unchanged, {applied.get('stale', 0)} stale, "
                f"{applied.get('deleted', 0)} deleted, {st['dlq']} dead letters; {st['products']} products indexed")
+    if st.get("timed_out") and until_idle is not None:
+        raise click.ClickException(f"not caught up after {timeout:g}s (lag {st.get('lag')}, state {st.get('state')}, "
+                                   f"last error {st.get('last_error')}); what was applied is kept")
 
 
 def _print_status(data_dir: Path | None, opts: dict[str, Any], as_json: bool) -> None:

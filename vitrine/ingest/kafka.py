@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from tqdm.auto import tqdm
+from vitrine.progress import progress_bar
 
 from vitrine.errors import InvalidInput, MissingExtra, StorageError
 from vitrine.ingest.catalog import PhotoResolver, read_catalog
@@ -229,7 +229,7 @@ def publish_catalog(settings: Settings, path: str | os.PathLike[str], *, topic: 
         total = sum(1 for line in f if line.strip()) - (1 if path.suffix.lower() == ".csv" else 0)
     if limit is not None:
         total = min(total, limit)
-    bar = tqdm(total=total, desc="publish", unit="event", disable=not progress)
+    bar = progress_bar(total=total, desc="publish", unit="event", enabled=progress)
     skipped: list[ItemError] = []
 
     def prepare(p: Any) -> tuple[Any, UpsertEvent | None, ItemError | None]:
@@ -410,10 +410,11 @@ class IngestWorker:
     def run(self, *, until_idle: float | None = None, timeout: float | None = None) -> dict[str, Any]:
         """Consume until stopped. ``until_idle``: return once every assigned partition has been
         caught up (lag 0, nothing pending) for that many seconds. ``timeout``: give up after
-        that many seconds in all. Returns the final status."""
+        that many seconds in all (the status then says ``timed_out``). Returns the final status."""
         k = _kafka()
         self._leaving = False
         deadline = time.monotonic() + timeout if timeout else None
+        timed_out = False
         idle_since: float | None = None
         backoff = 0.5
         self._prune_status_files()
@@ -422,6 +423,7 @@ class IngestWorker:
             while not self._stop.is_set():
                 if deadline is not None and time.monotonic() > deadline:
                     log.warning("ingest worker timed out after %.0fs", timeout)
+                    timed_out = True
                     break
                 if self._consumer is None:
                     if not self._connect():
@@ -459,7 +461,7 @@ class IngestWorker:
             raise
         finally:
             self._shutdown()
-        return self.status()
+        return {**self.status(), "timed_out": timed_out}
 
     def _handle(self, records: dict[Any, list[Any]]) -> None:
         t0 = time.monotonic()

@@ -81,6 +81,23 @@ def child_runtime(encoder) -> None:  # noqa: ANN001
         encoder.cache = FeatureCache(encoder.cache.path)
 
 
+CHILDREN: set[int] = set()  # forked workers not yet reaped
+
+
+@pytest.fixture(autouse=True)
+def reap_workers():
+    """A test that fails half-way must not leave its forked workers running (they would eat the
+    CPU and the broker of every later test): kill and reap whatever it left."""
+    yield
+    for pid in list(CHILDREN):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        CHILDREN.discard(pid)
+
+
 def fork_worker(settings, encoder, *, until_idle: float | None = None, timeout: float = 120) -> int:
     """Run an IngestWorker in a forked child (the session's models, copy-on-write; no model
     load). SIGTERM/SIGINT stop it gracefully; SIGKILL is a crash. Returns the child's pid."""
@@ -89,6 +106,7 @@ def fork_worker(settings, encoder, *, until_idle: float | None = None, timeout: 
         sys.stderr.flush()
         pid = os.fork()
     if pid:
+        CHILDREN.add(pid)
         return pid
     code = 1
     try:
@@ -116,10 +134,12 @@ def wait_exit(pid: int, timeout: float = 60) -> int:
     while time.monotonic() < t_end:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            CHILDREN.discard(pid)
             return os.waitstatus_to_exitcode(status)
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+    CHILDREN.discard(pid)
     raise AssertionError(f"worker {pid} did not exit within {timeout}s")
 
 

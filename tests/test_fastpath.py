@@ -87,6 +87,51 @@ def test_micro_batcher_close_serves_what_is_queued():
     assert [f.result(5) for f in futs] == [i + 1 for i in range(7)]
 
 
+def test_micro_batcher_and_guard_pool_work_in_a_forked_child():
+    """A process forked after the batcher's worker thread started (a pre-forking server, our forked
+    ingest workers) gets its own worker; the old one's queue would never be read in the child."""
+    import os
+
+    from vitrine.search import fallback
+
+    b = MicroBatcher(lambda xs: [x * 2 for x in xs], max_batch=4, max_wait_s=0.0)
+    assert b(3, timeout=5) == 6  # the parent's worker thread is running
+    assert fallback.guarded(lambda: 1, timeout_s=5, what="warm-up") == 1  # and the guard pool's
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when both answer in time
+        code = 1
+        try:
+            ok = b(21, timeout=5) == 42 and fallback.guarded(lambda: 7, timeout_s=5, what="child") == 7
+            code = 0 if ok else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert b(5, timeout=5) == 10  # the parent's batcher is untouched
+
+
+def test_progress_that_is_off_never_takes_tqdms_process_shared_lock(encoder, titles, monkeypatch):
+    """tqdm's write lock is a semaphore shared with forked processes: a worker SIGKILLed while
+    holding it blocked every later bar in the test session (and would in a pre-forking server).
+    Library code with progress off must not touch it."""
+    import tqdm.std
+
+    from vitrine.progress import progress_bar
+
+    def no_lock(cls):  # noqa: ANN001, ANN202
+        raise AssertionError("tqdm's lock taken with progress off")
+
+    monkeypatch.setattr(tqdm.std.tqdm, "get_lock", classmethod(no_lock))
+    bar = progress_bar(total=3, enabled=False, desc="x")
+    bar.update(1)
+    bar.set_postfix(loss=1.0)
+    bar.close()
+    assert list(progress_bar(iter([1, 2]), enabled=False)) == [1, 2]
+    assert encoder.text_features([f"{titles[0]} never cached {time.time()}"]).shape[0] == 1
+    with pytest.raises(AssertionError, match="lock taken"):
+        progress_bar(total=1, enabled=True)
+
+
 # -- query encoder over the real towers ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def titles(subset_rows) -> list[str]:
@@ -189,6 +234,32 @@ def test_reduced_precision_text_towers_are_close_and_cached_apart(encoder, title
 
 
 # -- through the engine ----------------------------------------------------------------------------
+def test_a_first_query_does_not_pay_the_fast_path_set_up_in_its_budget(settings_factory, encoder, catalog_dir,
+                                                                      tmp_path, monkeypatch):
+    """Building the query fast path (an ONNX export, or loading one and checking it) is set-up: a
+    first photo query must not time out in the gate's budget and degrade for it."""
+    from vitrine.encoders import queries
+    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.models import Product
+
+    eng = Engine(settings_factory(tmp_path / "d", gate_timeout_ms=400, intent=False), encoder)
+    ids = sorted(p.stem for p in (catalog_dir / "images").glob("*.jpg"))[:3]
+    eng.upsert([ProductInput(Product(id=i, title=f"product {i}"), image=(catalog_dir / "images" / f"{i}.jpg")
+                             .read_bytes()) for i in ids])
+    built = queries.QueryEncoder.__init__
+
+    def slow_build(self, *a, **kw) -> None:  # noqa: ANN001, ANN002, ANN003
+        time.sleep(1.0)  # longer than the gate's budget
+        built(self, *a, **kw)
+
+    monkeypatch.setattr(queries.QueryEncoder, "__init__", slow_build)
+    eng._query_encoder = None
+    photo = (catalog_dir / "images" / f"{ids[1]}.jpg").read_bytes()
+    res = eng.search(SearchRequest(k=1), image=photo)
+    assert res.degraded == [] and res.results[0].id == ids[1]
+    eng.close()
+
+
 def test_engine_search_uses_the_fast_path_and_rebuilds_it_on_encoder_swap(engine, titles):
     qe = engine.query_encoder
     before = qe.cache.hits

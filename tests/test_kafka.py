@@ -23,6 +23,7 @@ from kafka_broker import (  # noqa: F401 - fixtures
     kafka_settings,
     lag_zero,
     records_from_catalog,
+    reap_workers,
     records_state,
     stream,
     unique,
@@ -570,7 +571,15 @@ def _vitrine(args: list[str], env: dict[str, str], **kw):  # noqa: ANN003, ANN20
 
 
 def _finish(proc, timeout: float = 120) -> tuple[int, str, str]:  # noqa: ANN001
-    out, err = proc.communicate(timeout=timeout)
+    """Its exit code and output; killed (and said so) if it overstays."""
+    import subprocess
+
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"\n[killed: still running {timeout}s after SIGTERM]"
     return proc.returncode, out, err
 
 
@@ -639,10 +648,28 @@ def test_cli_publish_serve_consume_follow_and_status(broker, catalog_dir, tmp_pa
     data2 = tmp_path / "data2"
     group2 = unique("batch")
     res = CliRunner().invoke(main, ["consume", "--data", str(data2), *stream_args, "--group", group2,
-                                    "--until-idle", "1"])
+                                    "--until-idle", "1", "--timeout", "300"])
     assert res.exit_code == 0, res.output
     assert f"{SUBSET_SIZE} upserted" in res.output and "2 deleted" in res.output
     assert f"{SUBSET_SIZE - 2} products indexed" in res.output
     res = CliRunner().invoke(main, ["consume", "--status", "--data", str(data2), "--bootstrap", broker.bootstrap,
                                     "--topic", topic, "--group", group2])
     assert res.exit_code == 0 and "lag=0" in res.output and "total lag 0" in res.output, res.output
+
+
+def test_cli_consume_batch_job_fails_when_it_cannot_catch_up_in_time(tmp_path, monkeypatch):
+    """`consume --until-idle` is a batch job: with no broker it gives up at --timeout, exit 1, and
+    says why, instead of waiting forever."""
+    from click.testing import CliRunner
+
+    from vitrine.cli import main
+    from vitrine_bench.common import free_port
+
+    for k, v in _cli_env(tmp_path).items():
+        if k.startswith("VITRINE_"):
+            monkeypatch.setenv(k, v)
+    res = CliRunner().invoke(main, ["consume", "--data", str(tmp_path / "data"), "--topic", "nowhere",
+                                    "--bootstrap", f"127.0.0.1:{free_port()}", "--until-idle", "1",
+                                    "--timeout", "3"])
+    assert res.exit_code == 1, res.output
+    assert "not caught up after 3s" in res.output and "0 upserted" in res.output

@@ -247,10 +247,16 @@ class MemoryBM25:
                 parts.append(idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * dl / avgdl))))
         if not docs:
             return {}
+        if len(docs) == 1:  # one term: its postings are already sorted and unique
+            return BM25Scores(docs[0], parts[0])
+        # Sum per product with dense bincounts over the iid range: O(hits + products), no sort
+        # (np.unique sorted every hit: a common word matches thousands). Same additions, same order.
         all_ids = np.concatenate(docs)
-        uniq, inv = np.unique(all_ids, return_inverse=True)
-        tot = np.bincount(inv, weights=np.concatenate(parts), minlength=len(uniq))
-        return BM25Scores(uniq, tot)
+        size = int(all_ids.max()) + 1
+        hits = np.bincount(all_ids, minlength=size)
+        tot = np.bincount(all_ids, weights=np.concatenate(parts), minlength=size)
+        uniq = np.flatnonzero(hits)
+        return BM25Scores(uniq, tot[uniq])
 
 
 class BM25Scores(Mapping[int, float]):

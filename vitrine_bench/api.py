@@ -114,9 +114,32 @@ async def _paced(url: str, concurrency: int, rate: float, duration: float,
     return lat, errors, elapsed
 
 
+def _wait_for_workers(url: str, workers: int, timeout: float = 300) -> None:
+    """Until every worker process answers (each loads the models; the first up answers /health
+    first): concurrent health checks on fresh connections until ``workers`` pids are seen."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def pid(_: int) -> int | None:
+        try:
+            with httpx.Client(timeout=10) as c:
+                return c.get(url + "/health").json().get("pid")
+        except httpx.HTTPError:
+            return None
+
+    t_end = time.monotonic() + timeout
+    seen: set[int] = set()
+    with ThreadPoolExecutor(4 * workers) as pool:
+        while time.monotonic() < t_end:
+            seen |= {p for p in pool.map(pid, range(8 * workers)) if p is not None}
+            if len(seen) >= workers:
+                return
+            time.sleep(1.0)
+    raise RuntimeError(f"only {len(seen)} of {workers} worker processes answered within {timeout:g}s")
+
+
 def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, source: Path,
         server: Server | None = None, warmup: float = 3.0, query_cache: bool = False,
-        rates: list[float] | None = None, mixes_wanted: list[str] | None = None) -> Path:
+        rates: list[float] | None = None, mixes_wanted: list[str] | None = None, workers: int = 1) -> Path:
     """``query_cache=False`` (the default) serves with the query-embedding cache off, so every
     request pays its encode, as distinct shoppers' queries do."""
     texts, photos = query_pool(source, n=2000)
@@ -127,12 +150,18 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
         "mixed": lambda i: ("POST", "/search", {"json": (
             {"text": texts[i % len(texts)], "k": 10} if i % 2 else {"image_b64": b64[i % len(b64)], "k": 10})}),
     }
-    rep = Report("api_load", out, "Vitrine API under load")
+    rep = Report("api_load" if workers == 1 else f"api_load_workers{workers}", out,
+                 "Vitrine API under load" + (f" ({workers} worker processes)" if workers > 1 else ""))
     own = server is None
-    srv = server or start_server(data_dir, env=None if query_cache else {"VITRINE_QUERY_CACHE_SIZE": "0"})
+    env = {"VITRINE_WORKERS": str(workers)}
+    if not query_cache:
+        env["VITRINE_QUERY_CACHE_SIZE"] = "0"
+    srv = server or start_server(data_dir, env=env)
     rows: list[dict[str, Any]] = []
     try:
         health = httpx.get(srv.url + "/health").json()
+        if workers > 1:
+            _wait_for_workers(srv.url, workers)
         rep.add("server", health)
         asyncio.run(_load(srv.url, 4, warmup, mixes["mixed"]))  # warm caches and threads
         for mix, make in mixes.items():
@@ -147,7 +176,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
                     lat, errors, elapsed = asyncio.run(_load(srv.url, c, duration, make))
                 else:
                     lat, errors, elapsed = asyncio.run(_paced(srv.url, c, rate, duration, make))
-                row = {"mix": mix, "clients": c, "load": "closed" if rate is None else f"paced {rate:g}/s",
+                row = {"mix": mix, "workers": workers, "clients": c, "load": "closed" if rate is None else f"paced {rate:g}/s",
                        "qps": len(lat) / elapsed, "errors": errors, **summary_ms(lat),
                        "server_cpu_ms_per_req": (srv.cpu_s() - cpu0) * 1000 / max(1, len(lat) + errors),
                        "server_rss_mb": srv.rss_mb()}
@@ -167,7 +196,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
              "Query-embedding cache: "
              f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "
              "machine's cores with the server.")
-    rep.table(rows, ["mix", "clients", "load", "qps", "p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_req", "errors",
+    rep.table(rows, ["mix", "workers", "clients", "load", "qps", "p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_req", "errors",
                      "server_rss_mb"],
               "Results")
 

@@ -105,22 +105,41 @@ class Server:
     proc: subprocess.Popen
     url: str
 
+    def pids(self) -> list[int]:
+        """The server process and its descendants (``serve --workers N`` runs N worker processes)."""
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*/children"):
+                try:
+                    todo.extend(int(c) for c in task.read_text().split())
+                except OSError:
+                    pass
+        return out
+
     def rss_mb(self) -> float:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return float("nan")
+        """Resident memory of the server's processes together (MB)."""
+        total = 0
+        for pid in self.pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total / 1024 if total else float("nan")
 
     def cpu_s(self) -> float:
-        """CPU seconds (user + system, all threads) the server has used so far."""
-        try:  # /proc/PID/stat fields 14 and 15: utime and stime in clock ticks (after the "(comm)")
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return float("nan")
+        """CPU seconds (user + system, all threads) the server's live processes have used so far."""
+        total = 0
+        for pid in self.pids():
+            try:  # /proc/PID/stat fields 14 and 15: utime and stime in clock ticks (after the "(comm)")
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / os.sysconf("SC_CLK_TCK") if total else float("nan")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -32,9 +32,11 @@ def bench() -> None:
 @click.option("--rates", default="", show_default=True,
               help="Also run each client count paced at these total request rates (per second, comma-separated)")
 @click.option("--mixes", default="text,photo,mixed", show_default=True, help="Query mixes to run")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="API worker processes of the server under test (vitrine serve --workers)")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
 def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bool, rates: str, mixes: str,
-              out: Path) -> None:
+              workers: int, out: Path) -> None:
     """API under load on loopback: QPS and p50/p95/p99 for text, photo and mixed queries."""
     _bench()
     from vitrine.ingest.fashion import bundled_dir
@@ -43,7 +45,7 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
     path = api.run(data_dir, out, concurrency=[int(c) for c in concurrency.split(",")], duration=duration,
                    source=bundled_dir(), query_cache=query_cache,
                    rates=[float(r) for r in rates.split(",") if r.strip()],
-                   mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()])
+                   mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()], workers=workers)
     click.echo(f"report: {path}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -61,21 +62,37 @@ def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **
 @model_options
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1)")
 @click.option("--port", type=int, default=None, help="Port (default 8000)")
+@click.option("--workers", type=click.IntRange(1, 64), default=None,
+              help="API worker processes (default 1). One Python process tops out near one core; each worker "
+                   "loads the models and follows the data dir, so writes through any are seen by all")
 @serve_options
-def serve(data_dir: Path, host: str | None, port: int | None, consume: bool, follow: float | None,
-          **model: Any) -> None:
+def serve(data_dir: Path, host: str | None, port: int | None, workers: int | None, consume: bool,
+          follow: float | None, **model: Any) -> None:
     """Serve the search API and UI over a data dir."""
-    settings = make_settings(data_dir=data_dir, host=host, port=port, **model)
+    settings = make_settings(data_dir=data_dir, host=host, port=port, workers=workers, **model)
     _serve(settings, consume=consume, follow=follow)
 
 
 def _serve(settings, *, consume: bool = False, follow: float | None = None) -> None:  # noqa: ANN001
     if consume or follow:
+        if settings.workers > 1:
+            raise click.UsageError("--workers runs API processes only; run `vitrine consume` beside them "
+                                   "(they follow the data dir it writes)")
         from vitrine.cli.kafka import serve_with_stream
 
         return serve_with_stream(settings, consume=consume, follow=follow)
     import uvicorn
 
+    if settings.workers > 1:
+        from vitrine.search.settings import settings_env
+
+        # uvicorn starts each worker process fresh: it rebuilds these settings from the environment
+        os.environ.update(settings_env(settings))
+        click.echo(f"Vitrine serving {settings.data_dir} at http://{settings.host}:{settings.port}/ with "
+                   f"{settings.workers} worker processes (API docs at /docs)", err=True)
+        uvicorn.run("vitrine.web.app:create_app", factory=True, workers=settings.workers, host=settings.host,
+                    port=settings.port, log_level="warning")
+        return
     from vitrine.web.app import create_app
 
     app = create_app(settings)

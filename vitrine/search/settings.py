@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="Required for writes (PUT/DELETE /products).")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
     log_level: str = "INFO"
+    workers: int = Field(1, ge=1, le=64, description="API worker processes (`vitrine serve`). One Python process "
+                         "tops out near one core (the interpreter lock); each worker loads the models and "
+                         "follows the data dir (follow_s), so a write through one is seen by all. Hot swap "
+                         "needs a single worker.")
+    follow_s: float = Field(0.0, ge=0, description="The API picks up other processes' writes to its data dir this "
+                                                   "often (0: never; 1 s when workers > 1).")
     tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
 
@@ -220,3 +226,25 @@ class Settings(BaseSettings):
     @property
     def feature_cache_path(self) -> Path:
         return self.cache_dir / "features.sqlite"
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The settings given explicitly, as the ``VITRINE_*`` environment that rebuilds them in
+    another process (``serve --workers``: uvicorn starts each worker fresh)."""
+    from pydantic_core import to_jsonable_python  # noqa: PLC0415
+
+    out: dict[str, str] = {}
+    for name in settings.model_fields_set:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, (str, Path)):
+            text = str(value)
+        elif name == "fusion_signals":  # NoDecode: comma-separated
+            text = ",".join(value)
+        else:
+            text = json.dumps(to_jsonable_python(value))
+        out[f"VITRINE_{name.upper()}"] = text
+    return out

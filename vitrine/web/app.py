@@ -10,6 +10,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -186,14 +187,30 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         metrics.bind_engine(eng)
         log.info("serving %d products from %s", len(eng), settings.data_dir)
         snapshots = asyncio.create_task(_snapshot_loop(eng)) if settings.snapshot_interval_s > 0 else None
+        follow_s = settings.follow_s or (1.0 if settings.workers > 1 else 0.0)
+        follower = asyncio.create_task(_follow_loop(eng, follow_s)) if follow_s > 0 else None
         try:
             yield
         finally:
+            if follower is not None:
+                follower.cancel()
             if snapshots is not None:
                 snapshots.cancel()
                 await asyncio.to_thread(_quiesce, eng)  # a snapshot in flight finishes first
             if own:
                 await asyncio.to_thread(eng.close)
+
+    async def _follow_loop(eng: Engine, every_s: float) -> None:
+        """Other processes write this data dir too (sibling workers, an ingest worker): replay
+        their changes every ``every_s`` (cheap when nothing changed)."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                n = await asyncio.to_thread(eng.refresh)
+                if n:
+                    log.info("picked up %d products changed by other processes", n)
+            except (StorageError, OSError, VitrineError) as e:
+                log.error("catching up with the data dir failed (%s); trying again in %gs", e, every_s)
 
     async def _snapshot_loop(eng: Engine) -> None:
         """Writes are durable in the record store when they return; this snapshots the indexes
@@ -371,7 +388,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     # -- operations -------------------------------------------------------------------------------
     @app.get("/health", tags=["ops"])
     def health(engine: EngineDep) -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, **engine.stats(), "snapshot": engine.snapshot_version,
+        return {"status": "ok", "version": __version__, "pid": os.getpid(), **engine.stats(),
+                "snapshot": engine.snapshot_version,
                 "recovery": engine.recovery, "swaps": engine.swaps[-5:]}
 
     # -- admin actions (need the API key) ---------------------------------------------------------
@@ -381,6 +399,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         """Hot swap: load a model version (`adapter`, `model`), index (`index_factory`) or stored
         snapshot (`snapshot`) beside the live one, check it on the canary queries, switch atomically.
         409 with the report when a check fails (the live version keeps serving)."""
+        if settings.workers > 1:  # the other worker processes would keep the old model
+            raise SwapRefused(f"hot swap switches one process; this API runs {settings.workers} workers. "
+                              "Serve with --workers 1 to swap, or restart the workers on the new version.")
         try:
             report = engine.swap(req)
         except SwapRefused:

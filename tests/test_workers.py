@@ -1,0 +1,105 @@
+"""`vitrine serve --workers N`: several API processes over one data dir, as a user runs them.
+
+On the tiny test towers (fast to load; the wiring is under test): the settings reach every
+worker, a write through one worker is seen through all of them, a hot swap is refused with a
+clear reason, and SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import REPO, SUBSET_SIZE
+
+KEY = "workers-test-key"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "VITRINE_MODEL": "tiny-vit-test", "VITRINE_ADAPTER": "none",
+            "VITRINE_CACHE_DIR": str(tmp_path / "cache"), "VITRINE_TORCH_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        out += [int(c) for c in task.read_text().split()]
+    return out
+
+
+@pytest.mark.slow
+def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(catalog_dir, tmp_path):
+    from vitrine_bench.common import free_port
+
+    env = _env(tmp_path)
+    data = tmp_path / "data"
+    cli = [sys.executable, "-m", "vitrine.cli.__main__"]
+    done = subprocess.run([*cli, "ingest", str(catalog_dir / "catalog.jsonl"), "--data", str(data)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    port = free_port()
+    proc = subprocess.Popen([*cli, "serve", "--data", str(data), "--port", str(port), "--workers", "2"],
+                            env={**env, "VITRINE_API_KEY": KEY}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t_end = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < t_end, "the workers did not come up"
+            time.sleep(0.5)
+        # two worker processes under the supervisor, each with the data dir's products
+        time.sleep(2.0)  # the second worker may finish loading a moment later
+        workers = _children(proc.pid)
+        assert len(workers) >= 2, workers
+
+        def health(_: int) -> dict:
+            with httpx.Client(timeout=30) as c:  # a new connection each time: any worker may answer
+                return c.get(url + "/health").json()
+
+        with ThreadPoolExecutor(8) as pool:
+            seen = list(pool.map(health, range(48)))
+        assert all(h["products"] == SUBSET_SIZE for h in seen)
+        assert {h["pid"] for h in seen} <= set(workers)
+        # a write through whichever worker answers; every worker has it within the follow interval
+        put = httpx.put(url + "/products/w-1", json={"id": "w-1", "title": "workers test blazer", "brand": "Acme"},
+                        headers={"x-api-key": KEY}, timeout=60)
+        assert put.status_code == 200, put.text
+        time.sleep(2.5)  # > the 1 s follow interval, with slack for a busy machine
+
+        def get(_: int) -> int:
+            with httpx.Client(timeout=30) as c:
+                return c.get(url + "/products/w-1").status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(get, range(32))) == {200}
+        with ThreadPoolExecutor(8) as pool:
+            counts = {h["products"] for h in pool.map(health, range(32))}
+        assert counts == {SUBSET_SIZE + 1}
+        res = httpx.post(url + "/search", json={"text": "workers test blazer", "k": 3}, timeout=60)
+        assert res.status_code == 200 and res.json()["results"][0]["id"] == "w-1"
+        # hot swap would switch one process only: refused, with the reason
+        swap = httpx.post(url + "/admin/swap", json={"index_factory": "HNSW32"}, headers={"x-api-key": KEY},
+                          timeout=60)
+        assert swap.status_code == 409 and "--workers 1" in swap.json()["error"]["message"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err[-3000:]

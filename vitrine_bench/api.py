@@ -212,5 +212,5 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
         ax.legend()
         ax.grid(alpha=0.3)
 
-    rep.plot("api_load.png", draw)
+    rep.plot(f"{rep.name}.png", draw)
     return rep.write()

@@ -229,7 +229,7 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
 
     _quiet_kafka()
     engine = Engine.open(settings)
-    app = create_app(settings, engine=engine)
+    app = create_app(settings, engine=engine, freeze_gc=True)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     worker = None

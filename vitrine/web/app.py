@@ -168,9 +168,11 @@ def get_engine(request: Request) -> Engine:
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, engine: Engine | None = None, *,
+               freeze_gc: bool | None = None) -> FastAPI:
     """The API. Give ``engine`` to serve an already open one (tests); otherwise the lifespan
-    opens ``settings.data_dir`` and loads the models."""
+    opens ``settings.data_dir`` and loads the models. ``freeze_gc`` (default: when the app opens
+    its own engine) moves every object alive after warm-up out of the garbage collector's reach."""
     if settings is None:
         settings = engine.settings if engine is not None else Settings()
     metrics = Metrics()
@@ -185,7 +187,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         if own:  # after the models loaded their libraries: the limits apply to loaded ones
             set_search_threads(settings.search_threads or 1)
         await asyncio.to_thread(eng.warm_up)  # the query fast path, BM25 and vocabularies: built before traffic
-        if own:
+        if own if freeze_gc is None else freeze_gc:
             # Millions of long-lived objects (graph, vocabularies, model modules): a full collection
             # walked them all, a 300 ms pause for every request in flight. Freeze them out of the
             # collector; garbage made while serving is collected as before.

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -73,22 +74,27 @@ def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(catalog_dir, 
         with ThreadPoolExecutor(8) as pool:
             seen = list(pool.map(health, range(48)))
         assert all(h["products"] == SUBSET_SIZE for h in seen)
-        assert {h["pid"] for h in seen} <= set(workers)
+        print("workers that answered:", sorted(Counter(h["pid"] for h in seen).items()))
+        answered = {h["pid"] for h in seen}  # (48 connections, 8 at a time: both workers answer)
+        assert len(answered) == 2 and answered <= set(workers)  # (the supervisor's children)
         # a write through whichever worker answers; every worker has it within the follow interval
         put = httpx.put(url + "/products/w-1", json={"id": "w-1", "title": "workers test blazer", "brand": "Acme"},
                         headers={"x-api-key": KEY}, timeout=60)
         assert put.status_code == 200, put.text
-        time.sleep(2.5)  # > the 1 s follow interval, with slack for a busy machine
-
         def get(_: int) -> int:
             with httpx.Client(timeout=30) as c:
                 return c.get(url + "/products/w-1").status_code
 
-        with ThreadPoolExecutor(8) as pool:
-            assert set(pool.map(get, range(32))) == {200}
-        with ThreadPoolExecutor(8) as pool:
-            counts = {h["products"] for h in pool.map(health, range(32))}
-        assert counts == {SUBSET_SIZE + 1}
+        t_end = time.monotonic() + 60  # the workers follow the data dir every second
+        while True:
+            with ThreadPoolExecutor(8) as pool:
+                codes = set(pool.map(get, range(32)))
+                hs = list(pool.map(health, range(32)))
+            counts = {h["products"] for h in hs}
+            if codes == {200} and counts == {SUBSET_SIZE + 1} and {h["pid"] for h in hs} == answered:
+                break  # every worker answered, and each has the write
+            assert time.monotonic() < t_end, (codes, counts)
+            time.sleep(0.5)
         res = httpx.post(url + "/search", json={"text": "workers test blazer", "k": 3}, timeout=60)
         assert res.status_code == 200 and res.json()["results"][0]["id"] == "w-1"
         # hot swap would switch one process only: refused, with the reason

@@ -274,6 +274,24 @@ def test_classifier_examples(classifier, text, label):
     assert set(r.scores) == set(LABELS) and abs(sum(r.scores.values()) - 1) < 1e-4
 
 
+@pytest.mark.xfail(reason="known weakness of the shipped classifier: some bare phrases ('sneakers', 'red heels') "
+                          "get a confident non-search intent; models trained with more phrasings fixed these but "
+                          "sent titles such as 'Nabaiji Women Cross-back Swimsuit' to after_sales (issue 5)",
+                   strict=False)
+def test_bare_product_phrases_are_searches(classifier):
+    """A product phrase alone is the commonest shopper query; the classifier must not confidently
+    send it elsewhere (an after-sales answer instead of products, as "wrist watch" once got)."""
+    phrases = ["wrist watch", "women handbag", "sneakers", "men shirt", "watch", "black watch", "handbag",
+               "red heels", "nike shoes", "saree", "kurta", "sunglasses", "running shoes", "jeans",
+               "红色高跟鞋", "男士衬衫", "手表"]
+    wrong = {}
+    for text in phrases:
+        r = classifier.predict(text)
+        if r.label != "search":  # r.label is search whenever the prediction is not confident
+            wrong[text] = (r.label, round(r.scores[r.label], 2))
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("text", ["", "   ", "👠👠👠", "🔥" * 3000, "x" * 100_000, "nike\x00\x07 鞋 \u200b",
                                   "<|im_start|>system<|im_end|>", "ไทย हिन्दी العربية 鞋 shoes", "\ud83d"])
 def test_classifier_bad_input_never_crashes(classifier, text):

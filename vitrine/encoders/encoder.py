@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from vitrine.progress import progress_bar
 
 from vitrine.encoders.adapters import Adapter, load_adapter
 from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
 from vitrine.encoders.images import decode_image
 from vitrine.errors import InvalidImage, InvalidInput, ModelError
+from vitrine.progress import progress_bar
 
 log = logging.getLogger(__name__)
 

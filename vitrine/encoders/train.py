@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from vitrine.progress import progress_bar
 
 from vitrine.encoders.adapters import Adapter
+from vitrine.progress import progress_bar
 
 log = logging.getLogger(__name__)
 

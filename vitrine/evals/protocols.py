@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from vitrine.progress import progress_bar
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.evals.datasets import Catalog, EvalQuery
 from vitrine.evals.metrics import mean_metrics
+from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
 from vitrine.search.models import Filters, SearchRequest
 

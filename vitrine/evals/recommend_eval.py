@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 import numpy as np
-from vitrine.progress import progress_bar
 
 from vitrine.index.graph import norm_key
+from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
-from vitrine.progress import progress_bar
 
 from vitrine.errors import InvalidInput
+from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import ItemError, Product, UpsertReport
 

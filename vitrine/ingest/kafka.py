@@ -54,11 +54,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from vitrine.progress import progress_bar
-
 from vitrine.errors import InvalidInput, MissingExtra, StorageError
 from vitrine.ingest.catalog import PhotoResolver, read_catalog
 from vitrine.ingest.events import BadEvent, DeleteEvent, UpsertEvent, encode_event, parse_event
+from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import ItemError, UpsertReport
 from vitrine.search.settings import Settings

@@ -228,9 +228,10 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
     from vitrine.web.app import create_app
 
     _quiet_kafka()
+    if follow:  # the API's own follow loop (vitrine/web/app.py) replays the other process's writes
+        settings = settings.model_copy(update={"follow_s": follow})
     engine = Engine.open(settings)
     app = create_app(settings, engine=engine, freeze_gc=True)
-    stop = threading.Event()
     threads: list[threading.Thread] = []
     worker = None
     if consume:
@@ -239,17 +240,6 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
         threads.append(threading.Thread(target=worker.run, name="vitrine-ingest", daemon=True))
     if follow:
         app.state.metrics.bind_ingest(lambda: [w for w in read_status(settings.data_dir) if w.get("alive")])
-
-        def follow_loop() -> None:
-            while not stop.wait(follow):
-                try:
-                    n = engine.refresh()
-                    if n:
-                        log.info("picked up %d changed products", n)
-                except Exception:  # noqa: BLE001 - keep serving; try again next tick
-                    log.exception("refresh from the record store failed")
-
-        threads.append(threading.Thread(target=follow_loop, name="vitrine-follow", daemon=True))
     for t in threads:
         t.start()
     mode = " + consuming " + settings.kafka_topic if consume else ""
@@ -267,7 +257,6 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        stop.set()
         if worker is not None:
             worker.stop()
         for t in threads:

@@ -639,10 +639,8 @@ class Engine:
         before the query's time budget starts: one-time set-up is not the query's latency, and a
         first query must not degrade for it. A failure here is left to the guarded step, which
         degrades."""
-        if self._query_encoder is not None and self._query_encoder.encoder is self.encoder:
-            return
         try:
-            self.query_encoder  # noqa: B018 - the property builds and keeps it
+            self.query_encoder  # noqa: B018 - the property builds it once and keeps it
         except Exception as e:  # noqa: BLE001
             log.warning("query fast path not built: %s", e)
 

@@ -58,7 +58,7 @@ def splits(terms):
 
     cfg = IntentModel.from_pretrained("default").config
     return make_splits(terms, train_per_label=cfg["train_per_label"], test_per_label=cfg["test_per_label"],
-                       seed=cfg["seed"])
+                       seed=cfg["seed"], members=cfg.get("members", 1))
 
 
 @pytest.fixture(scope="session")
@@ -196,6 +196,28 @@ def test_generator_variety(splits, terms):
     assert [e.text for e in again] == [e.text for e in QueryGenerator(terms, "test", 0).generate(5)]
 
 
+def test_bare_phrases_titles_and_invented_brands_in_training(splits, terms):
+    """A fifth of the training searches are a product phrase or a catalogue title alone (the
+    commonest real query); some titles carry an invented brand, as shoppers type brands the
+    vocabulary lacks. Held-out titles (held-out brands or types) never reach training."""
+    from vitrine.intent.generator import BARE_SEARCH_SHARE, heldout_titles, pseudo_brand
+
+    train, _ = splits
+    search = [e for e in train if e.label == "search"]
+    bare = [e for e in search if e.template.endswith(":{P}") or e.template.endswith(":<title>")]
+    assert 0.7 * BARE_SEARCH_SHARE <= len(bare) / len(search) <= 1.5 * BARE_SEARCH_SHARE + 0.05
+    titles = [e for e in search if e.template.endswith(":<title>")]
+    assert len(titles) > 200 and all(e.slots is None for e in titles)
+    catalogue = {key_norm(t) for t, _ in terms.titles}
+    invented = [e for e in titles if key_norm(e.text) not in catalogue]
+    assert 0.15 * len(titles) <= len(invented) <= 0.6 * len(titles)
+    rng = random.Random(3)
+    assert all(pseudo_brand(rng).replace(" ", "").isalpha() for _ in range(50))
+    held = heldout_titles(terms, n=600)
+    assert len(held) == 600 and len(set(held)) == 600
+    assert not {t.casefold() for t in held} & {e.text.casefold() for e in train}
+
+
 def test_template_words_name_no_slot(terms):
     assert template_literal_slots(terms.vocabulary()) == {}
 
@@ -330,8 +352,31 @@ def test_training_smoke(tmp_path, tok_cache):
                      val_per_label=5, progress=False)
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     assert s["train_queries"] == 120 and s["heldout"]["n"] > 0 and len(s["history"]) == 1
+    assert s["members"] == 3 and len(s["member_val"]) == 3
+    assert all((out / "members" / str(m) / "model.safetensors").is_file() for m in (1, 2))
     clf = IntentClassifier.load(out, cache_dir=tok_cache)
     assert clf.predict("nike shoes").label in LABELS
+    # the ensemble's probabilities are the mean of its members', each member on its own vocabulary
+    assert len(clf.members) == 2
+    texts = ["nike shoes", "how do i return these sandals", "红色高跟鞋"]
+    alone = []
+    for m in [clf] + clf.members:
+        solo = IntentClassifier(m.model, m.tokenizer)
+        alone.append([[r.scores[lab] for lab in LABELS] for r in solo.predict_batch(texts)])
+    got = [[r.scores[lab] for lab in LABELS] for r in clf.predict_batch(texts)]
+    assert np.allclose(got, np.mean(alone, axis=0), atol=1e-5)
+    assert not np.allclose(alone[0], alone[1], atol=1e-3)  # members differ (own seed, own queries)
+    # members drew different training queries; none of them is a held-out query
+    from vitrine.intent.generator import make_member_splits
+
+    trains, test = make_member_splits(catalogue_terms(SOURCE), train_per_label=20, test_per_label=5, seed=3,
+                                      members=3)
+    assert {e.text for e in trains[0]} != {e.text for e in trains[1]}
+    assert not {e.text.casefold() for t in trains for e in t} & {e.text.casefold() for e in test}
+    one = train_intent(tmp_path / "one", seed=3, epochs=1, cache_dir=tok_cache, train_per_label=20,
+                       test_per_label=5, val_per_label=5, progress=False, members=1)
+    assert one["members"] == 1 and not (tmp_path / "one" / "members").exists()
+    assert IntentClassifier.load(tmp_path / "one", cache_dir=tok_cache).members == []
     with pytest.raises(InvalidInput):
         train_intent(tmp_path / "x", epochs=0, cache_dir=tok_cache)
 

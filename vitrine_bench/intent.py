@@ -36,7 +36,8 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
         runs.append(("onnxruntime", IntentClassifier.load(weights, cache_dir=cache_dir, runtime="onnx"), 1))
     cfg = clf.model.config
     test, terms = heldout_examples(seed=int(cfg.get("seed", 0)), per_label=int(cfg.get("test_per_label", 400)),
-                                   train_per_label=int(cfg.get("train_per_label", 2500)))
+                                   train_per_label=int(cfg.get("train_per_label", 2500)),
+                                   members=int(cfg.get("members", 1)))
     t1 = time.perf_counter()
     ex = SlotExtractor(terms.vocabulary())
     vocab_s = time.perf_counter() - t1

@@ -13,7 +13,7 @@ from vitrine.cli import main, make_settings, model_options
 
 log = logging.getLogger("vitrine")
 
-PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent"]
+PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation"]
 
 
 @main.command("eval")
@@ -35,10 +35,15 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
               help="Queries for --protocol attr (default 500) or anchors for --protocol complements (default 200)")
 @click.option("--intent/--no-intent", "use_intent", default=None,
               help="Query intent + slot filters in the searches (default from settings)")
+@click.option("--adapters", default="linear,mlp",
+              help="--protocol ablation: adapters to compare, comma-separated (shipped names or folders; "
+                   "NAME=FOLDER labels one); the ConSE and text-tower baselines are always in")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="--protocol ablation: write gate_ablation.md/.json/.png here")
 @model_options
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
-             use_intent: bool | None, **model: Any) -> None:
+             use_intent: bool | None, adapters: str, report_dir: Path | None, **model: Any) -> None:
     """Measure retrieval quality: Recall@K, MRR, nDCG (and the KAGL protocols)."""
     from vitrine.evals.datasets import Catalog, load_qrels
     from vitrine.evals import protocols as P
@@ -56,6 +61,10 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         _intent_eval(json_out)
         return
     settings = make_settings(data_dir=data_dir, fusion=fusion, fusion_signals=signals, intent=use_intent, **model)
+    if protocol == "ablation":  # every adapter kind on the same split (no data dir needed)
+        _ablation(settings, [a.strip() for a in adapters.split(",") if a.strip()], split, n_queries or 500,
+                  json_out, report_dir)
+        return
     if protocol in ("qrels", "photo-self", "attr", "complements"):
         if data_dir is None:
             raise click.UsageError(f"--protocol {protocol} searches a data dir: give --data")
@@ -160,6 +169,30 @@ def title_word_queries(settings: Any, split: str, n: int, seed: int = 1) -> list
     return word_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
 
 
+def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_out: Path | None,
+              report_dir: Path | None) -> None:
+    """``--protocol ablation``: the ConSE and text-tower baselines and each adapter, one table."""
+    from vitrine.errors import VitrineError
+    from vitrine.evals.ablation import load_embedders, run_ablation, write_report
+    from vitrine.evals.datasets import Catalog
+    from vitrine.search.engine import build_encoder
+
+    encoder = build_encoder(settings)
+    try:
+        embedders = load_embedders(encoder, adapters)
+    except VitrineError as e:
+        raise click.BadParameter(str(e), param_hint="--adapters") from e
+    result = run_ablation(encoder, Catalog.load(), embedders, split=split, n_attr=n_attr)
+    text = json.dumps(result, indent=2)
+    click.echo(text)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+    if report_dir:
+        for p in write_report(result, report_dir):
+            click.echo(f"wrote {p}", err=True)
+
+
 def _intent_eval(json_out: Path | None) -> None:
     """``--protocol intent``: accuracy, macro-F1 and slot exact-match of the shipped intent
     classifier on its held-out queries (held-out templates and brand/type vocabulary)."""
@@ -169,11 +202,14 @@ def _intent_eval(json_out: Path | None) -> None:
     result = evaluate_heldout(settings.intent_model, cache_dir=settings.cache_dir / "intent",
                               min_confidence=settings.intent_min_confidence)
     result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
-                         "slot_exact_match": result["slot_exact_match"]}
+                         "slot_exact_match": result["slot_exact_match"],
+                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"]}
     text = json.dumps(result, indent=2, ensure_ascii=False)
     click.echo(text)
     click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
-               f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']})", err=True)
+               f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']}); held-out catalogue "
+               f"titles sent to search {result['heldout_titles']['search_rate']:.4f} "
+               f"(n={result['heldout_titles']['n']})", err=True)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(text + "\n")

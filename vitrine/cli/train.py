@@ -69,9 +69,13 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
 @click.option("--train-per-label", type=int, default=None, help="Generated training queries per label")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Override a training setting, e.g. --set token_dropout=0.15 (repeatable)")
+@click.option("--members", type=click.IntRange(1, 9), default=None,
+              help="Ensemble size: classifiers trained on their own draws of the queries, probabilities "
+                   "averaged (default 5)")
 @click.option("--no-heldout", is_flag=True, help="Measure on validation only (for tuning), not on held-out queries")
 def train_intent(out: Path | None, init_from: Path | None, epochs: int | None, seed: int, config: str | None,
-                 train_per_label: int | None, settings: tuple[str, ...], no_heldout: bool) -> None:
+                 train_per_label: int | None, settings: tuple[str, ...], no_heldout: bool,
+                 members: int | None) -> None:
     """Train the Qwen2-architecture intent classifier on generated queries.
 
     Model selection (best epoch) uses validation queries from templates kept out of training."""
@@ -86,6 +90,8 @@ def train_intent(out: Path | None, init_from: Path | None, epochs: int | None, s
         kwargs["config"] = config
     if train_per_label is not None:
         kwargs["train_per_label"] = train_per_label
+    if members is not None:
+        kwargs["members"] = members
     hparams: dict[str, float] = {}
     for item in settings:
         key, sep, value = item.partition("=")

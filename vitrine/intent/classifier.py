@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from vitrine import onnxrt
-from vitrine.errors import InvalidInput, VitrineError
+from vitrine.errors import InvalidInput, ModelError, VitrineError
 from vitrine.intent import tokenizer as qtok
-from vitrine.intent.model import DEFAULT_WEIGHTS, IntentModel
+from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ class IntentClassifier:
         self.name = str(model.config.get("name", "intent"))
         self._onnx: onnxrt.OnnxModule | None = None
         self.runtime = self._pick_runtime(runtime, onnx_dir, threads)
+        # an ensemble's other members (same tokenizer and labels): probabilities are averaged
+        self.members: list[IntentClassifier] = []
 
     @classmethod
     def load(cls, weights: str | os.PathLike[str] = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,
@@ -81,8 +83,15 @@ class IntentClassifier:
         tok = qtok.load_tokenizer(cache_dir)
         out = cls(model, tok, min_confidence=min_confidence, max_chars=max_chars, runtime=runtime,
                   onnx_dir=cache_dir, threads=threads)
-        log.info("intent classifier %s loaded (%d parameters, %s) in %.2fs", weights, model.n_parameters(),
-                 out.runtime, time.perf_counter() - t0)
+        root = resolve_weights(weights)
+        for rel in model.config.get("ensemble", []):
+            member = IntentModel.from_pretrained(root / rel)
+            if list(member.labels) != out.labels:
+                raise ModelError(f"ensemble member {root / rel} has labels {member.labels}, not {out.labels}")
+            out.members.append(cls(member, tok, min_confidence=min_confidence, max_chars=max_chars,
+                                   runtime=runtime, onnx_dir=cache_dir, threads=threads))
+        log.info("intent classifier %s loaded (%d member(s), %d parameters each, %s) in %.2fs", weights,
+                 1 + len(out.members), model.n_parameters(), out.runtime, time.perf_counter() - t0)
         return out
 
     def _pick_runtime(self, runtime: str, onnx_dir: Path | None, threads: int) -> str:
@@ -135,8 +144,13 @@ class IntentClassifier:
     def _probabilities(self, encs: list[Any]) -> np.ndarray:
         if self._onnx is None:
             return self.model.probabilities(encs)
-        ids, mask = self.model.batch(encs)
-        z = self._onnx(ids.numpy(), mask.numpy()).astype(np.float64)
+        width = max(len(e.rows) for e in encs)
+        ids = np.full((len(encs), width), PAD, dtype=np.int64)
+        mask = np.zeros((len(encs), width), dtype=np.int64)
+        for i, e in enumerate(encs):  # as IntentModel.batch, without building torch tensors
+            ids[i, : len(e.rows)] = e.rows
+            mask[i, : len(e.rows)] = 1
+        z = self._onnx(ids, mask).astype(np.float64)
         z = np.exp(z - z.max(axis=1, keepdims=True))
         return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
 
@@ -149,12 +163,16 @@ class IntentClassifier:
     def predict_batch(self, texts: list[str | None]) -> list[IntentResult]:
         t0 = time.perf_counter()
         cleaned = [clean_query(t, self.max_chars) for t in texts]
+        ids = [self.token_ids(unicodedata.normalize("NFC", s)) if s else [] for s, _ in cleaned]
         encs = []
-        for s, cut in cleaned:
-            e = self.model.rows(self.token_ids(unicodedata.normalize("NFC", s)) if s else [])
+        for i, (_, cut) in zip(ids, cleaned):
+            e = self.model.rows(i)
             e.truncated = e.truncated or cut
             encs.append(e)
         probs = self._probabilities(encs)
+        for m in self.members:  # each member maps the ids to its own vocabulary rows
+            probs = probs + m._probabilities([m.model.rows(i) for i in ids])
+        probs = probs / (1 + len(self.members))
         ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         out = []
         for (s, _), e, p in zip(cleaned, encs, probs):

@@ -38,6 +38,30 @@ HOLDOUT_SALT = "vitrine-intent-holdout-v1"
 VAL_SALT = "vitrine-intent-val-v1"
 VAL_PERCENT = 18  # share (in percent) of the train templates / compositional frames kept for validation
 SPLITS = ("train", "val", "test")
+# Share of the training search queries that are a product phrase alone ("red heels", a catalogue
+# title): the commonest real shopper query, which the templates alone under-represent; without
+# them a model learns that product words inside a sentence mean search and sends a bare phrase
+# or a title with a cue-like word ("cross-back", "return") to another intent.
+BARE_SEARCH_SHARE = 0.2
+BARE_TITLE_SHARE = 0.4  # of those, a real catalogue title rather than a generated phrase
+# Share of training titles whose brand is swapped for an invented name: shoppers type brands the
+# catalogue vocabulary never had, and a name-like run of unfamiliar subwords must not read as a cue.
+PSEUDO_BRAND_SHARE = 0.35
+# Share of training product phrases with one word swapped for an invented one (a model name, a
+# fabric, a brand the vocabulary lacks): product words never seen in training must stay neutral.
+OOV_WORD_SHARE = 0.25
+_ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "ch", "cl",
+           "dr", "gr", "kr", "pr", "sh", "st", "tr", "vr"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou", "y"]
+_CODAS = ["", "", "", "n", "r", "s", "l", "x", "k", "m", "tt", "nd"]
+
+
+def pseudo_brand(rng: random.Random) -> str:
+    """An invented brand-like name of one or two words ("Velorin", "Kraso Dumet")."""
+    def word() -> str:
+        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(1, 3))) + rng.choice(_CODAS)
+        return w.capitalize() if rng.random() < 0.8 else w.upper()
+    return " ".join(word() for _ in range(1 if rng.random() < 0.6 else 2))
 _CJK = re.compile(r"[\u3040-\u9fff]")
 _PLACEHOLDER = re.compile(r"\{(P|PA|PB|BA|BB|C|G|PRICE)\}")
 
@@ -228,11 +252,12 @@ class QueryGenerator:
     """Generates labelled queries for one split: "train", "val" (validation templates, training
     vocabulary) or "test" (held-out templates, price forms and vocabulary)."""
 
-    def __init__(self, terms: Terms, split: str, seed: int = 0) -> None:
+    def __init__(self, terms: Terms, split: str, seed: int = 0, member: int = 0) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}")
         self.split = split
-        self.rng = random.Random(f"{seed}:{split}")
+        # member: an ensemble member's own draw of the training queries (0: the plain seed)
+        self.rng = random.Random(f"{seed}:{split}" if member == 0 else f"{seed}:{split}:member{member}")
         lex = lexicon()
         self.held_brands = [b for b in terms.brands if held_out(b)]
         self.held_types = [t for t in terms.types if held_out(t)]
@@ -259,8 +284,21 @@ class QueryGenerator:
         self.titles = [] if split != "train" else [
             t for t, at in terms.titles
             if at not in held_t and not any(key_norm(t).startswith(b + " ") for b in held_b)]
+        # title -> its brand prefix (longest known brand it starts with), for pseudo-brand swaps
+        by_len = sorted(self.brands, key=len, reverse=True)
+        self._title_brand = {t: next((b for b in by_len if t.casefold().startswith(b.casefold() + " ")), "")
+                             for t in self.titles}
 
     # -- pieces --------------------------------------------------------------------------------------
+    def _title(self) -> str:
+        """A real catalogue title, sometimes lowercased, sometimes with an invented brand."""
+        rng = self.rng
+        title = rng.choice(self.titles)
+        brand = self._title_brand.get(title, "")
+        if brand and rng.random() < PSEUDO_BRAND_SHARE:
+            title = pseudo_brand(rng) + title[len(brand):]
+        return title.lower() if rng.random() < 0.5 else title
+
     def _pick_brand(self) -> str:
         if self.split == "test" and self.held_brands and self.rng.random() < 0.5:
             return self.rng.choice(self.held_brands)
@@ -298,8 +336,7 @@ class QueryGenerator:
             if r < 0.08:
                 return rng.choice(OTHER_PRODUCTS["zh" if zh else "en"]), {}
             if r < 0.25 and self.titles:
-                title = rng.choice(self.titles)
-                return (title.lower() if rng.random() < 0.6 else title), {"_unlabelled": ["title"]}
+                return self._title(), {"_unlabelled": ["title"]}
         text, slots = self._product(zh, brand=brand, category=category, no_category=no_category)
         r = rng.random()
         if not zh and rng.random() < 0.2:
@@ -396,6 +433,10 @@ class QueryGenerator:
         zh = lang == "zh"
         comp = self.compositional.get(label) if lang == "en" else None
         tpl = rng.choice(comp) if comp and rng.random() < 0.35 else rng.choice(self.templates[label][lang])
+        if label == "search" and self.split == "train" and rng.random() < BARE_SEARCH_SHARE:
+            if self.titles and rng.random() < BARE_TITLE_SHARE:
+                return Example(self._title(), label, None, lang, f"{self.split}:{label}:{lang}:<title>")
+            tpl = "{P}"
         gold: dict[str, Any] = {}
         segs: list[tuple[str, str]] = []  # (text, kind) kind: lit | slot | price
         pos = 0
@@ -483,6 +524,12 @@ class QueryGenerator:
                     return self._typo(w) if len(w) >= min_len and rng.random() < p else w
 
                 text = re.sub(r"[A-Za-z]+", noisy, text)
+                if kind == "slot" and self.split == "train" and rng.random() < OOV_WORD_SHARE:
+                    words = text.split(" ")
+                    spots = [i for i, w in enumerate(words) if w.isascii() and w.isalpha()]
+                    if spots:  # an unknown product word: the words around it still decide the intent
+                        words[rng.choice(spots)] = pseudo_brand(rng).split(" ")[0].lower()
+                        text = " ".join(words)
             out.append(text)
         s = " ".join("".join(out).split())
         s = re.sub(r"\s+([?,!.，？！])", r"\1", s)
@@ -518,14 +565,37 @@ class QueryGenerator:
         return out
 
 
+def heldout_titles(terms: Terms, n: int = 600, seed: int = 0) -> list[str]:
+    """Real catalogue titles of held-out brands or article types (never in training): typed as a
+    query, each is a search. A check of real shopper text beside the generated test sets."""
+    held_b = [key_norm(b) for b in terms.brands if held_out(b)]
+    held_t = {t for t in terms.types if held_out(t)}
+    pool = sorted({t for t, at in terms.titles
+                   if at in held_t or any(key_norm(t).startswith(b + " ") for b in held_b)})
+    rng = random.Random(f"{seed}:titles")
+    picked = rng.sample(pool, min(n, len(pool)))
+    return [t.lower() if i % 2 else t for i, t in enumerate(picked)]
+
+
 def make_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
-                seed: int = 0) -> tuple[list[Example], list[Example]]:
-    """The training queries and the held-out queries (no shared template, held-out vocabulary
-    absent from training, no shared text)."""
-    train = QueryGenerator(terms, "train", seed).generate(train_per_label)
-    texts = {e.text.casefold() for e in train}
+                seed: int = 0, members: int = 1) -> tuple[list[Example], list[Example]]:
+    """The training queries (of the first ensemble member) and the held-out queries (no shared
+    template, held-out vocabulary absent from training, no text of any member's training)."""
+    trains, test = make_member_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label,
+                                      seed=seed, members=members)
+    return trains[0], test
+
+
+def make_member_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
+                       seed: int = 0, members: int = 1) -> tuple[list[list[Example]], list[Example]]:
+    """Each ensemble member's training queries (its own draw from the training templates and
+    vocabulary) and the held-out queries, none of which is any member's training text."""
+    if members < 1:
+        raise ValueError("members must be at least 1")
+    trains = [QueryGenerator(terms, "train", seed, member=m).generate(train_per_label) for m in range(members)]
+    texts = {e.text.casefold() for train in trains for e in train}
     test = [e for e in QueryGenerator(terms, "test", seed).generate(test_per_label) if e.text.casefold() not in texts]
-    return train, test
+    return trains, test
 
 
 def make_val(terms: Terms, *, per_label: int = 400, seed: int = 0,

@@ -34,6 +34,7 @@ CONFIGS_DIR = Path(__file__).with_name("configs")
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 DEFAULT_CONFIG = "qwen2-intent-tiny"
 DEFAULT_WEIGHTS = "default"
+MEMBERS_DIR = "members"  # an ensemble's other members: <weights>/members/<i>/ (each config.json + safetensors)
 PAD, UNK, EOS = 0, 1, 2
 N_SPECIAL_ROWS = 3
 KEEP_IDS_KEY = "vitrine.keep_ids"

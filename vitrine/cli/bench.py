@@ -104,6 +104,19 @@ def bench_intent(n: int, weights: str | None, out: Path) -> None:
     click.echo(f"report: {intent.run(out, n=n, weights=weights or settings.intent_model, cache_dir=settings.cache_dir / 'intent')}")
 
 
+@bench.command("gate")
+@click.option("--adapters", default="mlp,moe", show_default=True,
+              help="Adapters to time, comma-separated (shipped names or NAME=FOLDER)")
+@click.option("--n", type=int, default=2000, show_default=True, help="Queries timed per cell (batch 1)")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_gate(adapters: str, n: int, out: Path) -> None:
+    """What the adapter / MoE gate adds to a query: its forward per query on CPU (p50/p95/p99)."""
+    _bench()
+    from vitrine_bench import gate
+
+    click.echo(f"report: {gate.run(out, [a.strip() for a in adapters.split(',') if a.strip()], n=n)}")
+
+
 @bench.command("kafka")
 @click.option("--n", type=int, default=1000, show_default=True, help="Products per throughput case")
 @click.option("--freshness-events", type=int, default=100, show_default=True, help="Events timed for freshness")

@@ -132,9 +132,12 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        modality_dropout=0.15 if kind == "moe" else 0.0,
                        text_text_weight=0.5 if kind == "moe" else 0.0)
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
-    tuning = tune_fuse_weight(adapter, catalog, encoder)
-    adapter.config["fuse_image_weight"] = tuning["best"]
-    adapter.config["fuse_tuning"] = {str(k): v for k, v in tuning["grid"].items()}
+    if kind == "moe":  # its modality gate weighs photo and text per product: nothing to tune
+        tuning = {"best": None, "grid": {}}
+    else:
+        tuning = tune_fuse_weight(adapter, catalog, encoder)
+        adapter.config["fuse_image_weight"] = tuning["best"]
+        adapter.config["fuse_tuning"] = {str(k): v for k, v in tuning["grid"].items()}
     summary: dict[str, Any] = {
         "kind": kind, "out": _display_path(out), "best_epoch": result.best_epoch, "val_MRR@10": result.best_score,
         "val": result.history[result.best_epoch] if result.best_epoch >= 0 else {},

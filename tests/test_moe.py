@@ -1,0 +1,180 @@
+"""The cross-modal MoE gate: routing, losses, statistics, persistence, and training on real features."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from vitrine.encoders.adapters import create_adapter, load_adapter
+from vitrine.errors import ModelError
+
+from conftest import SOURCE
+
+
+def small(**kw):
+    cfg = dict(image_dim=12, text_dim=8, dim=6, width=16, hidden=16, experts=4, top_k=2) | kw
+    torch.manual_seed(0)
+    return create_adapter("moe", **cfg)
+
+
+def test_top_k_routing_renormalised_and_exactly_k_experts():
+    m = small(experts=5, top_k=2).eval()
+    pi, pt = m._project(torch.randn(30, 12), torch.randn(30, 8))
+    logits, weights, chosen = m._route(m._route_input(pi, pt, 0))
+    assert (chosen.sum(1) == 2).all()
+    assert torch.allclose(weights.sum(1), torch.ones(30), atol=1e-6)
+    # the chosen experts are the router's two highest logits (no noise at eval)
+    assert torch.equal(chosen, torch.zeros_like(chosen).scatter(1, logits.topk(2, dim=1).indices, True))
+    # weights are the softmax restricted to those two, renormalised
+    p = torch.softmax(logits, dim=1)
+    want = torch.where(chosen, p, torch.zeros_like(p))
+    assert torch.allclose(weights, want / want.sum(1, keepdim=True), atol=1e-6)
+
+
+def test_dynamic_k_uses_one_expert_for_confident_routes():
+    m = small(experts=4, top_k=2, dynamic_k=True, dynamic_threshold=0.0).eval()
+    stats = m.routing_stats(torch.randn(20, 12), torch.randn(20, 8))
+    assert stats["experts_per_token"] == 1.0
+    m2 = small(experts=4, top_k=2, dynamic_k=True, dynamic_threshold=1.01).eval()
+    assert m2.routing_stats(torch.randn(20, 12), None)["experts_per_token"] == 2.0
+
+
+def test_outputs_missing_modalities_and_light_path():
+    m = small().eval()
+    x, t = torch.randn(5, 12), torch.randn(5, 8)
+    both = m(x, t)
+    assert both.image.shape == both.text.shape == both.fused.shape == (5, 6)
+    for v in (both.image, both.text, both.fused):
+        assert torch.allclose(v.norm(dim=-1), torch.ones(5), atol=1e-5)
+    photo_only = m(x, None)
+    assert photo_only.text is None and torch.equal(photo_only.fused, photo_only.image)
+    text_only = m(None, t)
+    assert text_only.image is None and torch.equal(text_only.fused, text_only.text)
+    w = m.photo_weight(both.image, both.text)
+    assert ((w > 0) & (w < 1)).all()
+    light = m.forward_light(None, t)
+    assert torch.allclose(light.text.norm(dim=-1), torch.ones(5), atol=1e-5)
+    assert not torch.allclose(light.text, text_only.text)  # no router: an even mix of experts
+    with pytest.raises(ModelError):
+        m(None, None)
+    with pytest.raises(ModelError):
+        m(torch.randn(2, 12), torch.randn(3, 8))
+    with pytest.raises(ModelError, match="top_k"):
+        small(experts=2, top_k=3)
+
+
+def test_aux_losses_match_their_definitions():
+    m = small(experts=4, top_k=1, balance_weight=1.0, z_weight=0.0).train()
+    m.router_noise = False
+    # brute force: Switch balance = E * sum_e (share of assignments to e) * (mean router prob of e)
+    logits = []
+    x, t = torch.randn(40, 12), torch.randn(40, 8)
+    torch.manual_seed(1)
+    out = m.training_forward(x, t)
+    torch.manual_seed(1)
+    pi, pt = m._project(x, t)
+    lone = torch.rand(40) < m.cross_dropout
+    for own, other, mod, ph in ((pi, pt, 0, m.placeholder[1]), (pt, pi, 1, m.placeholder[0])):
+        oth = torch.where(lone[:, None], ph.expand(40, -1), other)
+        img, txt = (own, oth) if mod == 0 else (oth, own)
+        logits.append(m.router(torch.cat([img, txt, m.flag.weight[mod].expand(40, -1)], dim=-1)))
+    lg = torch.cat(logits)
+    p = torch.softmax(lg, dim=1)
+    share = torch.zeros(4).index_add(0, lg.argmax(1), torch.ones(80)) / 80
+    assert float(out.aux["balance"]) == pytest.approx(float(4 * (share * p.mean(0)).sum()), rel=1e-4)
+    assert float(out.aux["z"]) == pytest.approx(float(torch.logsumexp(lg, 1).pow(2).mean()), rel=1e-4)
+    out.aux["loss"].backward()
+    assert m.router.weight.grad is not None and m.router.weight.grad.abs().sum() > 0
+    # a product without a photo: its fused vector is its text alone
+    hide = torch.tensor([True] + [False] * 39)
+    o2 = m.training_forward(x, t, hide_image=hide)
+    assert torch.allclose(o2.fused[0], o2.text[0])
+
+
+def test_routing_stats_report_load_cv_entropy_and_dead_experts():
+    m = small(experts=4, top_k=1).eval()
+    with torch.no_grad():  # force every token to expert 2
+        m.router.weight.zero_()
+        m.router.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    s = m.routing_stats(torch.randn(10, 12), torch.randn(10, 8))
+    assert s["load"] == [0.0, 0.0, 1.0, 0.0] and s["dead_experts"] == [0, 1, 3]
+    assert s["load_cv"] == pytest.approx(np.sqrt(3), rel=1e-3) and s["tokens"] == 20
+    assert 0 < s["entropy"] < s["max_entropy"] == round(np.log(4), 4)
+
+
+def test_moe_roundtrip_through_the_adapter_factory(tmp_path):
+    m = small(dynamic_k=True).eval()
+    m.save_pretrained(tmp_path / "moe")
+    cfg = json.loads((tmp_path / "moe" / "config.json").read_text())
+    assert cfg["kind"] == "moe" and cfg["experts"] == 4 and cfg["top_k"] == 2 and cfg["weights_sha256"]
+    b = load_adapter(tmp_path / "moe")
+    x, t = torch.randn(4, 12), torch.randn(4, 8)
+    assert torch.allclose(m(x, t).fused, b(x, t).fused, atol=5e-3)
+    data = bytearray((tmp_path / "moe" / "model.safetensors").read_bytes())
+    data[-3] ^= 0xFF
+    (tmp_path / "moe" / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ModelError):
+        load_adapter(tmp_path / "moe")
+
+
+def test_moe_learns_to_align_real_catalogue_features(encoder, subset_rows):
+    """A few epochs on real backbone features of the test subset: titles find their photos far
+    above chance, and every expert is used."""
+    from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, train_adapter
+
+    rows = subset_rows[:240]
+    photos = [(SOURCE / "images" / f"{r['id']}.jpg").read_bytes() for r in rows]
+    img = encoder.image_features(photos)
+    txt = encoder.text_features([r["productDisplayName"] for r in rows])
+    titles = [r["productDisplayName"] for r in rows]
+    group = np.array([titles.index(t) for t in titles])
+    train, val = PairSet(img[:180], txt[:180], group[:180]), PairSet(img[180:], txt[180:], group[180:])
+    m = create_adapter("moe", image_dim=img.shape[1], text_dim=txt.shape[1], dim=64, width=64, hidden=64,
+                       experts=4, top_k=2)
+    before = evaluate_pairs(m, val)["MRR@10"]
+    res = train_adapter(m, train, val, TrainConfig(epochs=15, batch_size=64, patience=15, modality_dropout=0.1),
+                        progress=False)
+    after = evaluate_pairs(m, val)
+    assert after["MRR@10"] > max(0.25, 2 * before), (before, after)  # chance MRR@10 among 60 is ~0.05
+    stats = m.routing_stats(torch.from_numpy(img), torch.from_numpy(txt))
+    assert not stats["dead_experts"], stats
+    assert res.best_epoch >= 0 and m.config["train"]["val_score"] == pytest.approx(res.best_score)
+
+
+def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
+    """The ablation tooling on a real subset: baselines and adapters on the same queries, one
+    number checked by brute force, and the report files."""
+    from vitrine.evals.ablation import load_embedders, run_ablation, write_report
+    from vitrine.evals.datasets import Catalog
+
+    small(image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim, dim=32).save_pretrained(tmp_path / "m")
+    catalog = Catalog.load(limit_ids={r["id"] for r in subset_rows})
+    split = max(("train", "val", "test"), key=lambda s: int(catalog.split_mask(s).sum()))
+    embedders = load_embedders(encoder, ["mlp", f"tiny-moe={tmp_path / 'm'}"])
+    result = run_ablation(encoder, catalog, embedders, split=split, n_attr=40)
+    rows = {r["name"]: r for r in result["rows"]}
+    assert list(rows) == ["none (ConSE)", "text tower alone", "mlp", "tiny-moe"]
+    for r in rows.values():
+        assert all(0.0 <= v <= 1.0 for v in r["metrics"].values())
+    assert rows["text tower alone"]["metrics"] == {"textonly_attr_nDCG@10": rows["none (ConSE)"]["metrics"][
+        "textonly_attr_nDCG@10"]}
+    assert rows["mlp"]["metrics"]["kagl_R@10"] > rows["none (ConSE)"]["metrics"]["kagl_R@10"]
+    assert rows["tiny-moe"]["routing"]["experts"] == 4
+    # brute force: KAGL R@10 of the MLP (titles of the split -> every photo; relevant = same title)
+    mlp = embedders[2]
+    img_f, txt_f = catalog.features(encoder, progress=False)
+    gal, q = mlp.image(img_f), mlp.text(txt_f[catalog.split_mask(split)])
+    titles = np.array(catalog.titles)
+    recalls = []
+    for qi, t in zip(q, titles[catalog.split_mask(split)]):
+        top = np.argsort(-(gal @ qi), kind="stable")[:10]
+        rel = set(np.flatnonzero(titles == t))
+        recalls.append(len(rel & set(top.tolist())) / len(rel))
+    assert rows["mlp"]["metrics"]["kagl_R@10"] == pytest.approx(np.mean(recalls), abs=2e-3)
+    paths = write_report(result, tmp_path / "report")
+    assert [p.name for p in paths] == ["gate_ablation.md", "gate_ablation.json", "gate_ablation.png"]
+    md = paths[0].read_text()
+    assert "| mlp |" in md and "tiny-moe" in md and "load CV" in md

@@ -1,0 +1,265 @@
+"""Cross-modal mixture-of-experts gate: frozen photo and text features -> one shared space.
+
+Every input vector is a *token*: a product's photo features, a product's title features, or a
+query (text, photo or both). A token is projected into a common width by its modality's input
+projection, then
+
+- a router over ``experts`` experts reads the cross-modal features: the token's own projection,
+  the other modality's projection when the same product/query has it (else a learned
+  placeholder), and a modality flag; it keeps the ``top_k`` best experts and renormalises their
+  weights (during training: noisy top-k, the noise learned per expert, as in Shazeer et al. 2017);
+  with ``dynamic_k`` a confident route (top weight >= ``dynamic_threshold``) uses one expert;
+- the chosen experts (small MLPs) map the token into the shared space (``dim``, default 256),
+  added to a linear skip path and L2-normalised;
+- a modality gate weighs a product's photo and text embeddings per product (a sigmoid of a small
+  MLP over both); a product without a photo or without text is its one embedding.
+
+Auxiliary losses: Switch-Transformer load balancing (E * sum_e f_e * P_e) and the router z-loss
+(mean squared log-sum-exp of the router logits). :meth:`routing_stats` reports per-expert load,
+its coefficient of variation, routing entropy, experts never chosen and experts per token.
+
+``forward_light`` is the degraded path (vitrine/search/fallback.py): the skip path plus an even
+mix of all experts, with no router.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitrine.encoders.adapters import Adapter, AdapterOutput, register
+from vitrine.errors import ModelError
+
+IMAGE, TEXT = 0, 1
+
+
+class _Expert(nn.Module):
+    def __init__(self, width: int, hidden: int, dim: int, dropout: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@register
+class CrossModalMoE(Adapter):
+    """The cross-modal MoE gate (see the module docstring). Config: ``experts`` (8), ``top_k``
+    (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),
+    ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
+    ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``cross_dropout`` (chance that the
+    router does not see the other modality during training, so lone photos and lone texts route
+    as well as pairs)."""
+
+    kind = "moe"
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        c = self.config
+        self.experts_n = int(c.setdefault("experts", 8))
+        self.top_k = int(c.setdefault("top_k", 2))
+        if not 1 <= self.top_k <= self.experts_n:
+            raise ModelError(f"top_k must be between 1 and experts ({self.experts_n}), not {self.top_k}")
+        width = int(c.setdefault("width", 512))
+        hidden = int(c.setdefault("hidden", 512))
+        dropout = float(c.setdefault("dropout", 0.1))
+        self.router_noise = bool(c.setdefault("router_noise", True))
+        self.dynamic_k = bool(c.setdefault("dynamic_k", False))
+        self.dynamic_threshold = float(c.setdefault("dynamic_threshold", 0.7))
+        self.balance_weight = float(c.setdefault("balance_weight", 0.05))
+        self.z_weight = float(c.setdefault("z_weight", 1e-3))
+        self.cross_dropout = float(c.setdefault("cross_dropout", 0.5))
+        self.image_in = nn.Sequential(nn.Linear(self.image_dim, width), nn.LayerNorm(width))
+        self.text_in = nn.Sequential(nn.Linear(self.text_dim, width), nn.LayerNorm(width))
+        self.placeholder = nn.Parameter(torch.zeros(2, width))  # [missing photo, missing text]
+        self.flag = nn.Embedding(2, width)  # which modality the token is
+        self.router = nn.Linear(3 * width, self.experts_n)
+        self.noise = nn.Linear(3 * width, self.experts_n)
+        nn.init.normal_(self.router.weight, std=0.02)
+        nn.init.zeros_(self.noise.weight)
+        self.skip = nn.Linear(width, self.dim)
+        self.experts = nn.ModuleList(_Expert(width, hidden, self.dim, dropout) for _ in range(self.experts_n))
+        self.gate = nn.Sequential(nn.Linear(3 * self.dim, 64), nn.GELU(), nn.Linear(64, 1))
+        self._last: dict[str, torch.Tensor] = {}
+
+    # -- tokens and routing --------------------------------------------------------------------
+    def _project(self, image: torch.Tensor | None, text: torch.Tensor | None
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        pi = self.image_in(self.norm_image(image.float())) if image is not None else None
+        pt = self.text_in(self.norm_text(text.float())) if text is not None else None
+        return pi, pt
+
+    def _route_input(self, own: torch.Tensor, other: torch.Tensor | None, modality: int) -> torch.Tensor:
+        n = own.shape[0]
+        if other is None:
+            other = self.placeholder[1 - modality].expand(n, -1)
+        flag = self.flag.weight[modality].expand(n, -1)
+        img, txt = (own, other) if modality == IMAGE else (other, own)
+        return torch.cat([img, txt, flag], dim=-1)
+
+    def _route(self, r_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Router logits, the dense weight matrix (zeros off the chosen experts) and the mask
+        of chosen experts."""
+        logits = self.router(r_in)
+        noisy = logits
+        if self.training and self.router_noise:
+            noisy = logits + torch.randn_like(logits) * F.softplus(self.noise(r_in))
+        probs = F.softmax(noisy, dim=-1)
+        top_w, top_i = probs.topk(self.top_k, dim=-1)
+        keep = torch.ones_like(top_w, dtype=torch.bool)
+        if self.dynamic_k and self.top_k > 1:
+            confident = top_w[:, 0] >= self.dynamic_threshold
+            keep[:, 1:] = ~confident[:, None]
+        top_w = torch.where(keep, top_w, torch.zeros_like(top_w))
+        top_w = top_w / top_w.sum(-1, keepdim=True).clamp_min(1e-9)
+        weights = torch.zeros_like(probs).scatter(1, top_i, top_w)
+        return logits, weights, weights > 0
+
+    def _experts_out(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        out = self.skip(x)
+        for e, expert in enumerate(self.experts):
+            rows = weights[:, e].nonzero().flatten()
+            if len(rows):
+                out = out.index_add(0, rows, weights[rows, e, None] * expert(x[rows]))
+        return F.normalize(out, dim=-1)
+
+    def _token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int,
+               stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        logits, weights, chosen = self._route(self._route_input(own, other, modality))
+        stats.append((logits, weights, chosen))
+        return self._experts_out(own, weights)
+
+    def _aux(self, stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
+        logits = torch.cat([s[0] for s in stats])
+        chosen = torch.cat([s[2] for s in stats]).float()
+        probs = F.softmax(logits, dim=-1)
+        frac = chosen.sum(0) / chosen.sum().clamp_min(1.0)  # share of assignments per expert
+        balance = self.experts_n * (frac * probs.mean(0)).sum()
+        z = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        loss = self.balance_weight * balance + self.z_weight * z
+        return {"loss": loss, "balance": balance.detach(), "z": z.detach(), "load": frac.detach(),
+                "train_terms": ("fused",)}
+
+    # -- the adapter seam ----------------------------------------------------------------------
+    def embed_image(self, x: torch.Tensor) -> torch.Tensor:
+        pi, _ = self._project(x, None)
+        assert pi is not None
+        return self._token(pi, None, IMAGE, [])
+
+    def embed_text(self, x: torch.Tensor) -> torch.Tensor:
+        _, pt = self._project(None, x)
+        assert pt is not None
+        return self._token(pt, None, TEXT, [])
+
+    def fuse(self, image: torch.Tensor | None, text: torch.Tensor | None) -> torch.Tensor:
+        """The modality gate: a per-product photo weight from both embeddings."""
+        if image is None and text is None:
+            raise ModelError("fuse needs at least one modality")
+        if image is None:
+            return text  # type: ignore[return-value]
+        if text is None:
+            return image
+        g = torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1)))
+        return F.normalize(g * image + (1 - g) * text, dim=-1)
+
+    def photo_weight(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """The gate's photo weight per product (for reports)."""
+        return torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1))).squeeze(-1)
+
+    def forward(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
+        """Both given: one product (or query) per row, each token routed seeing the other."""
+        if image is None and text is None:
+            raise ModelError("the MoE gate needs a photo, a text or both")
+        if image is not None and text is not None and image.shape[0] != text.shape[0]:
+            raise ModelError("photo and text batches differ in length")
+        pi, pt = self._project(image, text)
+        stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        img = self._token(pi, pt, IMAGE, stats) if pi is not None else None
+        txt = self._token(pt, pi, TEXT, stats) if pt is not None else None
+        aux = self._aux(stats)
+        self._last = {"load": aux["load"]}
+        return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt), aux=aux)
+
+    def training_forward(self, image: torch.Tensor, text: torch.Tensor, *,
+                         hide_image: torch.Tensor | None = None) -> AdapterOutput:
+        """A training batch of products: the router sometimes does not see the other modality
+        (``cross_dropout``); rows in ``hide_image`` are products without a photo (their fused
+        vector is their text alone and their text routes without it)."""
+        pi, pt = self._project(image, text)
+        assert pi is not None and pt is not None
+        n = pi.shape[0]
+        lone = torch.rand(n, device=pi.device) < self.cross_dropout
+        hidden = hide_image if hide_image is not None else torch.zeros(n, dtype=torch.bool, device=pi.device)
+        ph_t = self.placeholder[1].expand(n, -1)
+        ph_i = self.placeholder[0].expand(n, -1)
+        other_for_img = torch.where(lone[:, None], ph_t, pt)
+        other_for_txt = torch.where((lone | hidden)[:, None], ph_i, pi)
+        stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        img = self._token_with(pi, other_for_img, IMAGE, stats)
+        txt = self._token_with(pt, other_for_txt, TEXT, stats)
+        fused = self.fuse(img, txt)
+        fused = torch.where(hidden[:, None], txt, fused)
+        return AdapterOutput(image=img, text=txt, fused=fused, aux=self._aux(stats))
+
+    def _token_with(self, own: torch.Tensor, other: torch.Tensor, modality: int,
+                    stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        n = own.shape[0]
+        img, txt = (own, other) if modality == IMAGE else (other, own)
+        r_in = torch.cat([img, txt, self.flag.weight[modality].expand(n, -1)], dim=-1)
+        logits, weights, chosen = self._route(r_in)
+        stats.append((logits, weights, chosen))
+        return self._experts_out(own, weights)
+
+    def forward_light(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
+        """The degraded path: no router; the skip path plus an even mix of every expert."""
+        pi, pt = self._project(image, text)
+        even = None
+
+        def light(x: torch.Tensor) -> torch.Tensor:
+            nonlocal even
+            even = torch.full((x.shape[0], self.experts_n), 1.0 / self.experts_n, device=x.device)
+            return self._experts_out(x, even)
+
+        img = light(pi) if pi is not None else None
+        txt = light(pt) if pt is not None else None
+        return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
+
+    # -- statistics ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def routing_stats(self, image: torch.Tensor | None, text: torch.Tensor | None,
+                      batch: int = 4096) -> dict[str, Any]:
+        """Routing of these tokens (photos and texts, each alone as at indexing and query time):
+        per-expert load (share of assignments), its coefficient of variation, mean routing
+        entropy (nats), experts never chosen, mean experts per token."""
+        self.eval()
+        chosen_all, ent = [], []
+        for x, modality in ((image, IMAGE), (text, TEXT)):
+            if x is None:
+                continue
+            for s in range(0, len(x), batch):
+                pi, pt = self._project(x[s:s + batch] if modality == IMAGE else None,
+                                       x[s:s + batch] if modality == TEXT else None)
+                own = pi if modality == IMAGE else pt
+                assert own is not None
+                logits, _, chosen = self._route(self._route_input(own, None, modality))
+                p = F.softmax(logits, dim=-1)
+                ent.append(-(p * p.clamp_min(1e-12).log()).sum(-1))
+                chosen_all.append(chosen.float())
+        if not chosen_all:
+            raise ModelError("routing_stats needs photos or texts")
+        chosen = torch.cat(chosen_all)
+        load = chosen.sum(0) / chosen.sum()
+        mean = float(load.mean())
+        return {
+            "experts": self.experts_n, "top_k": self.top_k, "dynamic_k": self.dynamic_k, "tokens": int(len(chosen)),
+            "load": [round(float(v), 4) for v in load],
+            "load_cv": round(float(load.std(unbiased=False)) / mean, 4) if mean > 0 else math.inf,
+            "entropy": round(float(torch.cat(ent).mean()), 4),
+            "max_entropy": round(math.log(self.experts_n), 4),
+            "dead_experts": [i for i, v in enumerate(load.tolist()) if v == 0.0],
+            "experts_per_token": round(float(chosen.sum(1).mean()), 3),
+        }

@@ -1,0 +1,65 @@
+"""What the alignment adapter / MoE gate adds to one query on CPU: its forward at batch 1.
+
+For each adapter, a query's backbone features (a real title's text features, a real photo's image
+features, or both) go through the adapter alone, one query at a time on one thread, after a
+warm-up; p50/p95/p99 per query kind. The towers' own cost is the same for every adapter and is
+measured by ``vitrine bench fastpath``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vitrine_bench.common import Report, summary_ms
+
+
+def run(out: Path, adapters: list[str], *, n: int = 2000) -> Path:
+    import torch
+
+    from vitrine.encoders.adapters import load_adapter
+    from vitrine.evals.datasets import Catalog
+    from vitrine.search.engine import build_encoder
+    from vitrine.search.settings import Settings
+
+    torch.set_num_threads(1)
+    rep = Report("gate_latency", out, "Adapter / MoE gate cost per query (CPU, batch 1, one thread)")
+    encoder = build_encoder(Settings())
+    img_f, txt_f = Catalog.load().features(encoder, progress=False)
+    ok = ~np.isnan(img_f).any(1)
+    rng = np.random.default_rng(0)
+    rows = rng.choice(np.flatnonzero(ok), size=n, replace=True)
+    rows_out, series = [], {}
+    for spec in adapters:
+        name, _, path = spec.partition("=")
+        adapter = load_adapter(path or name).eval()
+        for kind in ("text", "photo", "both"):
+            lat = []
+            with torch.inference_mode():
+                for i, r in enumerate(rows):
+                    t = torch.from_numpy(txt_f[r:r + 1]) if kind != "photo" else None
+                    p = torch.from_numpy(img_f[r:r + 1]) if kind != "text" else None
+                    t0 = time.perf_counter()
+                    adapter(p, t)
+                    if i >= 100:  # warm-up
+                        lat.append(time.perf_counter() - t0)
+            s = summary_ms(lat)
+            rows_out.append({"adapter": name, "query": kind, **s})
+            series[f"{name} {kind}"] = sorted(x * 1000 for x in lat)
+    rep.add("results", rows_out)
+    rep.text(f"{n} queries per cell (the first 100 are warm-up), features of real catalogue products; "
+             "time of `adapter(photo, text)` alone.")
+    rep.table(rows_out, ["adapter", "query", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n"], heading="Results")
+
+    def draw(ax):  # noqa: ANN001
+        for label, xs in series.items():
+            if label.endswith(" text"):
+                ax.plot(xs, np.linspace(0, 1, len(xs)), label=label)
+        ax.set_xlabel("ms per text query (adapter only)")
+        ax.set_ylabel("CDF")
+        ax.legend(fontsize=7)
+
+    rep.plot("gate_latency_cdf.png", draw)
+    return rep.write()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,29 @@ from vitrine.intent import tokenizer as qtok
 from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
+
+# Members of an ensemble run in parallel lanes (onnxruntime releases the GIL): a query waits for
+# the slowest lane, not for the sum of the members. One pool per process (a forked child starts a
+# new one: it inherits the pool object but none of its threads).
+_lanes: ThreadPoolExecutor | None = None
+_lanes_lock = threading.Lock()
+
+
+def _forget_lanes() -> None:
+    global _lanes, _lanes_lock
+    _lanes, _lanes_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_lanes)
+
+
+def _lane_pool(workers: int) -> ThreadPoolExecutor:
+    global _lanes
+    with _lanes_lock:
+        if _lanes is None:
+            _lanes = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intent-lane")
+        return _lanes
+
 
 LABELS = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
 FALLBACK_LABEL = "search"
@@ -75,16 +100,19 @@ class IntentClassifier:
     @classmethod
     def load(cls, weights: str | os.PathLike[str] = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,
              min_confidence: float = 0.5, max_chars: int = 2000, runtime: str = "torch",
-             threads: int = 1) -> "IntentClassifier":
+             threads: int = 1, members: int = 0) -> "IntentClassifier":
         """``runtime``: torch, onnx (onnxruntime, checked against torch; raises when impossible)
-        or auto (onnxruntime when installed, else torch). The ONNX graph is cached in ``cache_dir``."""
+        or auto (onnxruntime when installed, else torch). The ONNX graph is cached in ``cache_dir``.
+        ``members``: use the ensemble's first N members (0: all; 1 is fastest and least accurate)."""
+        if members < 0:
+            raise InvalidInput("members must be 0 (all) or more")
         t0 = time.perf_counter()
         model = IntentModel.from_pretrained(weights)
         tok = qtok.load_tokenizer(cache_dir)
         out = cls(model, tok, min_confidence=min_confidence, max_chars=max_chars, runtime=runtime,
                   onnx_dir=cache_dir, threads=threads)
         root = resolve_weights(weights)
-        for rel in model.config.get("ensemble", []):
+        for rel in model.config.get("ensemble", [])[: members - 1 if members else None]:
             member = IntentModel.from_pretrained(root / rel)
             if list(member.labels) != out.labels:
                 raise ModelError(f"ensemble member {root / rel} has labels {member.labels}, not {out.labels}")
@@ -154,6 +182,25 @@ class IntentClassifier:
         z = np.exp(z - z.max(axis=1, keepdims=True))
         return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
 
+    def _ensemble_probabilities(self, ids: list[list[int]], encs: list[Any]) -> np.ndarray:
+        """The mean of the members' probabilities; each member maps the ids to its own vocabulary
+        rows. With onnxruntime and more than one core, the members run in parallel lanes."""
+        if not self.members:
+            return self._probabilities(encs)
+
+        def lane(members: list[IntentClassifier]) -> np.ndarray:
+            return sum(m._probabilities([m.model.rows(i) for i in ids]) for m in members)  # type: ignore[return-value]
+
+        lanes = min(len(self.members), (os.cpu_count() or 1) - 1) if self._onnx is not None else 0
+        if lanes < 1:
+            return (self._probabilities(encs) + lane(self.members)) / (1 + len(self.members))
+        groups = [self.members[i::lanes + 1] for i in range(lanes + 1)]  # lane 0 runs here, with us
+        futures = [_lane_pool(lanes).submit(lane, g) for g in groups[1:] if g]
+        probs = self._probabilities(encs) + (lane(groups[0]) if groups[0] else 0.0)
+        for f in futures:
+            probs = probs + f.result()
+        return probs / (1 + len(self.members))
+
     def token_ids(self, text: str) -> list[int]:
         return qtok.encode(self.tokenizer, text)
 
@@ -169,10 +216,7 @@ class IntentClassifier:
             e = self.model.rows(i)
             e.truncated = e.truncated or cut
             encs.append(e)
-        probs = self._probabilities(encs)
-        for m in self.members:  # each member maps the ids to its own vocabulary rows
-            probs = probs + m._probabilities([m.model.rows(i) for i in ids])
-        probs = probs / (1 + len(self.members))
+        probs = self._ensemble_probabilities(ids, encs)
         ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         out = []
         for (s, _), e, p in zip(cleaned, encs, probs):

@@ -88,11 +88,11 @@ def _batcher(classifier: "IntentClassifier", threads: int, max_batch: int) -> Mi
 
 @lru_cache(maxsize=4)
 def _load_classifier(model: str, cache_dir: str, min_confidence: float, runtime: str = "torch",
-                     threads: int = 1) -> "IntentClassifier":
+                     threads: int = 1, members: int = 0) -> "IntentClassifier":
     from vitrine.intent.classifier import IntentClassifier  # noqa: PLC0415 - optional extra
 
     return IntentClassifier.load(model, cache_dir=Path(cache_dir), min_confidence=min_confidence, runtime=runtime,
-                                 threads=threads)
+                                 threads=threads, members=members)
 
 
 class QueryUnderstanding:
@@ -110,7 +110,7 @@ class QueryUnderstanding:
         try:
             self.classifier = _load_classifier(settings.intent_model, str(settings.cache_dir / "intent"),
                                                settings.intent_min_confidence, settings.query_runtime,
-                                               settings.intent_threads)
+                                               settings.intent_threads, settings.intent_members)
         except (VitrineError, ImportError, OSError, RuntimeError, ValueError) as e:
             self.error = str(e)
             log.error("intent classifier unavailable (%s); searches run without intent", e)

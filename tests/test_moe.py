@@ -178,3 +178,14 @@ def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
     assert [p.name for p in paths] == ["gate_ablation.md", "gate_ablation.json", "gate_ablation.png"]
     md = paths[0].read_text()
     assert "| mlp |" in md and "tiny-moe" in md and "load CV" in md
+
+
+def test_one_query_path_equals_the_batched_path():
+    m = small(experts=6, top_k=2).eval()
+    x, t = torch.randn(9, 12), torch.randn(9, 8)
+    with torch.inference_mode():
+        for img, txt in ((x, t), (None, t), (x, None)):
+            whole = m(img, txt).fused
+            one = torch.cat([m(img[i:i + 1] if img is not None else None,
+                               txt[i:i + 1] if txt is not None else None).fused for i in range(9)])
+            assert torch.allclose(whole, one, atol=1e-5)

@@ -34,14 +34,16 @@ def train() -> None:
 @click.option("--experts", type=int, default=8, show_default=True, help="MoE: number of experts")
 @click.option("--top-k", type=int, default=2, show_default=True, help="MoE: experts per token")
 @click.option("--dynamic-k", is_flag=True, help="MoE: fewer experts for confident routes")
+@click.option("--balance-weight", type=float, default=0.05, show_default=True,
+              help="MoE: weight of the load-balancing loss")
 @click.option("--queries/--no-queries", default=True, show_default=True,
               help="Also train on attribute pseudo-queries (MoE and MLP)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--patience", type=int, default=6, show_default=True)
 @click.option("--name", default=None, help="Name recorded in the adapter config")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
-               lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, queries: bool,
-               seed: int, patience: int, name: str | None) -> None:
+               lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
+               queries: bool, seed: int, patience: int, name: str | None) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
@@ -52,7 +54,8 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     settings = make_settings(model=model)
     result = train_gate_command(
         settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,
-        hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, queries=queries, seed=seed,
+        hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, balance_weight=balance_weight,
+        queries=queries, seed=seed,
         patience=patience, name=name,
     )
     click.echo(json.dumps(result, indent=2))

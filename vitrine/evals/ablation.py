@@ -216,7 +216,7 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablati
     js = out_dir / f"{stem}.json"
     js.write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        "# Alignment ablation: adapters on the same test split",
+        f"# Alignment ablation: adapters on the same {result['split']} split",
         "",
         f"Towers `{result['model']}`; {result['products']} products, {result['photos']} photos. KAGL: "
         f"{result['kagl_queries']} {result['split']}-split titles -> every photo. Sub-category: "
@@ -233,7 +233,8 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablati
         lines.append(f"| {r['name']} | {r.get('parameters', '')} | " + " | ".join(cells) + " |")
     routing = [r for r in result["rows"] if r.get("routing")]
     if routing:
-        lines += ["", "Routing on the test split (photos and titles, each alone as when indexed or queried):", "",
+        lines += ["", f"Routing on the {result['split']} split (photos and titles, each alone as when indexed or "
+                  "queried):", "",
                   "| adapter | load CV | entropy (max) | dead experts | experts/token | load |", "|---|---|---|---|---|---|"]
         for r in routing:
             s = r["routing"]
@@ -258,7 +259,7 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablati
                label=r["name"])
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, rotation=20, fontsize=8)
     ax.set_ylabel("score")
-    ax.set_title("Alignment ablation (test split)")
+    ax.set_title(f"Alignment ablation ({result['split']} split)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(png, dpi=120)

@@ -189,3 +189,27 @@ def test_one_query_path_equals_the_batched_path():
             one = torch.cat([m(img[i:i + 1] if img is not None else None,
                                txt[i:i + 1] if txt is not None else None).fused for i in range(9)])
             assert torch.allclose(whole, one, atol=1e-5)
+
+
+def test_engine_serves_with_the_shipped_moe_gate(settings_factory, catalog_dir, tmp_path, subset_rows):
+    """`--adapter moe`: ingest and search through the engine with the shipped gate, the routed
+    path and the degraded (router-free) path both answering in the same space."""
+    from vitrine.ingest.catalog import ingest_file
+    from vitrine.search import fallback
+    from vitrine.search.engine import Engine
+    from vitrine.search.models import SearchRequest
+
+    eng = Engine.open(settings_factory(tmp_path / "data", adapter="moe", intent=False))
+    try:
+        assert eng.encoder.adapter.kind == "moe" and "+moe-" in eng.model_key
+        report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
+        assert report.upserted == len(subset_rows) and not report.failed
+        row = next(r for r in subset_rows if r["articleType"] == "Watches")
+        resp = eng.search(SearchRequest(text=row["productDisplayName"], k=5))
+        assert resp.results and not resp.degraded
+        assert any(h.id == row["id"] for h in resp.results)
+        light = fallback.light_query_vectors(eng, row["productDisplayName"], None)
+        routed = eng.query_vectors(row["productDisplayName"], None)
+        assert float(light["text"] @ routed["text"]) > 0.5  # same space, without the router
+    finally:
+        eng.close()

@@ -103,6 +103,10 @@ class Adapter(nn.Module):
             return text  # type: ignore[return-value]
         if text is None:
             return image
+        return self.mix(image, text)
+
+    def mix(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """Both modalities into the product vector: a fixed photo weight (tuned on val)."""
         w = float(self.config.get("fuse_image_weight", 0.5))
         return F.normalize(w * image + (1.0 - w) * text, dim=-1)
 

@@ -159,19 +159,13 @@ class CrossModalMoE(Adapter):
         assert pt is not None
         return self._token(pt, None, TEXT, [])
 
-    def fuse(self, image: torch.Tensor | None, text: torch.Tensor | None) -> torch.Tensor:
+    def mix(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """The modality gate: a per-product photo weight from both embeddings."""
-        if image is None and text is None:
-            raise ModelError("fuse needs at least one modality")
-        if image is None:
-            return text  # type: ignore[return-value]
-        if text is None:
-            return image
-        g = torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1)))
+        g = self.photo_weight(image, text)[:, None]
         return F.normalize(g * image + (1 - g) * text, dim=-1)
 
     def photo_weight(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-        """The gate's photo weight per product (for reports)."""
+        """The gate's photo weight per product."""
         return torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1))).squeeze(-1)
 
     def forward(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:

@@ -12,8 +12,8 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -220,7 +220,10 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     arch = load_arch_config(config)
     out = Path(out) if out else WEIGHTS_DIR / DEFAULT_WEIGHTS
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / MEMBERS_DIR, ignore_errors=True)  # members of an earlier training
+    # Members train into a staging folder and replace the old ones only once all are done: a
+    # crash mid-training leaves the shipped ensemble as it was.
+    staging = out / f"{MEMBERS_DIR}.new"
+    shutil.rmtree(staging, ignore_errors=True)
 
     def fit(member: int, train: list[Example], out_m: Path) -> tuple[IntentModel, IntentClassifier, int, list[Any], int]:
         """One member: its vocabulary, model and training; the epoch with the best validation
@@ -335,7 +338,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         net.eval()
         return model, clf, best[1], history, len(keep)
 
-    fitted = [fit(m, trains[m], out if m == 0 else out / MEMBERS_DIR / str(m)) for m in range(members)]
+    fitted = [fit(m, trains[m], out if m == 0 else staging / str(m)) for m in range(members)]
     member_val = []
     for m, (_, mclf, mbest, _, _) in enumerate(fitted):
         mv = evaluate(mclf, val)  # each member alone, for the record
@@ -361,7 +364,10 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     for m, (mm, _, mbest, _, _) in enumerate(fitted[1:], start=1):
         mm.config["val"] = {"accuracy": member_val[m]["val_accuracy"], "macro_f1": member_val[m]["val_macro_f1"]}
         mm.config["best_epoch"] = mbest
-        mm.save_pretrained(out / MEMBERS_DIR / str(m))
+        mm.save_pretrained(staging / str(m))
+    shutil.rmtree(out / MEMBERS_DIR, ignore_errors=True)
+    if members > 1:
+        staging.rename(out / MEMBERS_DIR)
     model.save_pretrained(out)
     summary = {
         "out": _display(out), "seed": seed, "epochs": epochs, "init_from": str(init_from) if init_from else None,

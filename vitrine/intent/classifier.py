@@ -10,10 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-import threading
 import time
 import unicodedata
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,32 +20,15 @@ import numpy as np
 
 from vitrine import onnxrt
 from vitrine.errors import InvalidInput, ModelError, VitrineError
+from vitrine.forksafe import ForkSafePool
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
 
 # Members of an ensemble run in parallel lanes (onnxruntime releases the GIL): a query waits for
-# the slowest lane, not for the sum of the members. One pool per process (a forked child starts a
-# new one: it inherits the pool object but none of its threads).
-_lanes: ThreadPoolExecutor | None = None
-_lanes_lock = threading.Lock()
-
-
-def _forget_lanes() -> None:
-    global _lanes, _lanes_lock
-    _lanes, _lanes_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_lanes)
-
-
-def _lane_pool(workers: int) -> ThreadPoolExecutor:
-    global _lanes
-    with _lanes_lock:
-        if _lanes is None:
-            _lanes = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intent-lane")
-        return _lanes
+# the slowest lane, not for the sum of the members.
+_lane_pool = ForkSafePool((os.cpu_count() or 1) - 1, "intent-lane")
 
 
 LABELS = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
@@ -195,7 +176,7 @@ class IntentClassifier:
         if lanes < 1:
             return (self._probabilities(encs) + lane(self.members)) / (1 + len(self.members))
         groups = [self.members[i::lanes + 1] for i in range(lanes + 1)]  # lane 0 runs here, with us
-        futures = [_lane_pool(lanes).submit(lane, g) for g in groups[1:] if g]
+        futures = [_lane_pool.get().submit(lane, g) for g in groups[1:] if g]
         probs = self._probabilities(encs) + (lane(groups[0]) if groups[0] else 0.0)
         for f in futures:
             probs = probs + f.result()

@@ -19,8 +19,6 @@ that overstays is abandoned (its result is dropped when it ends).
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import numpy as np
 
 from vitrine.errors import InvalidInput, ModelError
+from vitrine.forksafe import ForkSafePool
 from vitrine.index.graph import QueryTerms
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,25 +37,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Ranked = list[tuple[int, float, dict[str, float]]]
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _forget_pool() -> None:
-    """A forked child inherits the pool object but none of its threads: start a new one."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
+_guard_pool = ForkSafePool(32, "vitrine-guard")
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="vitrine-guard")
-        return _pool
+    return _guard_pool.get()
 
 
 def guarded(fn: Callable[..., T], *args: Any, timeout_s: float, what: str) -> T:

@@ -225,6 +225,17 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     staging = out / f"{MEMBERS_DIR}.new"
     shutil.rmtree(staging, ignore_errors=True)
 
+    # shared by every member: the tokenizer's ranks, frequent English words kept beyond the
+    # training queries, and the distillation targets (one MiniLM pass over all members' queries)
+    ranks = qtok.load_ranks()
+    extra_rank = int(arch.get("extra_english_max_rank", 0) or 0)
+    extra_ids: set[int] = set()
+    if extra_rank and init_from is None:
+        from vitrine.intent.embed_init import english_word_ids  # noqa: PLC0415
+
+        extra_ids = set(english_word_ids(ranks, extra_rank))
+    distills = _distill_targets(trains) if hp["distill_weight"] > 0 else [None] * members
+
     def fit(member: int, train: list[Example], out_m: Path) -> tuple[IntentModel, IntentClassifier, int, list[Any], int]:
         """One member: its vocabulary, model and training; the epoch with the best validation
         macro-F1 is kept."""
@@ -233,13 +244,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         train_ids = [qtok.encode(tok, e.text) for e in train]
         counts = Counter(i for ids in train_ids for i in ids)
         min_count = int(arch.get("min_token_count", 1))
-        keep_set = {i for i, c in counts.items() if c >= min_count}
-        ranks = qtok.load_ranks()
-        extra_rank = int(arch.get("extra_english_max_rank", 0) or 0)
-        if extra_rank and init_from is None:  # frequent English words beyond the training queries
-            from vitrine.intent.embed_init import english_word_ids  # noqa: PLC0415
-
-            keep_set |= set(english_word_ids(ranks, extra_rank))
+        keep_set = {i for i, c in counts.items() if c >= min_count} | extra_ids
         keep = np.array(sorted(keep_set), dtype=np.int64)
         labels = list(LABELS)
         tok_info = {"source_package": qtok.SOURCE_PACKAGE, "source_version": qtok.source_version(),
@@ -264,7 +269,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         lengths = np.array([len(e.rows) for e in enc_train])
         y_train = np.array([label_idx[e.label] for e in train], dtype=np.int64)
         clf = IntentClassifier(model, tok)
-        distill = _distill_targets(train) if hp["distill_weight"] > 0 else None
+        distill = distills[member]
         head = torch.nn.Linear(net.config.hidden_size, distill[0].shape[1]) if distill is not None else None
 
         steps_per_epoch = math.ceil(len(enc_train) / batch_size)
@@ -387,17 +392,23 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
-def _distill_targets(train: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
-    """MiniLM sentence embeddings of the English training queries (zero rows and ``False`` for the
-    others: MiniLM is an English model)."""
+def _distill_targets(trains: Sequence[Sequence[Example]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per member: MiniLM sentence embeddings of its English training queries (zero rows and
+    ``False`` for the others: MiniLM is an English model). One MiniLM pass over the distinct texts."""
     from vitrine.intent.embed_init import minilm_vectors  # noqa: PLC0415
 
-    has = np.array([e.lang == "en" for e in train])
-    vecs = minilm_vectors([e.text for e in train if e.lang == "en"], max_length=64)
-    out = np.zeros((len(train), vecs.shape[1] if len(vecs) else 384), dtype=np.float32)
-    out[has] = vecs
-    log.info("distillation targets: MiniLM embeddings of %d English training queries", int(has.sum()))
-    return out, has
+    texts = sorted({e.text for train in trains for e in train if e.lang == "en"})
+    vecs = minilm_vectors(texts, max_length=64)
+    row = {t: i for i, t in enumerate(texts)}
+    out = []
+    for train in trains:
+        has = np.array([e.lang == "en" for e in train])
+        targets = np.zeros((len(train), vecs.shape[1] if len(vecs) else 384), dtype=np.float32)
+        if has.any():
+            targets[has] = vecs[[row[e.text] for e in train if e.lang == "en"]]
+        out.append((targets, has))
+    log.info("distillation targets: MiniLM embeddings of %d distinct English training queries", len(texts))
+    return out
 
 
 def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,

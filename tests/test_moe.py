@@ -120,9 +120,10 @@ def test_moe_roundtrip_through_the_adapter_factory(tmp_path):
         load_adapter(tmp_path / "moe")
 
 
-def test_moe_learns_to_align_real_catalogue_features(encoder, subset_rows):
-    """A few epochs on real backbone features of the test subset: titles find their photos far
-    above chance, and every expert is used."""
+@pytest.fixture(scope="module")
+def trained_moe(encoder, subset_rows):
+    """A small MoE trained for a few epochs on real backbone features of the subset (180 products
+    to train, 60 to validate)."""
     from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, train_adapter
 
     rows = subset_rows[:240]
@@ -133,10 +134,18 @@ def test_moe_learns_to_align_real_catalogue_features(encoder, subset_rows):
     group = np.array([titles.index(t) for t in titles])
     train, val = PairSet(img[:180], txt[:180], group[:180]), PairSet(img[180:], txt[180:], group[180:])
     m = create_adapter("moe", image_dim=img.shape[1], text_dim=txt.shape[1], dim=64, width=64, hidden=64,
-                       experts=4, top_k=2)
+                       experts=4, top_k=2, towers_key=encoder.towers.key)
     before = evaluate_pairs(m, val)["MRR@10"]
     res = train_adapter(m, train, val, TrainConfig(epochs=15, batch_size=64, patience=15, modality_dropout=0.1),
                         progress=False)
+    return m, before, res, img, txt, val
+
+
+def test_moe_learns_to_align_real_catalogue_features(trained_moe):
+    """Titles find their photos far above chance, and every expert is used."""
+    from vitrine.encoders.train import evaluate_pairs
+
+    m, before, res, img, txt, val = trained_moe
     after = evaluate_pairs(m, val)
     assert after["MRR@10"] > max(0.25, 2 * before), (before, after)  # chance MRR@10 among 60 is ~0.05
     stats = m.routing_stats(torch.from_numpy(img), torch.from_numpy(txt))
@@ -191,15 +200,16 @@ def test_one_query_path_equals_the_batched_path():
             assert torch.allclose(whole, one, atol=1e-5)
 
 
-def test_engine_serves_with_the_shipped_moe_gate(settings_factory, catalog_dir, tmp_path, subset_rows):
-    """`--adapter moe`: ingest and search through the engine with the shipped gate, the routed
-    path and the degraded (router-free) path both answering in the same space."""
+def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_dir, tmp_path, subset_rows):
+    """`--adapter FOLDER` with an MoE gate: ingest and search through the engine, the routed path
+    and the degraded (router-free) path both answering in the same space."""
     from vitrine.ingest.catalog import ingest_file
     from vitrine.search import fallback
     from vitrine.search.engine import Engine
     from vitrine.search.models import SearchRequest
 
-    eng = Engine.open(settings_factory(tmp_path / "data", adapter="moe", intent=False))
+    trained_moe[0].save_pretrained(tmp_path / "moe")
+    eng = Engine.open(settings_factory(tmp_path / "data", adapter=str(tmp_path / "moe"), intent=False))
     try:
         assert eng.encoder.adapter.kind == "moe" and "+moe-" in eng.model_key
         report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)

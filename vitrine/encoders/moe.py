@@ -84,7 +84,6 @@ class CrossModalMoE(Adapter):
         self.skip = nn.Linear(width, self.dim)
         self.experts = nn.ModuleList(_Expert(width, hidden, self.dim, dropout) for _ in range(self.experts_n))
         self.gate = nn.Sequential(nn.Linear(3 * self.dim, 64), nn.GELU(), nn.Linear(64, 1))
-        self._last: dict[str, torch.Tensor] = {}
 
     # -- tokens and routing --------------------------------------------------------------------
     def _project(self, image: torch.Tensor | None, text: torch.Tensor | None
@@ -178,9 +177,7 @@ class CrossModalMoE(Adapter):
         stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         img = self._token(pi, pt, IMAGE, stats) if pi is not None else None
         txt = self._token(pt, pi, TEXT, stats) if pt is not None else None
-        aux = self._aux(stats)
-        self._last = {"load": aux["load"]}
-        return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt), aux=aux)
+        return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt), aux=self._aux(stats))
 
     def training_forward(self, image: torch.Tensor, text: torch.Tensor, *,
                          hide_image: torch.Tensor | None = None) -> AdapterOutput:
@@ -197,30 +194,19 @@ class CrossModalMoE(Adapter):
         other_for_img = torch.where(lone[:, None], ph_t, pt)
         other_for_txt = torch.where((lone | hidden)[:, None], ph_i, pi)
         stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        img = self._token_with(pi, other_for_img, IMAGE, stats)
-        txt = self._token_with(pt, other_for_txt, TEXT, stats)
+        img = self._token(pi, other_for_img, IMAGE, stats)
+        txt = self._token(pt, other_for_txt, TEXT, stats)
         fused = self.fuse(img, txt)
         fused = torch.where(hidden[:, None], txt, fused)
         return AdapterOutput(image=img, text=txt, fused=fused, aux=self._aux(stats))
 
-    def _token_with(self, own: torch.Tensor, other: torch.Tensor, modality: int,
-                    stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        n = own.shape[0]
-        img, txt = (own, other) if modality == IMAGE else (other, own)
-        r_in = torch.cat([img, txt, self.flag.weight[modality].expand(n, -1)], dim=-1)
-        logits, weights, chosen = self._route(r_in)
-        stats.append((logits, weights, chosen))
-        return self._experts_out(own, weights)
-
     def forward_light(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
         """The degraded path: no router; the skip path plus an even mix of every expert."""
         pi, pt = self._project(image, text)
-        even = None
 
         def light(x: torch.Tensor) -> torch.Tensor:
-            nonlocal even
-            even = torch.full((x.shape[0], self.experts_n), 1.0 / self.experts_n, device=x.device)
-            return self._experts_out(x, even)
+            return self._experts_out(x, torch.full((x.shape[0], self.experts_n), 1.0 / self.experts_n,
+                                                   device=x.device))
 
         img = light(pi) if pi is not None else None
         txt = light(pt) if pt is not None else None

@@ -132,6 +132,7 @@ def test_checksum_is_verified(tmp_path):
 
 @pytest.mark.parametrize("kind", ["linear", "mlp"])
 def test_adapter_roundtrip(tmp_path, kind):
+    torch.manual_seed(0)  # the float16 round trip is checked on fixed weights and inputs, not luck
     a = create_adapter(kind, image_dim=10, text_dim=6, dim=4, hidden=8)
     a.save_pretrained(tmp_path / kind)
     cfg = json.loads((tmp_path / kind / "config.json").read_text())

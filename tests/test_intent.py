@@ -333,6 +333,22 @@ def test_ensemble_members_can_be_limited(tok_cache):
         IntentClassifier.load("default", cache_dir=tok_cache, members=-1)
 
 
+def test_stacked_ensemble_equals_its_members(classifier, splits, tok_cache):
+    """The serving form (all members in one onnxruntime graph) gives the torch members' mean."""
+    from vitrine import onnxrt
+    from vitrine.intent.classifier import IntentClassifier
+
+    if not onnxrt.available():
+        pytest.skip("onnxruntime is not installed")
+    fast = IntentClassifier.load("default", cache_dir=tok_cache, runtime="onnx")
+    assert fast._stacked is not None and all(m._onnx is None for m in fast.members)
+    texts = [e.text for e in splits[1][:40]] + ["", "👠", "women red heels under 1500 " * 40, "红色高跟鞋"]
+    ref = [[r.scores[lab] for lab in LABELS] for r in classifier.predict_batch(texts)]
+    one_by_one = [[fast.predict(t).scores[lab] for lab in LABELS] for t in texts]
+    batched = [[r.scores[lab] for lab in LABELS] for r in fast.predict_batch(texts)]
+    assert np.allclose(one_by_one, ref, atol=1e-5) and np.allclose(batched, ref, atol=1e-5)
+
+
 @pytest.mark.parametrize("text", ["", "   ", "👠👠👠", "🔥" * 3000, "x" * 100_000, "nike\x00\x07 鞋 \u200b",
                                   "<|im_start|>system<|im_end|>", "ไทย हिन्दी العربية 鞋 shoes", "\ud83d"])
 def test_classifier_bad_input_never_crashes(classifier, text):
@@ -384,6 +400,12 @@ def test_training_smoke(tmp_path, tok_cache):
         alone.append([[r.scores[lab] for lab in LABELS] for r in solo.predict_batch(texts)])
     got = [[r.scores[lab] for lab in LABELS] for r in clf.predict_batch(texts)]
     assert np.allclose(got, np.mean(alone, axis=0), atol=1e-5)
+    from vitrine import onnxrt
+
+    if onnxrt.available():  # the stacked serving graph of these three members gives the same mean
+        fast = IntentClassifier.load(out, cache_dir=tok_cache, runtime="onnx")
+        assert fast._stacked is not None
+        assert np.allclose([[r.scores[lab] for lab in LABELS] for r in fast.predict_batch(texts)], got, atol=1e-5)
     assert not np.allclose(alone[0], alone[1], atol=1e-3)  # members differ (own seed, own queries)
     # members drew different training queries; none of them is a held-out query
     from vitrine.intent.generator import make_member_splits

@@ -1,0 +1,153 @@
+"""An ensemble of Qwen2 sequence classifiers as one forward: every weight stacked on a member axis.
+
+The shipped intent classifier is an ensemble of small ``Qwen2ForSequenceClassification`` models
+whose probabilities are averaged. Run one after another, each member is a few hundred tiny
+operators whose cost is dispatch, not arithmetic (~0.8 ms per member in onnxruntime at batch 1).
+:class:`StackedQwen2` holds the members' weights stacked on a leading member axis and computes all
+of them in one pass of batched matrix products, so an ensemble of M costs about one member's
+operator count (``vitrine bench intent``).
+
+It is a serving form, not a model format: it is built from the trained members (which persist
+as config.json + safetensors) and is checked against transformers' own forward of each member
+before use (:func:`check_against_members`). It reproduces Qwen2's decoder exactly: RMSNorm,
+rotary positions, grouped-query causal attention with q/k/v biases, SiLU-gated MLP, and the
+sequence head read at the last real token. Inputs are right-padded (every query ends with EOS),
+so under causal attention no real token ever sees a pad: the causal mask alone is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitrine.errors import ModelError
+
+# A member is a transformers Qwen2ForSequenceClassification; these config fields must agree.
+_SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "rms_norm_eps", "hidden_act", "max_position_embeddings")
+
+
+def _rope_theta(cfg: Any) -> float:
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict) and rp.get("rope_theta") is not None:
+        return float(rp["rope_theta"])
+    return float(getattr(cfg, "rope_theta", 10000.0))
+
+
+class StackedQwen2(nn.Module):
+    """``forward(rows, last) -> probabilities``: ``rows`` [M, B, T] are each member's embedding
+    rows for B right-padded queries (already offset into the concatenated table, see
+    :attr:`row_offsets`), ``last`` [B] the index of each query's last real token. Returns the
+    members' mean softmax, [B, labels]."""
+
+    def __init__(self, nets: list[Any]) -> None:
+        super().__init__()
+        if not nets:
+            raise ModelError("a stacked ensemble needs at least one member")
+        cfg = nets[0].config
+        for n in nets[1:]:
+            diff = [f for f in _SHAPE_FIELDS if getattr(n.config, f, None) != getattr(cfg, f, None)]
+            if diff or _rope_theta(n.config) != _rope_theta(cfg):
+                raise ModelError(f"ensemble members differ in {diff or ['rope_theta']}: cannot stack them")
+        if cfg.hidden_act != "silu":
+            raise ModelError(f"stacked Qwen2 supports the silu activation, not {cfg.hidden_act}")
+        self.n_members = len(nets)
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.eps = float(cfg.rms_norm_eps)
+        self.n_layers = int(cfg.num_hidden_layers)
+
+        def stack(get: Any, transpose: bool = False) -> torch.Tensor:
+            ws = [get(n).detach().float() for n in nets]
+            return torch.stack([w.t() if transpose else w for w in ws]).contiguous()
+
+        tables = [n.model.embed_tokens.weight.detach().float() for n in nets]
+        self.row_offsets = np.cumsum([0] + [t.shape[0] for t in tables[:-1]]).astype(np.int64)
+        self.register_buffer("embed", torch.cat(tables).contiguous())
+        for i in range(self.n_layers):
+            def layer(n: Any, i: int = i) -> Any:
+                return n.model.layers[i]
+            for name, get, tr in (
+                ("in_norm", lambda n: layer(n).input_layernorm.weight, False),
+                ("post_norm", lambda n: layer(n).post_attention_layernorm.weight, False),
+                ("wq", lambda n: layer(n).self_attn.q_proj.weight, True),
+                ("bq", lambda n: layer(n).self_attn.q_proj.bias, False),
+                ("wk", lambda n: layer(n).self_attn.k_proj.weight, True),
+                ("bk", lambda n: layer(n).self_attn.k_proj.bias, False),
+                ("wv", lambda n: layer(n).self_attn.v_proj.weight, True),
+                ("bv", lambda n: layer(n).self_attn.v_proj.bias, False),
+                ("wo", lambda n: layer(n).self_attn.o_proj.weight, True),
+                ("wg", lambda n: layer(n).mlp.gate_proj.weight, True),
+                ("wu", lambda n: layer(n).mlp.up_proj.weight, True),
+                ("wd", lambda n: layer(n).mlp.down_proj.weight, True),
+            ):
+                w = stack(get, tr)
+                if not tr:  # vectors broadcast over the flattened tokens: [M, 1, dim]
+                    w = w.unsqueeze(1)
+                self.register_buffer(f"l{i}_{name}", w)
+            if nets[0].model.layers[i].self_attn.o_proj.bias is not None:
+                raise ModelError("stacked Qwen2 expects o_proj without bias (as Qwen2 has)")
+        self.register_buffer("final_norm", stack(lambda n: n.model.norm.weight).unsqueeze(1))
+        self.register_buffer("score", stack(lambda n: n.score.weight, True))
+        n_pos = int(cfg.max_position_embeddings)
+        inv = 1.0 / (_rope_theta(cfg) ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float()
+                                           / self.head_dim))
+        freqs = torch.outer(torch.arange(n_pos, dtype=torch.float32), inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+        self.register_buffer("causal", torch.triu(torch.full((n_pos, n_pos), float("-inf")), diagonal=1))
+        self.max_positions = n_pos
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+    def forward(self, rows: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        m, b, t = rows.shape
+        d, nh, nkv = self.head_dim, self.n_heads, self.n_kv
+        x = self.embed[rows.reshape(m, b * t)]                       # [M, B*T, H]
+        cos, sin = self.cos[:t], self.sin[:t]                        # [T, d]
+        mask = self.causal[:t, :t]
+        for i in range(self.n_layers):
+            w = {k: getattr(self, f"l{i}_{k}") for k in ("in_norm", "post_norm", "wq", "bq", "wk", "bk", "wv",
+                                                          "bv", "wo", "wg", "wu", "wd")}
+            h = self._norm(x, w["in_norm"])
+            q = (torch.matmul(h, w["wq"]) + w["bq"]).reshape(m, b, t, nh, d).transpose(2, 3)
+            k = (torch.matmul(h, w["wk"]) + w["bk"]).reshape(m, b, t, nkv, d).transpose(2, 3)
+            v = (torch.matmul(h, w["wv"]) + w["bv"]).reshape(m, b, t, nkv, d).transpose(2, 3)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            if nh != nkv:  # grouped-query attention: each key/value head serves nh/nkv query heads
+                k = k.repeat_interleave(nh // nkv, dim=2)
+                v = v.repeat_interleave(nh // nkv, dim=2)
+            att = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * (d ** -0.5) + mask, dim=-1)
+            o = torch.matmul(att, v).transpose(2, 3).reshape(m, b * t, nh * d)
+            x = x + torch.matmul(o, w["wo"])
+            h = self._norm(x, w["post_norm"])
+            x = x + torch.matmul(nn.functional.silu(torch.matmul(h, w["wg"])) * torch.matmul(h, w["wu"]), w["wd"])
+        x = self._norm(x, self.final_norm).reshape(m, b, t, -1)
+        pooled = x[:, torch.arange(b), last]                         # [M, B, H]
+        logits = torch.matmul(pooled, self.score)                    # [M, B, labels]
+        return torch.softmax(logits, dim=-1).mean(0)
+
+
+def stack_inputs(member_rows: list[list[list[int]]], offsets: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """``member_rows[m][b]``: member m's embedding rows for query b (each ending with EOS).
+    Returns the [M, B, T] offset rows (pads filled with each member's own pad row) and ``last`` [B]."""
+    n_m, n_b = len(member_rows), len(member_rows[0])
+    width = max(len(r) for r in member_rows[0])
+    out = np.empty((n_m, n_b, width), dtype=np.int64)
+    for mi, rows in enumerate(member_rows):
+        out[mi].fill(pad + int(offsets[mi]))
+        for bi, r in enumerate(rows):
+            out[mi, bi, : len(r)] = np.asarray(r, dtype=np.int64) + offsets[mi]
+    last = np.fromiter((len(r) - 1 for r in member_rows[0]), dtype=np.int64, count=n_b)
+    return out, last

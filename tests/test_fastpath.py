@@ -321,6 +321,33 @@ def test_onnx_query_path_matches_torch_for_texts_and_photos(encoder, titles, pho
 
 
 @onnx_needed
+def test_int8_onnx_text_graph_is_close_cached_apart_and_the_auto_default(encoder, titles, cache_dir):
+    """int8 through onnxruntime (first layer and attention products kept float32): what
+    ``auto`` serves when onnxruntime runs the text tower; torch keeps fp32 under ``auto``."""
+    cache: LRUCache[np.ndarray] = LRUCache(1000)
+    fp = QueryEncoder(encoder, cache=cache, max_wait_ms=0, runtime="onnx", onnx_dir=cache_dir)
+    q8 = QueryEncoder(encoder, cache=cache, max_wait_ms=0, runtime="onnx", onnx_dir=cache_dir, text_precision="int8")
+    auto = QueryEncoder(encoder, cache_size=0, max_wait_ms=0, runtime="onnx", onnx_dir=cache_dir, text_precision="auto")
+    plain = QueryEncoder(encoder, cache_size=0, max_wait_ms=0, runtime="torch", text_precision="auto")
+    try:
+        assert (fp.text_precision, q8.text_precision, auto.text_precision, plain.text_precision) == \
+            ("fp32", "int8", "int8", "fp32")
+        assert q8._onnx_text is not None and q8._onnx_text.path.name.endswith(".int8.onnx")
+        texts = titles[:24] + ["x", "红色 高跟鞋 under 1500"]
+        a, b = fp.text(texts), q8.text(texts)
+        assert q8.stats()["text_batches"]["items"] == len(texts)  # not served from the fp32 entries
+        c = _cos(a, b)
+        assert not np.array_equal(a, b) and c.min() > 0.97 and c.mean() > 0.99, c
+        np.testing.assert_allclose(auto.text(texts), b, atol=1e-5)  # the same cached int8 graph
+        # a query's vector does not depend on what it was batched with (dynamic int8 would, per batch)
+        alone = np.stack([q8.text_features([t])[0] for t in texts[:6]])
+        np.testing.assert_allclose(q8.text_features(texts[:6]), alone, atol=1e-6)
+    finally:
+        for q in (fp, q8, auto, plain):
+            q.close()
+
+
+@onnx_needed
 def test_onnx_runtime_that_cannot_be_had_raises_or_falls_back(encoder, cache_dir):
     with pytest.raises(ModelError, match="not possible"):
         QueryEncoder(encoder, cache_size=0, text_precision="bf16", runtime="onnx", onnx_dir=cache_dir)

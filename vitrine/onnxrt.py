@@ -132,3 +132,52 @@ class OnnxModule:
         log.info("onnxruntime query path for %s ready in %.1fs (max |diff| vs torch %.1e on %d probes)",
                  key, time.perf_counter() - t0, worst, len(probes))
         return out
+
+    def quantized(self, *, key: str, exclude: Callable[[Any, set[str]], bool], probes: Sequence[Sequence[np.ndarray]],
+                  min_cosine: float = 0.99, threads: int = 1) -> "OnnxModule":
+        """This graph with dynamic int8 MatMuls (onnxruntime's ``quantize_dynamic``: int8 weights
+        per output channel, activations quantised per call), cached beside it. ``exclude(node,
+        initializer_names)`` keeps a MatMul node in float32. int8 is not exact, so the check is on what retrieval
+        uses, the direction of each output row: every probe row's cosine to this graph's output
+        must reach ``min_cosine``, else :class:`~vitrine.errors.ModelError` (the caller keeps
+        float32)."""
+        ort = _ort()
+        try:
+            import onnx  # noqa: PLC0415
+            from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
+        except ImportError as e:
+            raise MissingExtra("int8 query graphs need onnx and onnxruntime's quantization tools: "
+                               "pip install 'vitrine[fast]'") from e
+        digest = hashlib.sha256(f"{self.path.name}|{key}|ort={ort.__version__}|v{EXPORT_VERSION}".encode()).hexdigest()[:20]
+        path = self.path.parent / f"{digest}.int8.onnx"
+        t0 = time.perf_counter()
+        if not path.exists():
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
+            os.close(fd)
+            try:
+                graph = onnx.load(str(self.path))
+                weights = {i.name for i in graph.graph.initializer}
+                keep = [n.name for n in graph.graph.node if n.op_type == "MatMul" and exclude(n, weights)]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    quantize_dynamic(str(self.path), tmp, weight_type=QuantType.QInt8, per_channel=True,
+                                     op_types_to_quantize=["MatMul"], nodes_to_exclude=keep)
+                os.replace(tmp, path)
+            except Exception as e:
+                Path(tmp).unlink(missing_ok=True)
+                raise ModelError(f"int8 quantisation of {key} failed: {e}") from e
+        out = OnnxModule(path, self.input_names, threads=threads)
+        worst = 1.0
+        for args in probes:
+            ref, got = self(*args), out(*args)
+            if ref.shape != got.shape:
+                path.unlink(missing_ok=True)
+                raise ModelError(f"int8 graph of {key}: output shape {got.shape}, float32 {ref.shape}")
+            cos = (ref * got).sum(-1) / (np.linalg.norm(ref, axis=-1) * np.linalg.norm(got, axis=-1) + 1e-12)
+            worst = min(worst, float(cos.min()))
+        if worst < min_cosine:
+            path.unlink(missing_ok=True)
+            raise ModelError(f"int8 graph of {key} strays from float32 (cosine {worst:.4f} < {min_cosine})")
+        log.info("int8 onnxruntime graph for %s ready in %.1fs (worst cosine vs float32 %.4f on %d probes)",
+                 key, time.perf_counter() - t0, worst, len(probes))
+        return out

@@ -57,8 +57,9 @@ class Settings(BaseSettings):
     query_batch_max: int = Field(32, ge=1, le=1024, description="Most concurrent queries encoded in one forward.")
     query_batch_wait_ms: float = Field(1.0, ge=0, le=100, description="How long a query waits for others to "
                                        "batch with (0: only those already queued).")
-    query_text_precision: Literal["fp32", "bf16", "int8"] = Field(
-        "fp32", description="Text tower precision for queries only (product vectors are unchanged).")
+    query_text_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="Text tower precision for queries only (product vectors are unchanged). auto: int8 "
+        "where onnxruntime runs the text tower (quality holds: `vitrine bench fastpath`), else fp32.")
     query_runtime: Literal["auto", "torch", "onnx"] = Field(
         "auto", description="What runs the query text tower: onnxruntime (about 3x faster per short query, "
         "checked against torch at start-up), torch, or auto (onnxruntime when installed and the tower is "

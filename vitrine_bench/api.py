@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,8 @@ def _wait_for_workers(url: str, workers: int, timeout: float = 300) -> None:
 
 def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, source: Path,
         server: Server | None = None, warmup: float = 3.0, query_cache: bool = False,
-        rates: list[float] | None = None, mixes_wanted: list[str] | None = None, workers: int = 1) -> Path:
+        rates: list[float] | None = None, mixes_wanted: list[str] | None = None, workers: int = 1,
+        repeats: int = 1) -> Path:
     """``query_cache=False`` (the default) serves with the query-embedding cache off, so every
     request pays its encode, as distinct shoppers' queries do."""
     texts, photos = query_pool(source, n=2000)
@@ -168,7 +170,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
             if mixes_wanted and mix not in mixes_wanted:
                 continue
             cells = [(c, None) for c in concurrency] + [(c, r) for c in concurrency for r in (rates or [])]
-            for c, rate in cells:
+            for c, rate in [cell for _ in range(repeats) for cell in cells]:
                 if rate is not None and c < 2:
                     continue  # one client cannot pace a rate over its own round trip
                 cpu0 = srv.cpu_s()
@@ -198,7 +200,19 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
              "machine's cores with the server.")
     rep.table(rows, ["mix", "workers", "clients", "load", "qps", "p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_req", "errors",
                      "server_rss_mb"],
-              "Results")
+              "Results" + (f" ({repeats} runs of every cell, in turn)" if repeats > 1 else ""))
+    if repeats > 1:
+        spread = []
+        for key in dict.fromkeys((r["mix"], r["clients"], r["load"]) for r in rows):
+            same = [r for r in rows if (r["mix"], r["clients"], r["load"]) == key]
+            p99 = sorted(r["p99_ms"] for r in same)
+            spread.append({"mix": key[0], "clients": key[1], "load": key[2], "runs": len(same),
+                           "p99_median_ms": statistics.median(p99), "p99_min_ms": p99[0], "p99_max_ms": p99[-1],
+                           "qps_median": statistics.median(r["qps"] for r in same),
+                           "cpu_ms_per_req_median": statistics.median(r["server_cpu_ms_per_req"] for r in same)})
+        rep.add("spread", spread)
+        rep.table(spread, ["mix", "clients", "load", "runs", "p99_median_ms", "p99_min_ms", "p99_max_ms", "qps_median",
+                           "cpu_ms_per_req_median"], "p99 across runs of the same cell")
 
     def draw(ax) -> None:  # noqa: ANN001
         for mix in mixes:

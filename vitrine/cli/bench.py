@@ -34,9 +34,12 @@ def bench() -> None:
 @click.option("--mixes", default="text,photo,mixed", show_default=True, help="Query mixes to run")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="API worker processes of the server under test (vitrine serve --workers)")
+@click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Run every cell this many times (a shared machine's speed drifts): the report gives "
+                   "each run and the median and range of p99 per cell")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
 def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bool, rates: str, mixes: str,
-              workers: int, out: Path) -> None:
+              workers: int, repeats: int, out: Path) -> None:
     """API under load on loopback: QPS and p50/p95/p99 for text, photo and mixed queries."""
     _bench()
     from vitrine.ingest.fashion import bundled_dir
@@ -45,7 +48,8 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
     path = api.run(data_dir, out, concurrency=[int(c) for c in concurrency.split(",")], duration=duration,
                    source=bundled_dir(), query_cache=query_cache,
                    rates=[float(r) for r in rates.split(",") if r.strip()],
-                   mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()], workers=workers)
+                   mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()], workers=workers,
+                   repeats=repeats)
     click.echo(f"report: {path}")
 
 

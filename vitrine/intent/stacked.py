@@ -27,7 +27,7 @@ from vitrine.errors import ModelError
 
 # A member is a transformers Qwen2ForSequenceClassification; these config fields must agree.
 _SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "rms_norm_eps", "hidden_act", "max_position_embeddings")
+                 "num_key_value_heads", "head_dim", "rms_norm_eps", "hidden_act", "max_position_embeddings")
 
 
 def _rope_theta(cfg: Any) -> float:

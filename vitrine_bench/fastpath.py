@@ -258,10 +258,10 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
         if runtime == "onnx" and not onnxrt.available():
             continue
         row: dict[str, Any] = {"precision": prec if runtime == "torch" else f"{prec} (onnxruntime)"}
+        enc = _precision_encoder(engine.encoder, prec, runtime, settings.cache_dir)
+        catalog._key = None  # the catalogue keeps the last encoder's features: make it ask this one
         for split in ("val", "test"):
-            catalog._key = None  # the catalogue keeps the last encoder's features: make it ask this one
-            k = P.kagl_t2i(_precision_encoder(engine.encoder, prec, runtime, settings.cache_dir), catalog,
-                           split=split, progress=False)["metrics"]
+            k = P.kagl_t2i(enc, catalog, split=split, progress=False)["metrics"]
             tag = "" if split == "test" else "_val"
             row.update({f"kagl_R@10{tag}": k["R@10"], f"kagl_MRR@10{tag}": k["MRR@10"]})
         engine.settings.query_text_precision = prec  # type: ignore[assignment]

@@ -34,8 +34,8 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
     runs: list[tuple[str, Any, int | None]] = [("torch", clf, th) for th in threads]
     if onnxrt.available():
         runs.append(("onnxruntime", IntentClassifier.load(weights, cache_dir=cache_dir, runtime="onnx"), 1))
-        if clf.members:  # the ensemble member by member in parallel lanes, for comparison
-            runs.append(("onnxruntime, members in lanes",
+        if clf.members:  # the ensemble member by member (the fallback), for comparison
+            runs.append(("onnxruntime, members one by one",
                          IntentClassifier.load(weights, cache_dir=cache_dir, runtime="onnx", stack=False), 1))
     cfg = clf.model.config
     test, terms = heldout_examples(seed=int(cfg.get("seed", 0)), per_label=int(cfg.get("test_per_label", 400)),

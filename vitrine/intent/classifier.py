@@ -20,15 +20,10 @@ import numpy as np
 
 from vitrine import onnxrt
 from vitrine.errors import InvalidInput, ModelError, VitrineError
-from vitrine.forksafe import ForkSafePool
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
-
-# Members of an ensemble run in parallel lanes (onnxruntime releases the GIL): a query waits for
-# the slowest lane, not for the sum of the members.
-_lane_pool = ForkSafePool((os.cpu_count() or 1) - 1, "intent-lane")
 
 
 LABELS = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
@@ -87,7 +82,7 @@ class IntentClassifier:
         """``runtime``: torch, onnx (onnxruntime, checked against torch; raises when impossible)
         or auto (onnxruntime when installed, else torch). The ONNX graph is cached in ``cache_dir``.
         ``members``: use the ensemble's first N members (0: all; 1 is fastest and least accurate).
-        ``stack``: with onnxruntime, run the members as one stacked graph (else in parallel lanes)."""
+        ``stack``: with onnxruntime, run the members as one stacked graph (else one after another)."""
         if members < 0:
             raise InvalidInput("members must be 0 (all) or more")
         t0 = time.perf_counter()
@@ -158,7 +153,7 @@ class IntentClassifier:
     def _serve_members(self, onnx_dir: Path | None, threads: int, stack: bool = True) -> None:
         """The ensemble through onnxruntime: all members stacked into one graph (one pass of
         batched products, ~the cost of one member); if that cannot be built or does not match
-        the members, each member gets its own graph and they run in parallel lanes."""
+        the members, each member gets its own graph and they run one after another."""
         if stack:
             try:
                 self._stacked = self._export_stacked(onnx_dir, threads)
@@ -213,7 +208,7 @@ class IntentClassifier:
 
     def _ensemble_probabilities(self, ids: list[list[int]], encs: list[Any]) -> np.ndarray:
         """The mean of the members' probabilities; each member maps the ids to its own vocabulary
-        rows. With onnxruntime and more than one core, the members run in parallel lanes."""
+        rows. With onnxruntime, all members in one stacked graph."""
         if not self.members:
             return self._probabilities(encs)
         if self._stacked is not None:
@@ -221,18 +216,9 @@ class IntentClassifier:
 
             rows = [[e.rows for e in encs]] + [[m.model.rows(i).rows for i in ids] for m in self.members]
             return self._stacked(*stack_inputs(rows, self._stack_offsets, PAD))
-
-        def lane(members: list[IntentClassifier]) -> np.ndarray:
-            return sum(m._probabilities([m.model.rows(i) for i in ids]) for m in members)  # type: ignore[return-value]
-
-        lanes = min(len(self.members), (os.cpu_count() or 1) - 1) if self._onnx is not None else 0
-        if lanes < 1:
-            return (self._probabilities(encs) + lane(self.members)) / (1 + len(self.members))
-        groups = [self.members[i::lanes + 1] for i in range(lanes + 1)]  # lane 0 runs here, with us
-        futures = [_lane_pool.get().submit(lane, g) for g in groups[1:] if g]
-        probs = self._probabilities(encs) + (lane(groups[0]) if groups[0] else 0.0)
-        for f in futures:
-            probs = probs + f.result()
+        probs = self._probabilities(encs)
+        for m in self.members:
+            probs = probs + m._probabilities([m.model.rows(i) for i in ids])
         return probs / (1 + len(self.members))
 
     def token_ids(self, text: str) -> list[int]:

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
                                                                    "from the catalogue after it changed.")
     intent_threads: int = Field(1, ge=1, le=64, description="torch threads of the intent classifier's workers.")
     intent_members: int = Field(0, ge=0, le=9, description="Members of the intent ensemble to use: 0 = all shipped "
-                                "(most accurate), 1 = the first only (about a fifth of the CPU per query).")
+                                "(most accurate), 1 = the first only (less accurate, a little less CPU per query).")
 
     # -- input limits ---------------------------------------------------------------------------
     max_image_bytes: int = Field(10_000_000, ge=1024)

@@ -51,6 +51,16 @@ def test_cli_errors_are_one_line(tmp_path):
     assert r.exit_code == 2 and "relevant" in r.output
 
 
+def test_train_gate_set_overrides():
+    """`vitrine train gate --set KEY=VALUE`: JSON values, plain strings, and a clear error."""
+    r = CliRunner().invoke(main, ["train", "gate", "--kind", "moe", "--set", "dropout"])
+    assert r.exit_code == 2 and "KEY=VALUE" in r.output
+    from vitrine.cli.train import _parse_overrides
+
+    assert _parse_overrides(("dropout=0.3", "balance=loss", "router_noise=false")) == {
+        "dropout": 0.3, "balance": "loss", "router_noise": False}
+
+
 def test_kagl_protocols_on_a_subset(encoder, subset_rows):
     cat = Catalog.load(limit_ids={r["id"] for r in subset_rows})
     res = P.kagl_t2i(encoder, cat, split="train", progress=False)

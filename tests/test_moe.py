@@ -34,6 +34,52 @@ def test_top_k_routing_renormalised_and_exactly_k_experts():
     assert torch.allclose(weights, want / want.sum(1, keepdim=True), atol=1e-6)
 
 
+def test_one_query_short_path_equals_the_batched_route():
+    """A single query takes the short inference path; it must give what the batched path gives,
+    choice bias included."""
+    m = small(experts=6, top_k=2).eval()
+    with torch.no_grad():
+        m.route_bias.copy_(torch.tensor([0.5, -0.3, 0.0, 1.0, -1.0, 0.2]))
+    x, t = torch.randn(9, 12), torch.randn(9, 8)
+    with torch.inference_mode():
+        batch = m(x, t)
+        for i in range(9):
+            one = m(x[i:i + 1], t[i:i + 1])
+            assert torch.allclose(one.image, batch.image[i:i + 1], atol=1e-6)
+            assert torch.allclose(one.text, batch.text[i:i + 1], atol=1e-6)
+            assert torch.allclose(m(None, t[i:i + 1]).text, m(None, t).text[i:i + 1], atol=1e-6)
+        # the bias decides which experts run, not how much they count
+        pi, _ = m._project(x, None)
+        logits, weights, chosen = m._route(m._route_input(pi, None, 0))
+        want = torch.zeros_like(chosen).scatter(1, (logits + m.route_bias).topk(2, dim=1).indices, True)
+        assert torch.equal(chosen, want)
+        p = torch.where(chosen, torch.softmax(logits, 1), torch.zeros_like(logits))
+        assert torch.allclose(weights, p / p.sum(1, keepdim=True), atol=1e-6)
+
+
+def test_loss_free_balancing_evens_out_a_lopsided_router():
+    """A router that sends nearly every token to expert 0: the per-step bias update moves towards
+    the idle experts, and the calibration brings the load CV of these tokens under 0.1."""
+    m = small(experts=4, top_k=1).eval()
+    x, t = torch.randn(400, 12), torch.randn(400, 8)
+    with torch.no_grad():
+        m.router.bias.copy_(torch.tensor([3.0, 0.0, 0.0, 0.0]))
+    before = m.routing_stats(x, t)
+    assert before["load"][0] > 0.8
+    m.after_step({"lone_load": torch.tensor(before["load"])})
+    assert m.route_bias[0] < 0 and (m.route_bias[1:] > 0).all()
+    res = m.calibrate_balance(x, t)
+    after = m.routing_stats(x, t)
+    assert res["load_cv_after"] == pytest.approx(after["load_cv"], abs=1e-3)
+    assert after["load_cv"] <= 0.1 < before["load_cv"] and not after["dead_experts"]
+    # balance="loss": no bias, nothing calibrated
+    plain = small(experts=4, top_k=1, balance="loss")
+    plain.after_step({"lone_load": torch.tensor([1.0, 0.0, 0.0, 0.0])})
+    assert plain.calibrate_balance(x, t) == {} and not plain.route_bias.any()
+    with pytest.raises(ModelError, match="balance"):
+        small(balance="sinkhorn")
+
+
 def test_dynamic_k_uses_one_expert_for_confident_routes():
     m = small(experts=4, top_k=2, dynamic_k=True, dynamic_threshold=0.0).eval()
     stats = m.routing_stats(torch.randn(20, 12), torch.randn(20, 8))

@@ -109,7 +109,8 @@ def tune_fuse_weight(adapter: Adapter, catalog: Catalog, encoder: MultimodalEnco
 def train_gate_command(settings: Settings, *, kind: str, out: Path | None, source: Path | None, epochs: int,
                        batch_size: int, lr: float, dim: int, hidden: int, experts: int, top_k: int,
                        dynamic_k: bool, queries: bool, seed: int, patience: int,
-                       name: str | None, balance_weight: float = 0.05) -> dict[str, Any]:
+                       name: str | None, balance_weight: float = 0.05, balance: str = "bias",
+                       bias_rate: float = 0.01, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     t0 = time.time()
     seed_everything(seed)
     encoder = features_encoder(settings)
@@ -124,7 +125,9 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
         "name": name or kind,
     }
     if kind == "moe":
-        cfg_adapter |= {"experts": experts, "top_k": top_k, "dynamic_k": dynamic_k, "balance_weight": balance_weight}
+        cfg_adapter |= {"experts": experts, "top_k": top_k, "dynamic_k": dynamic_k, "balance_weight": balance_weight,
+                        "balance": balance, "bias_rate": bias_rate}
+    cfg_adapter |= overrides or {}
     adapter = create_adapter(kind, **cfg_adapter)
     out = Path(out) if out else WEIGHTS_DIR / (name or kind)
     out.mkdir(parents=True, exist_ok=True)

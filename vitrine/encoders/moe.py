@@ -15,7 +15,13 @@ projection, then
   MLP over both); a product without a photo or without text is its one embedding.
 
 Auxiliary losses: Switch-Transformer load balancing (E * sum_e f_e * P_e) and the router z-loss
-(mean squared log-sum-exp of the router logits). :meth:`routing_stats` reports per-expert load,
+(mean squared log-sum-exp of the router logits). With ``balance="bias"`` (the default) the load is
+also evened out without a loss, as in DeepSeek-V3's auxiliary-loss-free balancing: a per-expert
+bias is added to the router logits *for choosing* the top-k experts only (the mixing weights stay
+the router's own probabilities); after every training step each bias moves by ``bias_rate``
+towards the experts that lone tokens (photos and texts routed alone, as they are indexed and
+queried) under-use, and a last calibration over the training tokens settles it. The bias is a
+buffer saved with the weights. :meth:`routing_stats` reports per-expert load,
 its coefficient of variation, routing entropy, experts never chosen and experts per token.
 
 ``forward_light`` is the degraded path (vitrine/search/fallback.py): the skip path plus an even
@@ -51,7 +57,8 @@ class CrossModalMoE(Adapter):
     """The cross-modal MoE gate (see the module docstring). Config: ``experts`` (8), ``top_k``
     (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
-    ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``cross_dropout`` (chance that the
+    ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``balance`` ("bias" or "loss"),
+    ``bias_rate``, ``input_dropout`` (on the projected tokens, training only), ``cross_dropout`` (chance that the
     router does not see the other modality during training, so lone photos and lone texts route
     as well as pairs)."""
 
@@ -73,6 +80,11 @@ class CrossModalMoE(Adapter):
         self.balance_weight = float(c.setdefault("balance_weight", 0.05))
         self.z_weight = float(c.setdefault("z_weight", 1e-3))
         self.cross_dropout = float(c.setdefault("cross_dropout", 0.5))
+        self.balance = str(c.setdefault("balance", "bias"))
+        if self.balance not in ("bias", "loss"):
+            raise ModelError(f"balance must be 'bias' or 'loss', not {self.balance!r}")
+        self.bias_rate = float(c.setdefault("bias_rate", 0.01))
+        self.input_dropout = nn.Dropout(float(c.setdefault("input_dropout", 0.0)))  # training only
         self.image_in = nn.Sequential(nn.Linear(self.image_dim, width), nn.LayerNorm(width))
         self.text_in = nn.Sequential(nn.Linear(self.text_dim, width), nn.LayerNorm(width))
         self.placeholder = nn.Parameter(torch.zeros(2, width))  # [missing photo, missing text]
@@ -84,12 +96,17 @@ class CrossModalMoE(Adapter):
         self.skip = nn.Linear(width, self.dim)
         self.experts = nn.ModuleList(_Expert(width, hidden, self.dim, dropout) for _ in range(self.experts_n))
         self.gate = nn.Sequential(nn.Linear(3 * self.dim, 64), nn.GELU(), nn.Linear(64, 1))
+        # Added to the logits when choosing experts (balance="bias"); zeros otherwise.
+        self.register_buffer("route_bias", torch.zeros(self.experts_n))
 
     # -- tokens and routing --------------------------------------------------------------------
     def _project(self, image: torch.Tensor | None, text: torch.Tensor | None
                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         pi = self.image_in(self.norm_image(image.float())) if image is not None else None
         pt = self.text_in(self.norm_text(text.float())) if text is not None else None
+        if self.training:
+            pi = self.input_dropout(pi) if pi is not None else None
+            pt = self.input_dropout(pt) if pt is not None else None
         return pi, pt
 
     def _route_input(self, own: torch.Tensor, other: torch.Tensor | None, modality: int) -> torch.Tensor:
@@ -103,12 +120,16 @@ class CrossModalMoE(Adapter):
     def _route(self, r_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Router logits, the dense weight matrix (zeros off the chosen experts) and the mask
         of chosen experts."""
-        logits = self.router(r_in)
+        return self._route_logits(self.router(r_in), r_in)
+
+    def _route_logits(self, logits: torch.Tensor, r_in: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         noisy = logits
         if self.training and self.router_noise:
             noisy = logits + torch.randn_like(logits) * F.softplus(self.noise(r_in))
         probs = F.softmax(noisy, dim=-1)
-        top_w, top_i = probs.topk(self.top_k, dim=-1)
+        _, top_i = (noisy.detach() + self.route_bias).topk(self.top_k, dim=-1)
+        top_w = probs.gather(1, top_i)
         keep = torch.ones_like(top_w, dtype=torch.bool)
         if self.dynamic_k and self.top_k > 1:
             confident = top_w[:, 0] >= self.dynamic_threshold
@@ -130,6 +151,24 @@ class CrossModalMoE(Adapter):
                 out = out.index_add(0, rows, weights[rows, e, None] * expert(x[rows]))
         return F.normalize(out, dim=-1)
 
+    def _infer_token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int) -> torch.Tensor:
+        """Inference: no noise, no auxiliary losses. One token (a query) takes the short path:
+        its top-k experts chosen and run directly, each as two plain matrix products, so a query
+        pays for k small MLPs and a handful of operator calls."""
+        r_in = self._route_input(own, other, modality)
+        logits = self.router(r_in)
+        if own.shape[0] != 1 or self.dynamic_k:
+            return self._experts_out(own, self._route_logits(logits, r_in)[1])
+        chosen = (logits[0] + self.route_bias).topk(self.top_k).indices
+        w = torch.softmax(logits[0], dim=-1)[chosen]
+        w = w / w.sum()
+        out = self.skip(own)
+        for j, e in enumerate(chosen.tolist()):
+            first, last = self.experts[e].net[0], self.experts[e].net[3]
+            h = F.gelu(F.linear(own, first.weight, first.bias))
+            out = out + w[j] * F.linear(h, last.weight, last.bias)
+        return F.normalize(out, dim=-1)
+
     def _token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int,
                stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         logits, weights, chosen = self._route(self._route_input(own, other, modality))
@@ -149,14 +188,10 @@ class CrossModalMoE(Adapter):
 
     # -- the adapter seam ----------------------------------------------------------------------
     def embed_image(self, x: torch.Tensor) -> torch.Tensor:
-        pi, _ = self._project(x, None)
-        assert pi is not None
-        return self._token(pi, None, IMAGE, [])
+        return self(x, None).image  # type: ignore[return-value]
 
     def embed_text(self, x: torch.Tensor) -> torch.Tensor:
-        _, pt = self._project(None, x)
-        assert pt is not None
-        return self._token(pt, None, TEXT, [])
+        return self(None, x).text  # type: ignore[return-value]
 
     def mix(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """The modality gate: a per-product photo weight from both embeddings."""
@@ -174,6 +209,10 @@ class CrossModalMoE(Adapter):
         if image is not None and text is not None and image.shape[0] != text.shape[0]:
             raise ModelError("photo and text batches differ in length")
         pi, pt = self._project(image, text)
+        if not self.training:
+            img = self._infer_token(pi, pt, IMAGE) if pi is not None else None
+            txt = self._infer_token(pt, pi, TEXT) if pt is not None else None
+            return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
         stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         img = self._token(pi, pt, IMAGE, stats) if pi is not None else None
         txt = self._token(pt, pi, TEXT, stats) if pt is not None else None
@@ -198,7 +237,63 @@ class CrossModalMoE(Adapter):
         txt = self._token(pt, other_for_txt, TEXT, stats)
         fused = self.fuse(img, txt)
         fused = torch.where(hidden[:, None], txt, fused)
-        return AdapterOutput(image=img, text=txt, fused=fused, aux=self._aux(stats))
+        aux = self._aux(stats)
+        # The load of the tokens routed alone: what indexing and queries see, what the bias evens out.
+        lone_chosen = torch.cat([stats[0][2][lone], stats[1][2][lone | hidden]]).float()
+        aux["lone_load"] = (lone_chosen.sum(0) / lone_chosen.sum().clamp_min(1.0)).detach()
+        return AdapterOutput(image=img, text=txt, fused=fused, aux=aux)
+
+    # -- loss-free balancing -------------------------------------------------------------------
+    @torch.no_grad()
+    def after_step(self, aux: dict[str, Any]) -> None:
+        """After a training step: move each expert's choice bias towards even load."""
+        load = aux.get("lone_load")
+        if self.balance != "bias" or self.bias_rate <= 0 or load is None:
+            return
+        self.route_bias += self.bias_rate * torch.sign(load.mean() - load)
+
+    @torch.no_grad()
+    def calibrate_balance(self, image: torch.Tensor | None, text: torch.Tensor | None, steps: int = 400,
+                          batch: int = 8192) -> dict[str, float]:
+        """Settle the choice bias on these (training) tokens routed alone, without noise: sign steps
+        of shrinking size, keeping the bias with the lowest load CV. Returns the CV before/after."""
+        if self.balance != "bias":
+            return {}
+        was_training = self.training
+        self.eval()
+        logits = []
+        for x, modality in ((image, IMAGE), (text, TEXT)):
+            if x is None:
+                continue
+            for s in range(0, len(x), batch):
+                chunk = x[s:s + batch]
+                pi, pt = self._project(chunk if modality == IMAGE else None, chunk if modality == TEXT else None)
+                own = pi if modality == IMAGE else pt
+                assert own is not None
+                logits.append(self.router(self._route_input(own, None, modality)))
+        self.train(was_training)
+        if not logits:
+            return {}
+        z = torch.cat(logits)
+
+        def cv(bias: torch.Tensor) -> tuple[float, torch.Tensor]:
+            idx = (z + bias).topk(self.top_k, dim=-1).indices
+            load = torch.bincount(idx.flatten(), minlength=self.experts_n).float()
+            load = load / load.sum()
+            return float(load.std(unbiased=False) / load.mean()), load
+
+        start, _ = cv(self.route_bias)
+        best_bias, best = self.route_bias.clone(), start
+        bias = self.route_bias.clone()
+        scale = float(z.std()) if z.numel() > 1 else 1.0
+        for i in range(steps):
+            rate = scale * 0.05 * (1.0 - i / steps) + 1e-4
+            value, load = cv(bias)
+            if value < best:
+                best, best_bias = value, bias.clone()
+            bias += rate * torch.sign(load.mean() - load)
+        self.route_bias.copy_(best_bias)
+        return {"load_cv_before": round(start, 4), "load_cv_after": round(best, 4)}
 
     def forward_light(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
         """The degraded path: no router; the skip path plus an even mix of every expert."""

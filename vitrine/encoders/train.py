@@ -236,6 +236,8 @@ def train_adapter(
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 opt.step()
+                if hasattr(adapter, "after_step"):  # e.g. the MoE gate's loss-free load balancing
+                    adapter.after_step(out.aux)
                 step += 1
                 for k, v in parts.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -264,6 +266,12 @@ def train_adapter(
             log_file.close()
     if best_state is not None:
         adapter.load_state_dict(best_state)
+    balance: dict[str, float] = {}
+    if hasattr(adapter, "calibrate_balance"):
+        balance = adapter.calibrate_balance(img, txt)
+        if balance:
+            log.info("routing balance on the training tokens: %s", balance)
     adapter.eval()
-    adapter.config["train"] = {"config": asdict(cfg), "best_epoch": best_epoch, "val_score": best_score}
+    adapter.config["train"] = {"config": asdict(cfg), "best_epoch": best_epoch, "val_score": best_score,
+                               **({"balance": balance} if balance else {})}
     return TrainResult(best_epoch=best_epoch, best_score=best_score, history=history, seconds=time.time() - t0)

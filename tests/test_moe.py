@@ -269,3 +269,22 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
         assert float(light["text"] @ routed["text"]) > 0.5  # same space, without the router
     finally:
         eng.close()
+
+
+def test_ema_training_validates_and_keeps_the_averaged_weights():
+    """With a decay so close to 1 that the average never leaves the start, the kept weights are
+    the starting ones (the live weights did move), and validation saw them."""
+    from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, train_adapter
+
+    rng = np.random.default_rng(0)
+    img, txt = rng.normal(size=(64, 12)).astype(np.float32), rng.normal(size=(64, 8)).astype(np.float32)
+    data = PairSet(img, txt, np.arange(64))
+    for ema, moved in ((0.0, True), (1.0 - 1e-9, False)):
+        m = small(experts=4, top_k=2, balance="loss")  # no calibration after training: scores comparable
+        start = {k: v.clone() for k, v in m.state_dict().items()}
+        res = train_adapter(m, data, data, TrainConfig(epochs=2, batch_size=32, ema_decay=ema), progress=False)
+        end = m.state_dict()
+        same = all(torch.allclose(end[k], start[k], atol=1e-5) for k in start
+                   if k not in ("image_mean", "image_std", "text_mean", "text_std"))
+        assert same is not moved
+        assert res.best_score == pytest.approx(evaluate_pairs(m, data)["MRR@10"], abs=1e-6) or moved

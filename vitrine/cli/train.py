@@ -39,19 +39,22 @@ def train() -> None:
 @click.option("--balance", type=click.Choice(["bias", "loss"]), default="bias", show_default=True,
               help="MoE: even out expert load with a choice bias (loss-free, DeepSeek-V3 style) on top of "
                    "the balancing loss, or with the loss alone")
-@click.option("--bias-rate", type=float, default=0.01, show_default=True,
+@click.option("--bias-rate", type=float, default=0.002, show_default=True,
               help="MoE: how far the choice bias moves per training step (--balance bias)")
 @click.option("--queries/--no-queries", default=True, show_default=True,
               help="Also train on attribute pseudo-queries (MoE and MLP)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--patience", type=int, default=6, show_default=True)
 @click.option("--name", default=None, help="Name recorded in the adapter config")
+@click.option("--ema", type=float, default=0.0, show_default=True,
+              help="Validate and keep an exponential moving average of the weights with this decay per "
+                   "step (e.g. 0.99); 0 = off")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override an adapter config value, e.g. --set dropout=0.3 (repeatable; JSON values)")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
                lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
-               overrides: tuple[str, ...]) -> None:
+               ema: float, overrides: tuple[str, ...]) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
@@ -64,7 +67,7 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
         settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,
         hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, balance_weight=balance_weight,
         balance=balance, bias_rate=bias_rate, queries=queries, seed=seed,
-        patience=patience, name=name, overrides=_parse_overrides(overrides),
+        patience=patience, name=name, ema_decay=ema, overrides=_parse_overrides(overrides),
     )
     click.echo(json.dumps(result, indent=2))
 

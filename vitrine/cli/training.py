@@ -110,7 +110,8 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        batch_size: int, lr: float, dim: int, hidden: int, experts: int, top_k: int,
                        dynamic_k: bool, queries: bool, seed: int, patience: int,
                        name: str | None, balance_weight: float = 0.05, balance: str = "bias",
-                       bias_rate: float = 0.01, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                       bias_rate: float = 0.002, overrides: dict[str, Any] | None = None,
+                       ema_decay: float = 0.0) -> dict[str, Any]:
     t0 = time.time()
     seed_everything(seed)
     encoder = features_encoder(settings)
@@ -133,7 +134,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     out.mkdir(parents=True, exist_ok=True)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
                        modality_dropout=0.15 if kind == "moe" else 0.0,
-                       text_text_weight=0.5 if kind == "moe" else 0.0)
+                       text_text_weight=0.5 if kind == "moe" else 0.0, ema_decay=ema_decay)
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
     if kind == "moe":  # its modality gate weighs photo and text per product: nothing to tune
         tuning = {"best": None, "grid": {}}

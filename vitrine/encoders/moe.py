@@ -20,7 +20,8 @@ also evened out without a loss, as in DeepSeek-V3's auxiliary-loss-free balancin
 bias is added to the router logits *for choosing* the top-k experts only (the mixing weights stay
 the router's own probabilities); after every training step each bias moves by ``bias_rate``
 towards the experts that lone tokens (photos and texts routed alone, as they are indexed and
-queried) under-use, and a last calibration over the training tokens settles it. The bias is a
+queried) under-use, and a last calibration over the training tokens settles it (stopping as soon
+as their load CV is under ``balance_target_cv``, so as few tokens as possible change experts). The bias is a
 buffer saved with the weights. :meth:`routing_stats` reports per-expert load,
 its coefficient of variation, routing entropy, experts never chosen and experts per token.
 
@@ -58,7 +59,7 @@ class CrossModalMoE(Adapter):
     (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
     ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``balance`` ("bias" or "loss"),
-    ``bias_rate``, ``input_dropout`` (on the projected tokens, training only), ``cross_dropout`` (chance that the
+    ``bias_rate``, ``balance_target_cv``, ``input_dropout`` (on the projected tokens, training only), ``cross_dropout`` (chance that the
     router does not see the other modality during training, so lone photos and lone texts route
     as well as pairs)."""
 
@@ -83,7 +84,8 @@ class CrossModalMoE(Adapter):
         self.balance = str(c.setdefault("balance", "bias"))
         if self.balance not in ("bias", "loss"):
             raise ModelError(f"balance must be 'bias' or 'loss', not {self.balance!r}")
-        self.bias_rate = float(c.setdefault("bias_rate", 0.01))
+        self.bias_rate = float(c.setdefault("bias_rate", 0.002))
+        self.target_cv = float(c.setdefault("balance_target_cv", 0.05))
         self.input_dropout = nn.Dropout(float(c.setdefault("input_dropout", 0.0)))  # training only
         self.image_in = nn.Sequential(nn.Linear(self.image_dim, width), nn.LayerNorm(width))
         self.text_in = nn.Sequential(nn.Linear(self.text_dim, width), nn.LayerNorm(width))
@@ -287,10 +289,12 @@ class CrossModalMoE(Adapter):
         bias = self.route_bias.clone()
         scale = float(z.std()) if z.numel() > 1 else 1.0
         for i in range(steps):
-            rate = scale * 0.05 * (1.0 - i / steps) + 1e-4
             value, load = cv(bias)
             if value < best:
                 best, best_bias = value, bias.clone()
+            if best <= self.target_cv:  # the smallest move that is even enough: fewer re-routed tokens
+                break
+            rate = scale * 0.05 * (1.0 - i / steps) + 1e-4
             bias += rate * torch.sign(load.mean() - load)
         self.route_bias.copy_(best_bias)
         return {"load_cv_before": round(start, 4), "load_cv_after": round(best, 4)}

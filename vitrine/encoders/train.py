@@ -68,6 +68,7 @@ class TrainConfig:
     query_weight: float = 0.5  # weight of the pseudo-query -> photo loss when queries are given
     text_text_weight: float = 0.0  # weight of a query -> product-text loss (keeps text-only feeds good)
     modality_dropout: float = 0.0  # chance that a product's photo is hidden during training
+    ema_decay: float = 0.0  # > 0: validate and keep an exponential moving average of the weights
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -181,6 +182,9 @@ def train_adapter(
     t0 = time.time()
     step = 0
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    ema: dict[str, torch.Tensor] | None = None
+    if cfg.ema_decay > 0:
+        ema = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
     log_file = open(log_path, "w", encoding="utf-8") if log_path else None
     bar = progress_bar(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", enabled=progress)
     try:
@@ -238,9 +242,20 @@ def train_adapter(
                 opt.step()
                 if hasattr(adapter, "after_step"):  # e.g. the MoE gate's loss-free load balancing
                     adapter.after_step(out.aux)
+                if ema is not None:
+                    with torch.no_grad():
+                        for k, v in adapter.state_dict().items():
+                            if v.is_floating_point():
+                                ema[k].lerp_(v, 1.0 - cfg.ema_decay)
+                            else:
+                                ema[k].copy_(v)
                 step += 1
                 for k, v in parts.items():
                     sums[k] = sums.get(k, 0.0) + v
+            live: dict[str, torch.Tensor] | None = None
+            if ema is not None:  # validate (and keep) the averaged weights
+                live = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
+                adapter.load_state_dict(ema)
             metrics = evaluate_pairs(adapter, val, cfg.device)
             score = score_fn(metrics)
             row = {"epoch": epoch, **{f"loss_{k}": v / steps_per_epoch for k, v in sums.items()}, **metrics,
@@ -252,10 +267,13 @@ def train_adapter(
             log.info("epoch %d %s", epoch, {k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
             bar.set_postfix(score=f"{score:.4f}", best=f"{max(best_score, score):.4f}")
             bar.update(1)
-            if score > best_score:
+            improved = score > best_score
+            if improved:
                 best_score, best_epoch, bad_epochs = score, epoch, 0
                 best_state = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
-            else:
+            if live is not None:
+                adapter.load_state_dict(live)
+            if not improved:
                 bad_epochs += 1
                 if bad_epochs >= cfg.patience:
                     log.info("early stop at epoch %d (best %d: %.4f)", epoch, best_epoch, best_score)

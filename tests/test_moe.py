@@ -47,7 +47,11 @@ def test_one_query_short_path_equals_the_batched_route():
             one = m(x[i:i + 1], t[i:i + 1])
             assert torch.allclose(one.image, batch.image[i:i + 1], atol=1e-6)
             assert torch.allclose(one.text, batch.text[i:i + 1], atol=1e-6)
-            assert torch.allclose(m(None, t[i:i + 1]).text, m(None, t).text[i:i + 1], atol=1e-6)
+        for img, txt in ((x, t), (None, t), (x, None)):  # fused vectors: both, text only, photo only
+            whole = m(img, txt).fused
+            one = torch.cat([m(img[i:i + 1] if img is not None else None,
+                               txt[i:i + 1] if txt is not None else None).fused for i in range(9)])
+            assert torch.allclose(whole, one, atol=1e-5)
         # the bias decides which experts run, not how much they count
         pi, _ = m._project(x, None)
         logits, weights, chosen = m._route(m._route_input(pi, None, 0))
@@ -233,17 +237,6 @@ def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
     assert [p.name for p in paths] == ["gate_ablation.md", "gate_ablation.json", "gate_ablation.png"]
     md = paths[0].read_text()
     assert "| mlp |" in md and "tiny-moe" in md and "load CV" in md
-
-
-def test_one_query_path_equals_the_batched_path():
-    m = small(experts=6, top_k=2).eval()
-    x, t = torch.randn(9, 12), torch.randn(9, 8)
-    with torch.inference_mode():
-        for img, txt in ((x, t), (None, t), (x, None)):
-            whole = m(img, txt).fused
-            one = torch.cat([m(img[i:i + 1] if img is not None else None,
-                               txt[i:i + 1] if txt is not None else None).fused for i in range(9)])
-            assert torch.allclose(whole, one, atol=1e-5)
 
 
 def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_dir, tmp_path, subset_rows):

@@ -39,7 +39,7 @@ def train() -> None:
 @click.option("--balance", type=click.Choice(["bias", "loss"]), default="bias", show_default=True,
               help="MoE: even out expert load with a choice bias (loss-free, DeepSeek-V3 style) on top of "
                    "the balancing loss, or with the loss alone")
-@click.option("--bias-rate", type=float, default=0.002, show_default=True,
+@click.option("--bias-rate", type=float, default=0.01, show_default=True,
               help="MoE: how far the choice bias moves per training step (--balance bias)")
 @click.option("--queries/--no-queries", default=True, show_default=True,
               help="Also train on attribute pseudo-queries (MoE and MLP)")

@@ -110,7 +110,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        batch_size: int, lr: float, dim: int, hidden: int, experts: int, top_k: int,
                        dynamic_k: bool, queries: bool, seed: int, patience: int,
                        name: str | None, balance_weight: float = 0.05, balance: str = "bias",
-                       bias_rate: float = 0.002, overrides: dict[str, Any] | None = None,
+                       bias_rate: float = 0.01, overrides: dict[str, Any] | None = None,
                        ema_decay: float = 0.0) -> dict[str, Any]:
     t0 = time.time()
     seed_everything(seed)

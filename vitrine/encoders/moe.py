@@ -84,7 +84,7 @@ class CrossModalMoE(Adapter):
         self.balance = str(c.setdefault("balance", "bias"))
         if self.balance not in ("bias", "loss"):
             raise ModelError(f"balance must be 'bias' or 'loss', not {self.balance!r}")
-        self.bias_rate = float(c.setdefault("bias_rate", 0.002))
+        self.bias_rate = float(c.setdefault("bias_rate", 0.01))
         self.target_cv = float(c.setdefault("balance_target_cv", 0.05))
         self.input_dropout = nn.Dropout(float(c.setdefault("input_dropout", 0.0)))  # training only
         self.image_in = nn.Sequential(nn.Linear(self.image_dim, width), nn.LayerNorm(width))

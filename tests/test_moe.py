@@ -281,3 +281,25 @@ def test_ema_training_validates_and_keeps_the_averaged_weights():
                    if k not in ("image_mean", "image_std", "text_mean", "text_std"))
         assert same is not moved
         assert res.best_score == pytest.approx(evaluate_pairs(m, data)["MRR@10"], abs=1e-6) or moved
+
+
+def test_adapter_specs_label_path_and_inference_options(tmp_path):
+    """`[NAME=]PATH[@KEY=VALUE]...` as the ablation and the gate benchmark read it: the same
+    weights loaded with an inference option (dynamic k) route differently; a bad option is a
+    clear error."""
+    from vitrine.encoders.adapters import parse_adapter_spec
+
+    assert parse_adapter_spec("mlp") == ("mlp", "mlp", {})
+    assert parse_adapter_spec("x=/a/moe@dynamic_k=true@dynamic_threshold=0.6") == (
+        "x", "/a/moe", {"dynamic_k": True, "dynamic_threshold": 0.6})
+    assert parse_adapter_spec("/a/moe@balance=loss")[:2] == ("moe", "/a/moe")
+    with pytest.raises(ModelError, match="KEY=VALUE"):
+        parse_adapter_spec("moe@dynamic_k")
+    small(experts=4, top_k=2).save_pretrained(tmp_path / "m")
+    x, t = torch.randn(30, 12), torch.randn(30, 8)
+    plain = load_adapter(tmp_path / "m")
+    dyn = load_adapter(tmp_path / "m", overrides={"dynamic_k": True, "dynamic_threshold": 0.0})
+    assert plain.routing_stats(x, t)["experts_per_token"] == 2.0
+    assert dyn.routing_stats(x, t)["experts_per_token"] == 1.0
+    with pytest.raises(ModelError, match="do not fit"):
+        load_adapter(tmp_path / "m", overrides={"experts": 5})

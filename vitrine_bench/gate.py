@@ -19,7 +19,7 @@ from vitrine_bench.common import Report, summary_ms
 def run(out: Path, adapters: list[str], *, n: int = 2000) -> Path:
     import torch
 
-    from vitrine.encoders.adapters import load_adapter
+    from vitrine.encoders.adapters import load_adapter, parse_adapter_spec
     from vitrine.evals.datasets import Catalog
     from vitrine.search.engine import build_encoder
     from vitrine.search.settings import Settings
@@ -33,8 +33,8 @@ def run(out: Path, adapters: list[str], *, n: int = 2000) -> Path:
     rows = rng.choice(np.flatnonzero(ok), size=n, replace=True)
     rows_out, series = [], {}
     for spec in adapters:
-        name, _, path = spec.partition("=")
-        adapter = load_adapter(path or name).eval()
+        name, path, overrides = parse_adapter_spec(spec)
+        adapter = load_adapter(path, overrides=overrides).eval()
         for kind in ("text", "photo", "both"):
             lat = []
             with torch.inference_mode():

@@ -111,7 +111,8 @@ def bench_intent(n: int, weights: str | None, out: Path) -> None:
 @bench.command("gate")
 @click.option("--adapters", default="linear,mlp", show_default=True,
               help="Adapters to time, comma-separated (shipped names or NAME=FOLDER; a trained MoE: "
-                   "moe=vitrine/encoders/weights/moe)")
+                   "moe=vitrine/encoders/weights/moe; FOLDER@KEY=VALUE sets an inference option, e.g. "
+                   "moe@dynamic_k=true)")
 @click.option("--n", type=int, default=2000, show_default=True, help="Queries timed per cell (batch 1)")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
 def bench_gate(adapters: str, n: int, out: Path) -> None:

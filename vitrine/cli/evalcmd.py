@@ -37,7 +37,9 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
               help="Query intent + slot filters in the searches (default from settings)")
 @click.option("--adapters", default="linear,mlp",
               help="--protocol ablation: adapters to compare, comma-separated (shipped names or folders; "
-                   "NAME=FOLDER labels one); the ConSE and text-tower baselines are always in")
+                   "NAME=FOLDER labels one; FOLDER@KEY=VALUE sets an inference option of those weights, e.g. "
+                   "moe-dk=moe@dynamic_k=true@dynamic_threshold=0.7); the ConSE and text-tower baselines "
+                   "are always in")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="--protocol ablation: write gate_ablation.md/.json/.png here")
 @model_options

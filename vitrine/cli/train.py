@@ -73,16 +73,13 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
 
 
 def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
+    from vitrine.encoders.adapters import config_overrides
+    from vitrine.errors import ModelError
+
+    try:
+        return config_overrides(items)
+    except ModelError as e:
+        raise click.BadParameter(str(e), param_hint="--set") from e
 
 
 @train.command("intent")

@@ -19,6 +19,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
@@ -220,8 +221,36 @@ def create_adapter(kind: str, **config: Any) -> Adapter:
     return cls(config)
 
 
-def load_adapter(folder: str | os.PathLike[str], expected_sha256: str | None = None) -> Adapter:
-    """Load an adapter saved by :meth:`Adapter.save_pretrained` (a folder or a shipped name)."""
+def config_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> config values (JSON where it parses, else the plain string)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ModelError(f"expected KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+def parse_adapter_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
+    """``[NAME=]PATH[@KEY=VALUE]...`` -> (label, folder or shipped name, config overrides).
+
+    The overrides apply at load time, for inference options of the same weights, e.g.
+    ``moe-dk=moe@dynamic_k=true@dynamic_threshold=0.7``."""
+    head, *opts = spec.split("@")
+    name, sep, path = head.partition("=")
+    path = path if sep else name
+    label = name if sep else Path(path).name
+    return label, path, config_overrides(o for o in opts if o.strip())
+
+
+def load_adapter(folder: str | os.PathLike[str], expected_sha256: str | None = None,
+                 overrides: dict[str, Any] | None = None) -> Adapter:
+    """Load an adapter saved by :meth:`Adapter.save_pretrained` (a folder or a shipped name);
+    ``overrides`` replace config values first (inference options; the weights must still fit)."""
     from safetensors.torch import load_file
 
     from vitrine.encoders.factory import verify_sha256
@@ -242,6 +271,7 @@ def load_adapter(folder: str | os.PathLike[str], expected_sha256: str | None = N
     if expected_sha256 and pinned and expected_sha256 != pinned:
         raise ModelError(f"adapter {folder}: expected weights sha256 {expected_sha256}, its config pins {pinned}")
     verify_sha256(w_file, expected_sha256 or pinned)
+    config |= overrides or {}
     adapter = create_adapter(config.get("kind", ""), **{k: v for k, v in config.items() if k != "kind"})
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(w_file)).items()}
     try:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitrine.encoders.adapters import Adapter, load_adapter
+from vitrine.encoders.adapters import Adapter, load_adapter, parse_adapter_spec
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import MissingExtra, ModelError
 from vitrine.evals import attribute_queries as aq
@@ -204,9 +204,8 @@ def load_embedders(encoder: MultimodalEncoder, adapters: Sequence[str]) -> list[
     """The baselines, then each adapter (a folder or a shipped name; ``name=path`` to label it)."""
     out = [conse_embedder(encoder), text_tower_embedder()]
     for spec in adapters:
-        name, _, path = spec.partition("=")
-        path = path or name
-        out.append(adapter_embedder(name if "=" in spec else Path(path).name, load_adapter(path)))
+        name, path, overrides = parse_adapter_spec(spec)
+        out.append(adapter_embedder(name, load_adapter(path, overrides=overrides)))
     return out
 
 

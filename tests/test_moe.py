@@ -85,6 +85,16 @@ def test_loss_free_balancing_evens_out_a_lopsided_router():
 
 
 def test_dynamic_k_uses_one_expert_for_confident_routes():
+    m = small(experts=4, top_k=2, dynamic_k=True).eval()
+    x = torch.randn(40, 12)
+    with torch.no_grad():  # a threshold at the median top weight: half the routes are confident
+        pi, _ = m._project(x, None)
+        m.dynamic_threshold = float(torch.softmax(m.router(m._route_input(pi, None, 0)), 1).max(1).values.median())
+    with torch.inference_mode():  # one query at a time agrees with the batch, confident or not
+        whole = m(x, None).image
+        assert torch.allclose(torch.cat([m(x[i:i + 1], None).image for i in range(40)]), whole, atol=1e-5)
+    per_token = m.routing_stats(x, None)["experts_per_token"]
+    assert 1.0 < per_token < 2.0  # some routes confident, some not
     m = small(experts=4, top_k=2, dynamic_k=True, dynamic_threshold=0.0).eval()
     stats = m.routing_stats(torch.randn(20, 12), torch.randn(20, 8))
     assert stats["experts_per_token"] == 1.0

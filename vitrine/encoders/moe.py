@@ -159,10 +159,12 @@ class CrossModalMoE(Adapter):
         pays for k small MLPs and a handful of operator calls."""
         r_in = self._route_input(own, other, modality)
         logits = self.router(r_in)
-        if own.shape[0] != 1 or self.dynamic_k:
+        if own.shape[0] != 1:
             return self._experts_out(own, self._route_logits(logits, r_in)[1])
         chosen = (logits[0] + self.route_bias).topk(self.top_k).indices
         w = torch.softmax(logits[0], dim=-1)[chosen]
+        if self.dynamic_k and self.top_k > 1 and float(w[0]) >= self.dynamic_threshold:
+            chosen, w = chosen[:1], w[:1]  # a confident route: one expert
         w = w / w.sum()
         out = self.skip(own)
         for j, e in enumerate(chosen.tolist()):

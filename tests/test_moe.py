@@ -82,6 +82,11 @@ def test_loss_free_balancing_evens_out_a_lopsided_router():
     assert plain.calibrate_balance(x, t) == {} and not plain.route_bias.any()
     with pytest.raises(ModelError, match="balance"):
         small(balance="sinkhorn")
+    # a gate saved before the choice bias existed still loads, with a zero bias
+    old_state = {k: v for k, v in m.state_dict().items() if k != "route_bias"}
+    fresh = small(experts=4, top_k=1)
+    fresh.load_state_dict(old_state, strict=True)
+    assert not fresh.route_bias.any()
 
 
 def test_dynamic_k_uses_one_expert_for_confident_routes():

@@ -21,9 +21,9 @@ bias is added to the router logits *for choosing* the top-k experts only (the mi
 the router's own probabilities); after every training step each bias moves by ``bias_rate``
 towards the experts that lone tokens (photos and texts routed alone, as they are indexed and
 queried) under-use, and a last calibration over the training tokens settles it (stopping as soon
-as their load CV is under ``balance_target_cv``, so as few tokens as possible change experts). The bias is a
-buffer saved with the weights. :meth:`routing_stats` reports per-expert load,
-its coefficient of variation, routing entropy, experts never chosen and experts per token.
+as their load CV is under ``balance_target_cv``, so as few tokens as possible change experts). The
+bias is a buffer saved with the weights. :meth:`routing_stats` reports per-expert load, its
+coefficient of variation, routing entropy, experts never chosen and experts per token.
 
 ``forward_light`` is the degraded path (vitrine/search/fallback.py): the skip path plus an even
 mix of all experts, with no router.
@@ -59,9 +59,9 @@ class CrossModalMoE(Adapter):
     (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
     ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``balance`` ("bias" or "loss"),
-    ``bias_rate``, ``balance_target_cv``, ``input_dropout`` (on the projected tokens, training only), ``cross_dropout`` (chance that the
-    router does not see the other modality during training, so lone photos and lone texts route
-    as well as pairs)."""
+    ``bias_rate``, ``balance_target_cv``, ``input_dropout`` (on the projected tokens, training
+    only), ``cross_dropout`` (chance that the router does not see the other modality during
+    training, so lone photos and lone texts route as well as pairs)."""
 
     kind = "moe"
 
@@ -100,6 +100,11 @@ class CrossModalMoE(Adapter):
         self.gate = nn.Sequential(nn.Linear(3 * self.dim, 64), nn.GELU(), nn.Linear(64, 1))
         # Added to the logits when choosing experts (balance="bias"); zeros otherwise.
         self.register_buffer("route_bias", torch.zeros(self.experts_n))
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # Gates saved before the choice bias existed load with a zero bias (their own routing).
+        state_dict.setdefault(prefix + "route_bias", torch.zeros(self.experts_n))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # -- tokens and routing --------------------------------------------------------------------
     def _project(self, image: torch.Tensor | None, text: torch.Tensor | None
@@ -260,7 +265,8 @@ class CrossModalMoE(Adapter):
     def calibrate_balance(self, image: torch.Tensor | None, text: torch.Tensor | None, steps: int = 400,
                           batch: int = 8192) -> dict[str, float]:
         """Settle the choice bias on these (training) tokens routed alone, without noise: sign steps
-        of shrinking size, keeping the bias with the lowest load CV. Returns the CV before/after."""
+        of shrinking size until their load CV is under ``balance_target_cv`` (else the lowest CV
+        seen). Returns the CV before/after."""
         if self.balance != "bias":
             return {}
         was_training = self.training

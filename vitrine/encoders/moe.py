@@ -129,10 +129,10 @@ class CrossModalMoE(Adapter):
         of chosen experts."""
         return self._route_logits(self.router(r_in), r_in)
 
-    def _route_logits(self, logits: torch.Tensor, r_in: torch.Tensor
+    def _route_logits(self, logits: torch.Tensor, r_in: torch.Tensor | None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         noisy = logits
-        if self.training and self.router_noise:
+        if self.training and self.router_noise and r_in is not None:
             noisy = logits + torch.randn_like(logits) * F.softplus(self.noise(r_in))
         probs = F.softmax(noisy, dim=-1)
         _, top_i = (noisy.detach() + self.route_bias).topk(self.top_k, dim=-1)
@@ -148,10 +148,6 @@ class CrossModalMoE(Adapter):
 
     def _experts_out(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         out = self.skip(x)
-        if x.shape[0] == 1 and not self.training:  # one query: run its chosen experts directly
-            for e in weights[0].nonzero().flatten().tolist():
-                out = out + weights[0, e] * self.experts[e](x)
-            return F.normalize(out, dim=-1)
         for e, expert in enumerate(self.experts):
             rows = weights[:, e].nonzero().flatten()
             if len(rows):
@@ -271,20 +267,10 @@ class CrossModalMoE(Adapter):
             return {}
         was_training = self.training
         self.eval()
-        logits = []
-        for x, modality in ((image, IMAGE), (text, TEXT)):
-            if x is None:
-                continue
-            for s in range(0, len(x), batch):
-                chunk = x[s:s + batch]
-                pi, pt = self._project(chunk if modality == IMAGE else None, chunk if modality == TEXT else None)
-                own = pi if modality == IMAGE else pt
-                assert own is not None
-                logits.append(self.router(self._route_input(own, None, modality)))
+        z = self._lone_logits(image, text, batch)
         self.train(was_training)
-        if not logits:
+        if not len(z):
             return {}
-        z = torch.cat(logits)
 
         def cv(bias: torch.Tensor) -> tuple[float, torch.Tensor]:
             idx = (z + bias).topk(self.top_k, dim=-1).indices
@@ -319,6 +305,21 @@ class CrossModalMoE(Adapter):
         txt = light(pt) if pt is not None else None
         return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
 
+    def _lone_logits(self, image: torch.Tensor | None, text: torch.Tensor | None, batch: int) -> torch.Tensor:
+        """Router logits of these photos and texts, each routed alone (as indexed and queried);
+        photos first. Call in eval mode."""
+        out = []
+        for x, modality in ((image, IMAGE), (text, TEXT)):
+            if x is None:
+                continue
+            for s in range(0, len(x), batch):
+                chunk = x[s:s + batch]
+                pi, pt = self._project(chunk if modality == IMAGE else None, chunk if modality == TEXT else None)
+                own = pi if modality == IMAGE else pt
+                assert own is not None
+                out.append(self.router(self._route_input(own, None, modality)))
+        return torch.cat(out) if out else torch.zeros(0, self.experts_n)
+
     # -- statistics ------------------------------------------------------------------------------
     @torch.inference_mode()
     def routing_stats(self, image: torch.Tensor | None, text: torch.Tensor | None,
@@ -327,29 +328,20 @@ class CrossModalMoE(Adapter):
         per-expert load (share of assignments), its coefficient of variation, mean routing
         entropy (nats), experts never chosen, mean experts per token."""
         self.eval()
-        chosen_all, ent = [], []
-        for x, modality in ((image, IMAGE), (text, TEXT)):
-            if x is None:
-                continue
-            for s in range(0, len(x), batch):
-                pi, pt = self._project(x[s:s + batch] if modality == IMAGE else None,
-                                       x[s:s + batch] if modality == TEXT else None)
-                own = pi if modality == IMAGE else pt
-                assert own is not None
-                logits, _, chosen = self._route(self._route_input(own, None, modality))
-                p = F.softmax(logits, dim=-1)
-                ent.append(-(p * p.clamp_min(1e-12).log()).sum(-1))
-                chosen_all.append(chosen.float())
-        if not chosen_all:
+        logits = self._lone_logits(image, text, batch)
+        if not len(logits):
             raise ModelError("routing_stats needs photos or texts")
-        chosen = torch.cat(chosen_all)
+        _, _, chosen = self._route_logits(logits, None)
+        chosen = chosen.float()
+        p = F.softmax(logits, dim=-1)
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)
         load = chosen.sum(0) / chosen.sum()
         mean = float(load.mean())
         return {
             "experts": self.experts_n, "top_k": self.top_k, "dynamic_k": self.dynamic_k, "tokens": int(len(chosen)),
             "load": [round(float(v), 4) for v in load],
             "load_cv": round(float(load.std(unbiased=False)) / mean, 4) if mean > 0 else math.inf,
-            "entropy": round(float(torch.cat(ent).mean()), 4),
+            "entropy": round(float(entropy.mean()), 4),
             "max_entropy": round(math.log(self.experts_n), 4),
             "dead_experts": [i for i, v in enumerate(load.tolist()) if v == 0.0],
             "experts_per_token": round(float(chosen.sum(1).mean()), 3),

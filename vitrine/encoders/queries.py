@@ -41,6 +41,10 @@ from vitrine.onnxrt import OnnxModule
 
 log = logging.getLogger(__name__)
 
+# Queries the ONNX text graphs are checked on (short, long, one character, non-Latin).
+PROBE_TEXTS = ("women red heels under 1500", "x", "nike", "men's navy blue slim fit cotton shirt for office",
+               "红色 高跟鞋", "puma running shoes", "kids blue denim jacket with hood", "gold plated earrings")
+
 Precision = Literal["fp32", "bf16", "int8"]
 Runtime = Literal["auto", "torch", "onnx"]
 Key = tuple[str, str, str, str]
@@ -174,8 +178,7 @@ class QueryEncoder:
             return tok(texts, padding=True, truncation=True, max_length=towers.context_length,
                        return_tensors="pt")["input_ids"]
 
-        probes = [(ids(["women red heels under 1500"]),), (ids(["x"]),),
-                  (ids(["nike", "men's navy blue slim fit cotton shirt for office", "红色 高跟鞋"]),)]
+        probes = [(ids([PROBE_TEXTS[0]]),), (ids([PROBE_TEXTS[1]]),), (ids(list(PROBE_TEXTS[2:5])),)]
         hf = getattr(module, "transformer", None)
         config = getattr(hf, "config", None)
 
@@ -200,10 +203,8 @@ class QueryEncoder:
         query (quantising every layer does not). ``auto`` keeps float32 if it cannot be built."""
         assert self._onnx_text is not None
         tok = self.encoder.towers.hf_tokenizer
-        texts = ["women red heels under 1500", "x", "nike", "men's navy blue slim fit cotton shirt for office",
-                 "红色 高跟鞋", "puma running shoes", "kids blue denim jacket with hood", "gold plated earrings"]
-        probes = [(tok([t], return_tensors="np")["input_ids"].astype(np.int64),) for t in texts]
-        probes.append((tok(texts, padding=True, return_tensors="np")["input_ids"].astype(np.int64),))
+        probes = [(tok([t], return_tensors="np")["input_ids"].astype(np.int64),) for t in PROBE_TEXTS]
+        probes.append((tok(list(PROBE_TEXTS), padding=True, return_tensors="np")["input_ids"].astype(np.int64),))
 
         def keep_float(node: Any, weights: set[str]) -> bool:
             first_layer = any(f"{part}.0/" in node.name for part in ("layer", "layers", "resblocks"))

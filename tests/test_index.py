@@ -153,6 +153,36 @@ def test_filter_index():
     assert f.facet("gender") == {"Men": 1, "Women": 1}
 
 
+def test_filter_index_cached_answers_follow_changes():
+    """Repeated filters come from the cache; every upsert and delete drops it: after random
+    changes each answer still equals a brute-force scan of what is stored."""
+    rng = np.random.default_rng(0)
+    cats, genders = ["Apparel", "Footwear", "Bags"], ["Men", "Women", "Unisex"]
+    f = FilterIndex(["category", "gender"])
+    truth: dict[int, tuple[str, str, float | None]] = {}
+    queries = [({"category": ["apparel"]}, None), ({"gender": ["WOMEN", "unisex"]}, None),
+               ({"category": ["bags"], "gender": ["men"]}, None), ({}, 30.0)]
+    for _ in range(60):
+        iid = int(rng.integers(0, 25))
+        if rng.random() < 0.25:
+            f.delete(iid)
+            truth.pop(iid, None)
+        else:
+            c, g = cats[rng.integers(0, 3)], genders[rng.integers(0, 3)]
+            price = None if rng.random() < 0.3 else float(rng.integers(1, 60))
+            f.upsert(iid, {"category": [c], "gender": [g]}, price=price)
+            truth[iid] = (c, g, price)
+        for terms, pmax in queries:
+            for _ in range(2):  # the second answer is the cached one
+                got = f.allowed(terms, price_max=pmax)
+                want = sorted(i for i, (c, g, p) in truth.items()
+                              if all(v.casefold() in [x.casefold() for x in terms.get(k, [v])]
+                                     for k, v in (("category", c), ("gender", g)))
+                              and (pmax is None or (p is not None and p <= pmax)))
+                assert got.tolist() == want
+                assert not got.flags.writeable  # shared between searches: nobody may change it
+
+
 def test_record_store_sequence_and_tombstones(tmp_path):
     rs = RecordStore(tmp_path / "r.sqlite")
     v = {"fused": np.ones(4, np.float32), "image": None, "text": np.zeros(4, np.float32)}

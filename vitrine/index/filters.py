@@ -8,7 +8,7 @@ filters on different fields must all match.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -26,6 +26,11 @@ class FilterIndex:
         self._values: dict[int, dict[str, tuple[str, ...]]] = {}
         self._price: dict[int, float] = {}
         self._lock = threading.RLock()
+        # Answers of recent filters, dropped on any change: shoppers repeat the same few filters
+        # (a gender, a category), and one over thousands of products costs a set union and a
+        # sort per search.
+        self._cache: OrderedDict[tuple, np.ndarray | None] = OrderedDict()
+        self.cache_size = 256
 
     def __len__(self) -> int:
         return len(self._values)
@@ -33,6 +38,7 @@ class FilterIndex:
     def upsert(self, iid: int, values: Mapping[str, Iterable[object]], price: float | None = None) -> None:
         with self._lock:
             self.delete(iid)
+            self._changed()
             stored: dict[str, tuple[str, ...]] = {}
             for f in self.fields:
                 vals = tuple(dict.fromkeys(norm_value(v) for v in values.get(f, ()) if str(v).strip()))
@@ -48,7 +54,10 @@ class FilterIndex:
     def delete(self, iid: int) -> None:
         with self._lock:
             old = self._values.pop(iid, None)
-            self._price.pop(iid, None)
+            had_price = self._price.pop(iid, None) is not None
+            if not old and not had_price:
+                return
+            self._changed()
             if not old:
                 return
             for f, vals in old.items():
@@ -59,32 +68,52 @@ class FilterIndex:
                         if not s:
                             del self._postings[f][v]
 
+    def _changed(self) -> None:
+        self._cache.clear()
+
     def allowed(
         self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None
     ) -> np.ndarray | None:
-        """Ids matching every field's terms and the price range; ``None`` when nothing filters."""
+        """Ids matching every field's terms and the price range (sorted, read-only); ``None`` when
+        nothing filters."""
         with self._lock:
-            result: set[int] | None = None
+            norm: list[tuple[str, tuple[str, ...]]] = []
             for f, vals in terms.items():
                 if f not in self._postings:
                     raise KeyError(f)
-                vals = [norm_value(v) for v in vals]
-                if not vals:
-                    continue
-                match: set[int] = set()
-                for v in vals:
-                    match |= self._postings[f].get(v, set())
-                result = match if result is None else (result & match)
-                if not result:
-                    return np.zeros(0, dtype=np.int64)
-            if price_min is not None or price_max is not None:
-                lo = -np.inf if price_min is None else price_min
-                hi = np.inf if price_max is None else price_max
-                priced = {i for i, p in self._price.items() if lo <= p <= hi}
-                result = priced if result is None else (result & priced)
-            if result is None:
-                return None
-            return np.fromiter(sorted(result), dtype=np.int64, count=len(result))
+                norm.append((f, tuple(sorted({norm_value(v) for v in vals}))))
+            key = (tuple(sorted(norm)), price_min, price_max)
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            out = self._allowed(norm, price_min, price_max)
+            if out is not None:
+                out.flags.writeable = False  # shared by every search with this filter
+            self._cache[key] = out
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return out
+
+    def _allowed(self, terms: list[tuple[str, tuple[str, ...]]], price_min: float | None,
+                 price_max: float | None) -> np.ndarray | None:
+        result: set[int] | None = None
+        for f, vals in terms:
+            if not vals:
+                continue
+            match: set[int] = set()
+            for v in vals:
+                match |= self._postings[f].get(v, set())
+            result = match if result is None else (result & match)
+            if not result:
+                return np.zeros(0, dtype=np.int64)
+        if price_min is not None or price_max is not None:
+            lo = -np.inf if price_min is None else price_min
+            hi = np.inf if price_max is None else price_max
+            priced = {i for i, p in self._price.items() if lo <= p <= hi}
+            result = priced if result is None else (result & priced)
+        if result is None:
+            return None
+        return np.fromiter(sorted(result), dtype=np.int64, count=len(result))
 
     def values_of(self, iid: int) -> dict[str, tuple[str, ...]]:
         return dict(self._values.get(iid, {}))

@@ -136,8 +136,11 @@ class QueryUnderstanding:
     def extractor(self) -> "SlotExtractor":
         from vitrine.intent.slots import SlotExtractor  # noqa: PLC0415
 
-        key = (self.engine.records.seq, len(self.engine))
         now = time.monotonic()
+        current = self._extractor
+        if current is not None and now - self._vocab_at < self.settings.intent_vocab_refresh_s:
+            return current  # fresh enough: no look at the record store (a query per search otherwise)
+        key = (self.engine.records.seq, len(self.engine))
         with self._lock:
             stale = self._extractor is None or (key != self._vocab_key and
                                                 now - self._vocab_at >= self.settings.intent_vocab_refresh_s)

@@ -24,7 +24,7 @@ from vitrine.index.graph import (
 from vitrine.ingest.catalog import ingest_file
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
-from vitrine.search.fusion import Candidate, Pool, fuse_weighted
+from vitrine.search.fusion import Pool, fuse_weighted
 from vitrine.search.models import Filters, SearchRequest
 
 from conftest import REPO, SOURCE
@@ -324,7 +324,7 @@ def test_cli_graph_check_and_make_queries(tmp_path, all_rows, data):
 def test_weighted_fusion_head_equals_the_full_ranking_head(rows, k):
     """fuse(limit=k) scores only totals and explains the best k: it must return exactly the
     head of the full ranking, with the same scores and explanations."""
-    pool = Pool(cands={i: Candidate(i, v, {}, b, g) for i, (v, b, g) in enumerate(rows)}, terms=QueryTerms())
+    pool = Pool.of(dict(enumerate(rows)), QueryTerms())
     weights = {"vector": 1.0, "bm25": 0.3, "graph:category": 0.4, "graph:colour": 0.2, "graph:brand": 0.25}
     full = fuse_weighted(pool, weights)
     assert fuse_weighted(pool, weights, k) == full[:k]

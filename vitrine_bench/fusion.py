@@ -118,12 +118,12 @@ def run(data_dir: Path, queries: list[Path], out: Path, *, limit: int | None = N
     all_pools = [p for _, ps, _ in groups for p in ps]
     rep.add("queries", {g: len(ps) for g, ps, _ in groups})
     rep.add("pool_seconds", t_pools)
-    rep.add("pool_size_mean", float(np.mean([len(p.cands) for p in all_pools])))
+    rep.add("pool_size_mean", float(np.mean([len(p) for p in all_pools])))
     rep.add("results", results)
     rep.add("tuned", {"weighted": w_best, "rrf": r_best, "rrf_k": r_k})
     rep.text(f"{n_queries} queries from {', '.join(f'`{q.name}`' for q in queries)} over the {len(engine)} "
              f"products of `{data_dir}`. Each query's candidate pool (vector top-N, BM25 top-N and graph-matched "
-             f"products; mean {np.mean([len(p.cands) for p in all_pools]):.0f} candidates) is built once; weights "
+             f"products; mean {np.mean([len(p) for p in all_pools]):.0f} candidates) is built once; weights "
              "are tuned by coordinate ascent on the mean nDCG@10 over the query sets. Tune on val, report test "
              "with `vitrine eval`.")
     cols = ["setting", "method"] + [f"{g} {m}" for g, _, _ in groups for m in ("nDCG@10", "R@10")] + ["mean nDCG@10"]

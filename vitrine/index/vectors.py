@@ -126,6 +126,15 @@ class VectorIndex:
             rows = [self._row_of[int(i)] for i in ids]
             return self._vecs[rows].copy()
 
+    def get_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``ids`` are here (a boolean mask) and their vectors, in order."""
+        with self._lock:
+            row_of = self._row_of
+            rows = np.fromiter((row_of.get(i, -1) for i in np.asarray(ids, dtype=np.int64).tolist()),
+                               dtype=np.int64, count=len(ids))
+            have = rows >= 0
+            return have, self._vecs[rows[have]]
+
     def _grow(self, need: int) -> None:
         cap = len(self._vecs)
         if self._n + need <= cap:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from operator import attrgetter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -43,33 +44,68 @@ GRAPH_FIELDS = ("brand", "colour", "gender", "usage", "season")
 _RELAX_ORDER = ("season", "usage", "colour", "brand", "gender")
 
 
-@dataclass
-class Candidate:
-    iid: int
-    vector: float = float("nan")
-    parts: dict[str, float] = field(default_factory=dict)
-    bm25: float = 0.0
-    graph: dict[str, float] = field(default_factory=dict)
-
-    def signals(self, bm25_max: float) -> dict[str, float]:
-        out = {"vector": self.vector}
-        if self.bm25 > 0 and bm25_max > 0:
-            out["bm25"] = self.bm25 / bm25_max
-        out.update(self.graph)
-        return out
+# Graph signal columns of a pool, in the order a candidate's explanation lists them.
+GRAPH_SIGNALS = ("graph:category", "graph:proximity", *(f"graph:{f}" for f in GRAPH_FIELDS))
 
 
 @dataclass
 class Pool:
-    """A query's candidates with all their signals (before fusion)."""
+    """A query's candidates with all their signals (before fusion), one numpy row per candidate.
 
-    cands: dict[int, Candidate]
+    ``iids`` sorted; ``vector`` the engine's vector score and ``parts`` its modality parts (columns
+    ``part_names``); ``bm25`` the raw BM25 score (0: no match); ``graph`` one column per
+    :data:`GRAPH_SIGNALS` (0: the signal is absent). Arrays, not objects: a pool of ~150
+    candidates is scored and fused per search, and per-candidate Python was most of a hybrid
+    search's CPU on a busy server."""
+
+    iids: np.ndarray
+    vector: np.ndarray
+    bm25: np.ndarray
+    graph: np.ndarray
     terms: QueryTerms
+    parts: np.ndarray | None = None
+    part_names: tuple[str, ...] = ()
     degraded: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.iids)
+
+    @classmethod
+    def of(cls, rows: Mapping[int, tuple[float, float, Mapping[str, float]]], terms: QueryTerms | None = None) -> "Pool":
+        """A pool from ``{iid: (vector, bm25, {graph signal: value})}`` (tests, tools)."""
+        iids = np.array(sorted(rows), dtype=np.int64)
+        graph = np.zeros((len(iids), len(GRAPH_SIGNALS)))
+        for r, i in enumerate(iids.tolist()):
+            for name, x in rows[i][2].items():
+                graph[r, GRAPH_SIGNALS.index(name)] = x
+        return cls(iids=iids, vector=np.array([rows[i][0] for i in iids.tolist()], dtype=np.float64),
+                   bm25=np.array([rows[i][1] for i in iids.tolist()], dtype=np.float64), graph=graph,
+                   terms=terms or QueryTerms())
 
     @property
     def bm25_max(self) -> float:
-        return max((c.bm25 for c in self.cands.values()), default=0.0)
+        return float(self.bm25.max()) if len(self.bm25) else 0.0
+
+    def bm25_norm(self) -> np.ndarray:
+        """BM25 over the pool's best (0 where none)."""
+        bmax = self.bm25_max
+        return self.bm25 / bmax if bmax > 0 else np.zeros_like(self.bm25)
+
+    def signals(self, r: int) -> dict[str, float]:
+        """Row ``r``'s signals by name: the vector score, BM25 (when it matched), graph signals present."""
+        out = {"vector": float(self.vector[r])}
+        b = self.bm25[r]
+        if b > 0 and self.bm25_max > 0:
+            out["bm25"] = float(b / self.bm25_max)
+        for name, x in zip(GRAPH_SIGNALS, self.graph[r].tolist()):
+            if x != 0.0:
+                out[name] = x
+        return out
+
+    def vector_parts(self, r: int) -> dict[str, float]:
+        if self.parts is None:
+            return {}
+        return dict(zip(self.part_names, self.parts[r].tolist()))
 
 
 Ranked = list[tuple[int, float, dict[str, float]]]
@@ -98,7 +134,8 @@ def graph_candidates(graph: ProductGraph, terms: QueryTerms) -> set[int]:
 
 
 class GraphScorer:
-    """Graph signals of candidates for one query's terms (caches per query)."""
+    """Graph signals of candidates for one query's terms: a row of :data:`GRAPH_SIGNALS` values
+    per product, remembered per combination of the facts it reads (products share them)."""
 
     def __init__(self, graph: ProductGraph, terms: QueryTerms) -> None:
         self.graph, self.terms = graph, terms
@@ -109,7 +146,20 @@ class GraphScorer:
         self.want = {f: {norm_key(v) for v in terms.get(f)} for f in GRAPH_FIELDS if terms.get(f)}
         self.want_families = {graph.data.colours.family_of(v) for v in terms.get("colour")} - \
             set(graph.data.colours.universal) - {None}
-        self._prox: dict[str | None, float] = {}
+        # the facts the signals depend on: the memo's key
+        self._key = attrgetter("category", *self.want) if self.cats else attrgetter(*self.want) if self.want else None
+        self._memo: dict[object, tuple[float, ...]] = {}
+        self._zero = (0.0,) * len(GRAPH_SIGNALS)
+
+    def row(self, facts: ProductFacts | None) -> tuple[float, ...]:
+        if facts is None or self._key is None:
+            return self._zero
+        key = self._key(facts)
+        hit = self._memo.get(key)
+        if hit is None:
+            got = self(facts)
+            hit = self._memo[key] = tuple(got.get(name, 0.0) for name in GRAPH_SIGNALS)
+        return hit
 
     def __call__(self, facts: ProductFacts | None) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -120,9 +170,7 @@ class GraphScorer:
             if g.category_node(facts.category) in self.leaves:
                 out["graph:category"] = 1.0
             else:
-                p = self._prox.get(facts.category)
-                if p is None:
-                    p = self._prox[facts.category] = g.category_proximity(facts.category, self.cats)
+                p = g.category_proximity(facts.category, self.cats)
                 if p > 0:
                     out["graph:proximity"] = p
         for f, want in self.want.items():
@@ -139,36 +187,37 @@ class GraphScorer:
 
 
 # -- the pool ----------------------------------------------------------------------------------------
-def vector_scores(engine: "Engine", qv: Mapping[str, np.ndarray], iids: list[int]) -> dict[int, tuple[float, dict]]:
-    """The engine's vector score (and its modality parts) for given products."""
-    out: dict[int, tuple[float, dict]] = {}
-    if not iids:
-        return out
+def vector_scores(engine: "Engine", qv: Mapping[str, np.ndarray], iids: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """The engine's vector score of given products, as its ranking computes it: (which of
+    ``iids`` have one, their scores, their modality parts, the parts' names)."""
     fused, image = engine.vectors["fused"], engine.vectors["image"]
-    ids = np.asarray(iids, dtype=np.int64)
     if len(qv) == 1:
         mod, q = next(iter(qv.items()))
         index = image if mod == "image" else fused
-        name = f"{mod}->{'image' if mod == 'image' else 'fused'}"
-        have = [i for i in iids if i in index]
-        if have:
-            s = index.get(have) @ q
-            for i, v in zip(have, s.tolist()):
-                out[i] = (float(v), {name: float(v)})
-        return out
+        have, vecs = index.get_present(iids)
+        sc = (vecs @ q).astype(np.float64)
+        return have, sc, sc[:, None], (f"{mod}->{'image' if mod == 'image' else 'fused'}",)
     w = engine.settings.query_image_weight
-    have = [i for i in iids if i in fused]
-    if not have:
-        return out
-    ids = np.asarray(have, dtype=np.int64)
-    s_txt = fused.get(ids) @ qv["text"]
-    has_img = np.array([i in image for i in have])
-    s_img = np.zeros(len(have), dtype=np.float32)
-    if has_img.any():
-        s_img[has_img] = image.get(ids[has_img]) @ qv["image"]
-    for i, si, st in zip(have, s_img.tolist(), s_txt.tolist()):
-        out[i] = (float(w * si + (1 - w) * st), {"image->image": float(si), "text->fused": float(st)})
-    return out
+    have, vecs = fused.get_present(iids)
+    s_txt = vecs @ qv["text"]
+    has_img, img_vecs = image.get_present(iids[have])
+    s_img = np.zeros(len(s_txt), dtype=np.float32)
+    s_img[has_img] = img_vecs @ qv["image"]
+    total = w * s_img + (1 - w) * s_txt  # in float32, as the engine's vector ranking blends them
+    return (have, total.astype(np.float64),
+            np.stack([s_img, s_txt], axis=1).astype(np.float64), ("image->image", "text->fused"))
+
+
+def _vector_ids(engine: "Engine", qv: Mapping[str, np.ndarray], n: int, allowed: np.ndarray | None) -> np.ndarray:
+    """Ids of the engine's vector top ``n`` (scores are recomputed for the whole pool)."""
+    if len(qv) == 1:
+        mod, q = next(iter(qv.items()))
+        if allowed is not None and len(allowed) == 0:
+            return np.zeros(0, dtype=np.int64)
+        _, ids = engine.vectors["image" if mod == "image" else "fused"].search(q[None], n, allowed)
+        return ids[0][ids[0] >= 0]
+    return np.array([iid for iid, _, _ in engine._rank(dict(qv), n, allowed)], dtype=np.int64)
 
 
 def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int,
@@ -178,12 +227,9 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     s = engine.settings
     signals = set(s.fusion_signals if signals is None else signals)
     n = max(s.fusion_candidates, k * s.candidate_multiplier)
-    allowed_set = set(allowed.tolist()) if allowed is not None else None
-    cands: dict[int, Candidate] = {}
-    for iid, score, parts in engine._rank(dict(qv), n, allowed):
-        cands[iid] = Candidate(iid, score, dict(parts))
+    found = [_vector_ids(engine, qv, n, allowed)]
     degraded: list[str] = []
-    bm25_scores: dict[int, float] = {}
+    bm25_scores: Mapping[int, float] = {}
     if "bm25" in signals:
         try:  # one pass over the matches: the top n join the pool, the rest score other candidates
             bm25_scores = engine.records.bm25_scores(text)
@@ -191,11 +237,11 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
             if top is not None:
                 best = top(n, allowed)
             else:
+                allowed_set = set(allowed.tolist()) if allowed is not None else None
                 ranked = bm25_scores.items() if allowed_set is None else \
                     ((i, b) for i, b in bm25_scores.items() if i in allowed_set)
                 best = heapq.nlargest(n, ranked, key=lambda t: (t[1], -t[0]))
-            for iid, _ in best:
-                cands.setdefault(iid, Candidate(iid))
+            found.append(np.array([iid for iid, _ in best], dtype=np.int64))
         except Exception as e:  # noqa: BLE001 - a failing retriever degrades, never fails the search
             log.warning("BM25 retrieval failed: %s", e)
             degraded.append("bm25")
@@ -208,88 +254,106 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
             except Exception as e:  # noqa: BLE001
                 log.warning("graph query matching failed: %s", e)
                 degraded.append("graph")
-    if "graph" in signals and terms and "graph" not in degraded:
+    use_graph = "graph" in signals and bool(terms) and "graph" not in degraded
+    if use_graph:
         try:
             with graph._lock:
                 gset = graph_candidates(graph, terms)
-            if allowed_set is not None:
-                gset &= allowed_set
             if gset:
-                for iid, score, parts in engine._rank(dict(qv), n, np.fromiter(sorted(gset), dtype=np.int64)):
-                    c = cands.setdefault(iid, Candidate(iid))
-                    c.vector, c.parts = score, dict(parts)
+                gids = np.fromiter(gset, dtype=np.int64, count=len(gset))
+                if allowed is not None:
+                    gids = np.intersect1d(gids, allowed, assume_unique=True)
+                else:
+                    gids.sort()
+                if len(gids):
+                    found.append(_vector_ids(engine, qv, n, gids))
         except Exception as e:  # noqa: BLE001
             log.warning("graph retrieval failed: %s", e)
             degraded.append("graph")
-    missing = [i for i, c in cands.items() if np.isnan(c.vector)]
-    if missing:
-        vs = vector_scores(engine, qv, missing)
-        for i in missing:
-            if i in vs:
-                cands[i].vector, cands[i].parts = vs[i][0], vs[i][1]
-            else:  # no vector (another model's, or deleted meanwhile): cannot be ranked
-                cands.pop(i)
-    if "bm25" in signals and "bm25" not in degraded:
+            use_graph = False
+    iids = np.unique(np.concatenate(found))
+    have, vector, parts, part_names = vector_scores(engine, qv, iids)
+    iids = iids[have]  # no vector (another model's, or deleted meanwhile): cannot be ranked
+    bm25 = np.zeros(len(iids))
+    if "bm25" in signals and "bm25" not in degraded and len(iids):
         many = getattr(bm25_scores, "get_many", None)  # one vectorised lookup for the whole pool
-        vals = many(list(cands)) if many is not None else [bm25_scores.get(i, 0.0) for i in cands]
-        for c, v in zip(cands.values(), vals):
-            c.bm25 = v
-    if "graph" in signals and terms and "graph" not in degraded:
+        bm25 = np.asarray(many(iids.tolist()) if many is not None else
+                          [bm25_scores.get(i, 0.0) for i in iids.tolist()], dtype=np.float64)
+    gmat = np.zeros((len(iids), len(GRAPH_SIGNALS)))
+    if use_graph and len(iids):
         try:
             with graph._lock:
                 scorer = GraphScorer(graph, terms)
-                for c in cands.values():
-                    c.graph = scorer(graph.facts(c.iid))
+                gmat = np.array([scorer.row(graph.facts(i)) for i in iids.tolist()], dtype=np.float64)
         except Exception as e:  # noqa: BLE001
             log.warning("graph signals failed: %s", e)
             degraded.append("graph")
-            for c in cands.values():
-                c.graph = {}
-    return Pool(cands=cands, terms=terms, degraded=degraded)
+            gmat = np.zeros((len(iids), len(GRAPH_SIGNALS)))
+    return Pool(iids=iids, vector=vector, bm25=bm25, graph=gmat, terms=terms, parts=parts,
+                part_names=part_names, degraded=degraded)
 
 
 # -- fusion ----------------------------------------------------------------------------------------
-def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = None) -> Ranked:
-    """Weighted sum of each candidate's signals, best first; with ``limit`` only the best
-    ``limit`` are returned (the same ones, with the same scores, as the head of the full list)."""
-    bmax = pool.bm25_max
-    w_vec, w_bm25 = weights.get("vector", 0.0), weights.get("bm25", 0.0)
-    totals: list[tuple[float, int, Candidate]] = []
-    for c in pool.cands.values():
-        # the same additions, in the same order, as summing the explanation below
-        t = w_vec * c.vector
-        if c.bm25 > 0 and bmax > 0:
-            t += w_bm25 * (c.bm25 / bmax)
-        for name, x in c.graph.items():
-            t += weights.get(name, 0.0) * x
-        totals.append((-t, c.iid, c))
-    head = heapq.nsmallest(limit, totals, key=lambda r: (r[0], r[1])) if limit is not None else \
-        sorted(totals, key=lambda r: (r[0], r[1]))
+def _explain(pool: Pool, rows: Iterable[int], contrib_of) -> Ranked:  # noqa: ANN001
     out: Ranked = []
-    for _, _, c in head:  # the per-signal explanation, for the returned ones only
-        contrib = {name: weights.get(name, 0.0) * x for name, x in c.signals(bmax).items()}
-        contrib = {name: v for name, v in contrib.items() if v != 0.0 or name == "vector"}
-        out.append((c.iid, float(sum(contrib.values())), contrib))
+    for r in rows:
+        contrib = contrib_of(r)
+        out.append((int(pool.iids[r]), float(sum(contrib.values())), contrib))
     return out
+
+
+def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = None) -> Ranked:
+    """Weighted sum of each candidate's signals, best first (ties: smaller iid); with ``limit``
+    only the best ``limit`` are returned (the same ones, with the same scores, as the head of
+    the full list)."""
+    if not len(pool):
+        return []
+    # the same additions, in the same order, as summing a candidate's explanation below
+    total = weights.get("vector", 0.0) * pool.vector + weights.get("bm25", 0.0) * pool.bm25_norm()
+    for j, name in enumerate(GRAPH_SIGNALS):
+        w = weights.get(name, 0.0)
+        if w != 0.0:
+            total = total + w * pool.graph[:, j]
+    order = np.lexsort((pool.iids, -total))
+    if limit is not None:
+        order = order[:limit]
+
+    def contrib_of(r: int) -> dict[str, float]:  # the per-signal explanation, for the returned ones only
+        c = {name: weights.get(name, 0.0) * x for name, x in pool.signals(r).items()}
+        return {name: v for name, v in c.items() if v != 0.0 or name == "vector"}
+
+    return _explain(pool, order.tolist(), contrib_of)
 
 
 def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float) -> Ranked:
-    bmax = pool.bm25_max
-    sig = {c.iid: c.signals(bmax) for c in pool.cands.values()}
-    vec = {c.iid: c.vector for c in pool.cands.values()}
-    names = sorted({n for s in sig.values() for n in s})
-    contrib: dict[int, dict[str, float]] = {i: {} for i in sig}
-    for name in names:
+    """Reciprocal-rank fusion: each signal ranks the candidates that have it (ties: better vector
+    score, then smaller iid); a candidate gains ``w / (rrf_k + rank)`` from each."""
+    n = len(pool)
+    if not n:
+        return []
+    cols = {"vector": pool.vector, "bm25": pool.bm25_norm(),
+            **{name: pool.graph[:, j] for j, name in enumerate(GRAPH_SIGNALS)}}
+    names = sorted(cols)  # summed in name order, as the explanation lists them
+    contrib = np.zeros((n, len(names)))
+    for j, name in enumerate(names):
         w = weights.get(name, 0.0)
+        x = cols[name]
         if w == 0.0:
             continue
-        have = [i for i, s in sig.items() if s.get(name, 0.0) > 0 or name == "vector"]
-        have.sort(key=lambda i: (-sig[i].get(name, 0.0), -vec[i], i))
-        for rank, i in enumerate(have, start=1):
-            contrib[i][name] = w / (rrf_k + rank)
-    out = [(i, float(sum(c.values())), c) for i, c in contrib.items()]
-    out.sort(key=lambda t: (-t[1], -vec[t[0]], t[0]))
-    return out
+        have = np.arange(n) if name == "vector" else np.flatnonzero(x > 0)
+        if not len(have):
+            continue
+        order = have[np.lexsort((pool.iids[have], -pool.vector[have], -x[have]))]
+        contrib[order, j] = w / (rrf_k + np.arange(1, len(order) + 1))
+    total = np.zeros(n)
+    for j in range(len(names)):  # one addition at a time, in the explanation's order
+        total = total + contrib[:, j]
+    order = np.lexsort((pool.iids, -pool.vector, -total))
+
+    def contrib_of(r: int) -> dict[str, float]:
+        return {name: float(contrib[r, j]) for j, name in enumerate(names) if contrib[r, j] != 0.0}
+
+    return _explain(pool, order.tolist(), contrib_of)
 
 
 def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float = 60.0,
@@ -316,8 +380,6 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
     pool = build_pool(engine, qv, text, k, allowed)
     weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
     ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=k)
-    out: Ranked = []
-    for iid, score, contrib in ranked:
-        c = pool.cands[iid]
-        out.append((iid, score, {**c.parts, **contrib}))
-    return out, {i: c.vector for i, c in pool.cands.items()}, pool.degraded, pool.terms
+    row_of = {iid: r for r, iid in enumerate(pool.iids.tolist())}
+    out: Ranked = [(iid, score, {**pool.vector_parts(row_of[iid]), **contrib}) for iid, score, contrib in ranked]
+    return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms

@@ -24,7 +24,7 @@ from vitrine.index.graph import (
 from vitrine.ingest.catalog import ingest_file
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
-from vitrine.search.fusion import Pool, fuse_weighted
+from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted
 from vitrine.search.models import Filters, SearchRequest
 
 from conftest import REPO, SOURCE
@@ -329,6 +329,56 @@ def test_weighted_fusion_head_equals_the_full_ranking_head(rows, k):
     full = fuse_weighted(pool, weights)
     assert fuse_weighted(pool, weights, k) == full[:k]
     assert [s for _, s, _ in full] == sorted((s for _, s, _ in full), reverse=True)
+
+
+def _reference_fusion(rows, weights, method, rrf_k):
+    """Fusion one candidate at a time over plain dicts (the pool before it became arrays)."""
+    bmax = max((b for _, b, _ in rows.values()), default=0.0)
+    sig = {}
+    for i, (v, b, g) in rows.items():
+        s = {"vector": v}
+        if b > 0 and bmax > 0:
+            s["bm25"] = b / bmax
+        s.update({name: g[name] for name in GRAPH_SIGNALS if g.get(name, 0.0) != 0.0})  # the scorer's order
+        sig[i] = s
+    if method == "weighted":
+        out = []
+        for i, s in sig.items():
+            contrib = {n: weights.get(n, 0.0) * x for n, x in s.items()}
+            contrib = {n: c for n, c in contrib.items() if c != 0.0 or n == "vector"}
+            out.append((i, sum(contrib.values()), contrib))
+        return sorted(out, key=lambda t: (-t[1], t[0]))
+    contrib = {i: {} for i in sig}
+    for name in sorted({n for s in sig.values() for n in s}):
+        w = weights.get(name, 0.0)
+        if w == 0.0:
+            continue
+        have = sorted((i for i, s in sig.items() if s.get(name, 0.0) > 0 or name == "vector"),
+                      key=lambda i: (-sig[i].get(name, 0.0), -sig[i]["vector"], i))
+        for rank, i in enumerate(have, start=1):
+            contrib[i][name] = w / (rrf_k + rank)
+    out = [(i, sum(c.values()), c) for i, c in contrib.items()]
+    return sorted(out, key=lambda t: (-t[1], -sig[t[0]]["vector"], t[0]))
+
+
+@given(st.dictionaries(st.integers(0, 10_000),
+                       st.tuples(st.floats(-1, 1, allow_nan=False), st.sampled_from([0.0, 0.5, 3.0, 7.25]),
+                                 st.dictionaries(st.sampled_from(["graph:category", "graph:proximity", "graph:brand",
+                                                                  "graph:colour", "graph:gender"]),
+                                                 st.sampled_from([0.0, 0.125, 0.5, 1.0]), max_size=4)),
+                       max_size=40),
+       st.sampled_from(["weighted", "rrf"]))
+@settings(max_examples=200, deadline=None)
+def test_array_fusion_equals_fusing_one_candidate_at_a_time(rows, method):
+    """The numpy pool fuses exactly as the per-candidate reference: same order (ties included),
+    same scores, same explanations."""
+    weights = {"vector": 1.0, "bm25": 0.3, "graph:category": 0.4, "graph:proximity": 0.2, "graph:colour": 0.2,
+               "graph:brand": 0.25, "graph:gender": -0.1}
+    got = fuse(Pool.of(rows), method, weights=weights, rrf_k=10.0)
+    want = _reference_fusion(rows, weights, method, 10.0)
+    assert [i for i, _, _ in got] == [i for i, _, _ in want]
+    assert [s for _, s, _ in got] == [s for _, s, _ in want]
+    assert [c for _, _, c in got] == [c for _, _, c in want]
 
 
 @given(st.lists(st.integers(0, 500), unique=True, max_size=40), st.lists(st.integers(-5, 600), max_size=40))

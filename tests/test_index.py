@@ -137,6 +137,19 @@ def test_bad_input():
     assert (i == -1).all()
 
 
+def test_get_present_matches_lookups_one_by_one():
+    rng = np.random.default_rng(3)
+    idx = VectorIndex(8, "Flat")
+    ids = rng.choice(1000, 60, replace=False)
+    vecs = rng.standard_normal((60, 8)).astype(np.float32)
+    idx.upsert(ids, vecs)
+    idx.delete(ids[:10])
+    asked = np.concatenate([ids, rng.integers(1000, 1100, 5), ids[:3]])
+    have, got = idx.get_present(asked)
+    assert have.tolist() == [int(i) in idx for i in asked]
+    np.testing.assert_array_equal(got, idx.get(asked[have]))
+
+
 def test_filter_index():
     f = FilterIndex(["category", "gender"])
     f.upsert(1, {"category": ["Apparel", "Topwear"], "gender": ["Men"]}, price=10)

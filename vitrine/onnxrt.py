@@ -63,6 +63,9 @@ class OnnxModule:
         ort = _ort()
         so = ort.SessionOptions()
         so.intra_op_num_threads = max(1, int(threads))
+        # idle pool threads sleep rather than spin: a server runs several sessions side by side on
+        # few cores, and a spinning pool burns the cores the other requests need
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -137,9 +137,6 @@ class Settings(BaseSettings):
                                                    "often (0: never; 1 s when workers > 1).")
     tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
-    switch_interval_ms: float | None = Field(
-        None, gt=0, le=100, description="The API process's GIL switch interval (sys.setswitchinterval; Python's "
-                                        "default is 5 ms). None: Python's default.")
 
     # -- reliability: snapshots, hot swap, degraded mode, request limits (README "Reliability") --
     snapshot_keep: int = Field(3, ge=1, le=100, description="Index snapshot versions kept in DIR/index/snapshots.")

@@ -12,7 +12,6 @@ import hmac
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -218,8 +217,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
         own = engine is None
         if own and settings.tune_malloc:
             limit_heap_growth()
-        if own and settings.switch_interval_ms is not None:
-            sys.setswitchinterval(settings.switch_interval_ms / 1000)
         eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
         app.state.engine = eng
         if own:  # after the models loaded their libraries: the limits apply to loaded ones

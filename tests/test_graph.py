@@ -24,7 +24,7 @@ from vitrine.index.graph import (
 from vitrine.ingest.catalog import ingest_file
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
-from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted
+from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted, graph_candidates
 from vitrine.search.models import Filters, SearchRequest
 
 from conftest import REPO, SOURCE
@@ -133,6 +133,29 @@ def test_leaf_category_versus_group(data):
     assert g.products_of_category("Wallets") == {1, 3}
     # a query naming the group expands to every category filed under it (here Wallets, via product 1)
     assert g.products_with("category", ["category:freegifts"]) == {1, 2, 3}
+
+
+def test_remembered_product_sets_follow_every_change(data):
+    """Graph candidates are remembered per query terms; any product change must drop them."""
+    g = ProductGraph(data)
+    g.upsert(1, "a", {"title": "Baggit Women Pink Wallet", "category": ["Accessories", "Wallets", "Wallets"],
+                      "attributes": {"gender": "Women"}})
+    terms = g.match_query("women wallets")
+    assert terms
+
+    def cands():
+        return g.product_set(("graph_candidates", terms.key()), lambda: graph_candidates(g, terms)).tolist()
+
+    assert cands() == [1] and cands() == [1]
+    g.upsert(2, "b", {"title": "Lino Women Red Wallet", "category": ["Accessories", "Wallets", "Wallets"],
+                      "attributes": {"gender": "Women"}})
+    assert cands() == [1, 2]
+    g.delete(["a"])
+    assert cands() == [2]
+    g.upsert(2, "b", {"title": "Lino Men Red Wallet", "category": ["Accessories", "Wallets", "Wallets"],
+                      "attributes": {"gender": "Men"}})
+    assert cands() == [2]  # relaxed: no women's wallet left, the category alone
+    assert not g.product_set(("graph_candidates", terms.key()), lambda: []).flags.writeable
 
 
 def test_relations_and_complements(subset_graph):

@@ -30,7 +30,9 @@ class FilterIndex:
         # (a gender, a category), and one over thousands of products costs a set union and a
         # sort per search.
         self._cache: OrderedDict[tuple, np.ndarray | None] = OrderedDict()
-        self.cache_size = 256
+        self.cache_size = 4096  # answers kept, at most
+        self.cache_ids = 2_000_000  # ids kept over all answers, at most (16 MB)
+        self._cached_ids = 0
 
     def __len__(self) -> int:
         return len(self._values)
@@ -70,6 +72,7 @@ class FilterIndex:
 
     def _changed(self) -> None:
         self._cache.clear()
+        self._cached_ids = 0
 
     def allowed(
         self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None
@@ -90,8 +93,10 @@ class FilterIndex:
             if out is not None:
                 out.flags.writeable = False  # shared by every search with this filter
             self._cache[key] = out
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            self._cached_ids += 0 if out is None else len(out)
+            while len(self._cache) > self.cache_size or self._cached_ids > self.cache_ids:
+                _, old = self._cache.popitem(last=False)
+                self._cached_ids -= 0 if old is None else len(old)
             return out
 
     def _allowed(self, terms: list[tuple[str, tuple[str, ...]]], price_min: float | None,

@@ -31,13 +31,14 @@ import json
 import logging
 import re
 import threading
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from vitrine.errors import StorageError
 from vitrine.index.vectors import atomic_write_bytes, read_verified
@@ -355,6 +356,10 @@ class QueryTerms:
     def as_dict(self) -> dict[str, list[str]]:
         return {f: list(v) for f, v in self.values.items() if v}
 
+    def key(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The values named, hashable and in a canonical order (phrases aside)."""
+        return tuple(sorted((f, tuple(sorted(v))) for f, v in self.values.items() if v))
+
 
 @dataclass
 class ProductFacts:
@@ -381,6 +386,8 @@ class ProductGraph:
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
         self._leaves_cache: dict[str, frozenset[str]] = {}
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
+        # product sets computed from the postings (per query terms): dropped on any product change
+        self._sets_cache: OrderedDict[Hashable, np.ndarray] = OrderedDict()
         if graph is None:
             self.g = nx.MultiDiGraph(format=FORMAT_VERSION, fingerprint=self.data.fingerprint)
             self._build_backbone()
@@ -423,6 +430,7 @@ class ProductGraph:
             self.g.add_node(node, kind="category", name=name)
             self._vocab = None
             self._leaves_cache.clear()
+            self._sets_cache.clear()
             self._prox_cache.clear()
         if leaf and not self.g.nodes[node].get("mapped"):
             self.g.nodes[node]["mapped"] = True
@@ -432,6 +440,7 @@ class ProductGraph:
                 self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
                                 source="category_map.csv" if mapped is not None else "name match")
                 self._leaves_cache.clear()
+                self._sets_cache.clear()
                 self._prox_cache.clear()
         return node
 
@@ -488,6 +497,7 @@ class ProductGraph:
     def upsert(self, iid: int, pid: str, doc: Mapping[str, Any]) -> None:
         with self._lock:
             self._remove(pid)
+            self._sets_cache.clear()
             facts, path = self.facts_from_doc(iid, pid, doc)
             node = f"product:{pid}"
             self.g.add_node(node, kind="product", iid=iid, **{
@@ -502,6 +512,7 @@ class ProductGraph:
                     if pn != child and not self.g.has_edge(child, pn, key="in_group"):
                         self.g.add_edge(child, pn, key="in_group")
                         self._leaves_cache.clear()
+                        self._sets_cache.clear()
                         self._prox_cache.clear()
                     child = pn
             for f in ATTRIBUTE_FIELDS:
@@ -532,6 +543,7 @@ class ProductGraph:
         if node not in self.g:
             return False
         iid = self._iid_of.pop(pid, None)
+        self._sets_cache.clear()
         for _, target in self.g.out_edges(node):
             s = self._post.get(target)
             if s is not None and iid is not None:
@@ -551,6 +563,7 @@ class ProductGraph:
             return self.delete(pids)
 
     def _reindex(self) -> None:
+        self._sets_cache.clear()
         self._facts.clear()
         self._iid_of.clear()
         self._post.clear()
@@ -593,6 +606,21 @@ class ProductGraph:
                 else:
                     out |= self._post.get(f"{f}:{norm_key(v)}", set())
         return out
+
+    def product_set(self, key: Hashable, compute: Callable[[], Iterable[int]], *, keep: int = 1024) -> np.ndarray:
+        """The sorted iids ``compute()`` gives, remembered under ``key`` until any product changes
+        (read-only: shared by every caller with this key)."""
+        with self._lock:
+            hit = self._sets_cache.get(key)
+            if hit is not None:
+                self._sets_cache.move_to_end(key)
+                return hit
+            ids = np.array(sorted(compute()), dtype=np.int64)
+            ids.flags.writeable = False
+            self._sets_cache[key] = ids
+            while len(self._sets_cache) > keep:
+                self._sets_cache.popitem(last=False)
+            return ids
 
     def products_of_category(self, name: str) -> set[int]:
         """iids of products whose own (leaf) category is ``name``: no group expansion."""

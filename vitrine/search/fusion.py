@@ -257,14 +257,10 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     use_graph = "graph" in signals and bool(terms) and "graph" not in degraded
     if use_graph:
         try:
-            with graph._lock:
-                gset = graph_candidates(graph, terms)
-            if gset:
-                gids = np.fromiter(gset, dtype=np.int64, count=len(gset))
+            gids = graph.product_set(("graph_candidates", terms.key()), lambda: graph_candidates(graph, terms))
+            if len(gids):
                 if allowed is not None:
                     gids = np.intersect1d(gids, allowed, assume_unique=True)
-                else:
-                    gids.sort()
                 if len(gids):
                     found.append(_vector_ids(engine, qv, n, gids))
         except Exception as e:  # noqa: BLE001

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import heapq
 import logging
-from operator import attrgetter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -290,7 +290,9 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
 
 
 # -- fusion ----------------------------------------------------------------------------------------
-def _explain(pool: Pool, rows: Iterable[int], contrib_of) -> Ranked:  # noqa: ANN001
+def _explain(pool: Pool, rows: Iterable[int], contrib_of: Callable[[int], dict[str, float]]) -> Ranked:
+    """(iid, score, per-signal contributions) of the given pool rows; the score is the sum of
+    the contributions, so an explanation always adds up."""
     out: Ranked = []
     for r in rows:
         contrib = contrib_of(r)
@@ -376,6 +378,6 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
     pool = build_pool(engine, qv, text, k, allowed)
     weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
     ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=k)
-    row_of = {iid: r for r, iid in enumerate(pool.iids.tolist())}
-    out: Ranked = [(iid, score, {**pool.vector_parts(row_of[iid]), **contrib}) for iid, score, contrib in ranked]
+    rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted
+    out: Ranked = [(iid, score, {**pool.vector_parts(r), **contrib}) for r, (iid, score, contrib) in zip(rows, ranked)]
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms

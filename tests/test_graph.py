@@ -24,7 +24,7 @@ from vitrine.index.graph import (
 from vitrine.ingest.catalog import ingest_file
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
-from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted, graph_candidates
+from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted, graph_candidate_ids
 from vitrine.search.models import Filters, SearchRequest
 
 from conftest import REPO, SOURCE
@@ -144,7 +144,7 @@ def test_remembered_product_sets_follow_every_change(data):
     assert terms
 
     def cands():
-        return g.product_set(("graph_candidates", terms.key()), lambda: graph_candidates(g, terms)).tolist()
+        return graph_candidate_ids(g, terms).tolist()
 
     assert cands() == [1] and cands() == [1]
     g.upsert(2, "b", {"title": "Lino Women Red Wallet", "category": ["Accessories", "Wallets", "Wallets"],

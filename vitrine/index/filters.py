@@ -8,10 +8,12 @@ filters on different fields must all match.
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+
+from vitrine.index.cache import IdSetCache
 
 
 def norm_value(v: object) -> str:
@@ -29,10 +31,7 @@ class FilterIndex:
         # Answers of recent filters, dropped on any change: shoppers repeat the same few filters
         # (a gender, a category), and one over thousands of products costs a set union and a
         # sort per search.
-        self._cache: OrderedDict[tuple, np.ndarray | None] = OrderedDict()
-        self.cache_size = 4096  # answers kept, at most
-        self.cache_ids = 2_000_000  # ids kept over all answers, at most (16 MB)
-        self._cached_ids = 0
+        self._cache = IdSetCache(entries=4096, ids=2_000_000)  # at most 16 MB of ids
 
     def __len__(self) -> int:
         return len(self._values)
@@ -40,7 +39,7 @@ class FilterIndex:
     def upsert(self, iid: int, values: Mapping[str, Iterable[object]], price: float | None = None) -> None:
         with self._lock:
             self.delete(iid)
-            self._changed()
+            self._cache.clear()
             stored: dict[str, tuple[str, ...]] = {}
             for f in self.fields:
                 vals = tuple(dict.fromkeys(norm_value(v) for v in values.get(f, ()) if str(v).strip()))
@@ -56,12 +55,10 @@ class FilterIndex:
     def delete(self, iid: int) -> None:
         with self._lock:
             old = self._values.pop(iid, None)
-            had_price = self._price.pop(iid, None) is not None
-            if not old and not had_price:
-                return
-            self._changed()
+            self._price.pop(iid, None)
             if not old:
                 return
+            self._cache.clear()
             for f, vals in old.items():
                 for v in vals:
                     s = self._postings[f].get(v)
@@ -69,10 +66,6 @@ class FilterIndex:
                         s.discard(iid)
                         if not s:
                             del self._postings[f][v]
-
-    def _changed(self) -> None:
-        self._cache.clear()
-        self._cached_ids = 0
 
     def allowed(
         self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None
@@ -86,18 +79,7 @@ class FilterIndex:
                     raise KeyError(f)
                 norm.append((f, tuple(sorted({norm_value(v) for v in vals}))))
             key = (tuple(sorted(norm)), price_min, price_max)
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
-            out = self._allowed(norm, price_min, price_max)
-            if out is not None:
-                out.flags.writeable = False  # shared by every search with this filter
-            self._cache[key] = out
-            self._cached_ids += 0 if out is None else len(out)
-            while len(self._cache) > self.cache_size or self._cached_ids > self.cache_ids:
-                _, old = self._cache.popitem(last=False)
-                self._cached_ids -= 0 if old is None else len(old)
-            return out
+            return self._cache.get(key, lambda: self._allowed(norm, price_min, price_max))
 
     def _allowed(self, terms: list[tuple[str, tuple[str, ...]]], price_min: float | None,
                  price_max: float | None) -> np.ndarray | None:

@@ -31,7 +31,7 @@ import json
 import logging
 import re
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,7 @@ import networkx as nx
 import numpy as np
 
 from vitrine.errors import StorageError
+from vitrine.index.cache import IdSetCache
 from vitrine.index.vectors import atomic_write_bytes, read_verified
 
 log = logging.getLogger(__name__)
@@ -387,7 +388,7 @@ class ProductGraph:
         self._leaves_cache: dict[str, frozenset[str]] = {}
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
         # product sets computed from the postings (per query terms): dropped on any product change
-        self._sets_cache: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._sets_cache = IdSetCache(entries=1024)
         if graph is None:
             self.g = nx.MultiDiGraph(format=FORMAT_VERSION, fingerprint=self.data.fingerprint)
             self._build_backbone()
@@ -607,20 +608,13 @@ class ProductGraph:
                     out |= self._post.get(f"{f}:{norm_key(v)}", set())
         return out
 
-    def product_set(self, key: Hashable, compute: Callable[[], Iterable[int]], *, keep: int = 1024) -> np.ndarray:
+    def product_set(self, key: Hashable, compute: Callable[[], Iterable[int]]) -> np.ndarray:
         """The sorted iids ``compute()`` gives, remembered under ``key`` until any product changes
         (read-only: shared by every caller with this key)."""
         with self._lock:
-            hit = self._sets_cache.get(key)
-            if hit is not None:
-                self._sets_cache.move_to_end(key)
-                return hit
-            ids = np.array(sorted(compute()), dtype=np.int64)
-            ids.flags.writeable = False
-            self._sets_cache[key] = ids
-            while len(self._sets_cache) > keep:
-                self._sets_cache.popitem(last=False)
-            return ids
+            out = self._sets_cache.get(key, lambda: np.array(sorted(compute()), dtype=np.int64))
+            assert out is not None
+            return out
 
     def products_of_category(self, name: str) -> set[int]:
         """iids of products whose own (leaf) category is ``name``: no group expansion."""

@@ -121,11 +121,10 @@ def lexical_rank(engine: "Engine", qv: dict[str, np.ndarray], text: str | None, 
     terms = QueryTerms()
     if len(out) < k:
         try:
-            from vitrine.search.fusion import graph_candidates  # noqa: PLC0415
+            from vitrine.search.fusion import graph_candidate_ids  # noqa: PLC0415
 
             terms = engine.graph.match_query(text)
-            with engine.graph._lock:
-                more = sorted(graph_candidates(engine.graph, terms)) if terms else []
+            more = graph_candidate_ids(engine.graph, terms).tolist() if terms else []
             seen = {i for i, _, _ in out}
             allowed_set = set(only) if only is not None else None
             for iid in more:

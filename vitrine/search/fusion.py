@@ -133,6 +133,11 @@ def graph_candidates(graph: ProductGraph, terms: QueryTerms) -> set[int]:
     return sets.get("category", set())
 
 
+def graph_candidate_ids(graph: ProductGraph, terms: QueryTerms) -> np.ndarray:
+    """:func:`graph_candidates` as sorted iids, remembered per query terms until a product changes."""
+    return graph.product_set(("graph_candidates", terms.key()), lambda: graph_candidates(graph, terms))
+
+
 class GraphScorer:
     """Graph signals of candidates for one query's terms: a row of :data:`GRAPH_SIGNALS` values
     per product, remembered per combination of the facts it reads (products share them)."""
@@ -257,7 +262,7 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     use_graph = "graph" in signals and bool(terms) and "graph" not in degraded
     if use_graph:
         try:
-            gids = graph.product_set(("graph_candidates", terms.key()), lambda: graph_candidates(graph, terms))
+            gids = graph_candidate_ids(graph, terms)
             if len(gids):
                 if allowed is not None:
                     gids = np.intersect1d(gids, allowed, assume_unique=True)
@@ -323,9 +328,10 @@ def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = 
     return _explain(pool, order.tolist(), contrib_of)
 
 
-def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float) -> Ranked:
+def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float, limit: int | None = None) -> Ranked:
     """Reciprocal-rank fusion: each signal ranks the candidates that have it (ties: better vector
-    score, then smaller iid); a candidate gains ``w / (rrf_k + rank)`` from each."""
+    score, then smaller iid); a candidate gains ``w / (rrf_k + rank)`` from each. With ``limit``
+    only the best ``limit`` are explained and returned."""
     n = len(pool)
     if not n:
         return []
@@ -347,6 +353,8 @@ def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float) -> Ranked:
     for j in range(len(names)):  # one addition at a time, in the explanation's order
         total = total + contrib[:, j]
     order = np.lexsort((pool.iids, -pool.vector, -total))
+    if limit is not None:
+        order = order[:limit]
 
     def contrib_of(r: int) -> dict[str, float]:
         return {name: float(contrib[r, j]) for j, name in enumerate(names) if contrib[r, j] != 0.0}
@@ -359,8 +367,7 @@ def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float 
     if method == "weighted":
         return fuse_weighted(pool, weights, limit)
     if method == "rrf":
-        out = fuse_rrf(pool, weights, rrf_k)
-        return out if limit is None else out[:limit]
+        return fuse_rrf(pool, weights, rrf_k, limit)
     raise ValueError(f"unknown fusion method {method!r}")
 
 

@@ -87,6 +87,46 @@ def test_upsert_replaces_and_delete_removes():
     assert len(idx) == 499
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_flat_folds_rows_in_as_they_come_and_stays_exact(seed):
+    """A CPU Flat index takes each write at once (no tail searched apart): after any mix of new
+    rows, replaced rows and deletes, every search equals brute force over the live vectors."""
+    rng = np.random.default_rng(seed)
+    pool = _data(600, seed=seed + 10)
+    idx = VectorIndex(32, "Flat", use_gpu="never", exact_min=8, exact_fraction=0.0)
+    live: dict[int, np.ndarray] = {}
+    for step in range(120):
+        op = rng.random()
+        if op < 0.6 or not live:
+            ids = rng.choice(300, int(rng.integers(1, 6)), replace=False)  # new ids and replacements
+            vecs = pool[rng.integers(0, len(pool), len(ids))]
+            idx.upsert(ids, vecs)
+            live.update({int(i): v for i, v in zip(ids, vecs)})
+        elif op < 0.8:
+            gone = rng.choice(sorted(live), min(len(live), int(rng.integers(1, 4))), replace=False)
+            idx.delete(gone)
+            for i in gone:
+                live.pop(int(i))
+        assert idx._indexed == idx._n  # folded: nothing waits in a tail
+        if not live:
+            continue
+        ids = np.array(sorted(live), dtype=np.int64)
+        x = np.stack([live[int(i)] for i in ids])
+        q = pool[rng.integers(0, len(pool), 3)] + 0.01 * step
+        k = int(rng.integers(1, 12))
+        s, got = idx.search(q, k)
+        kk = min(k, len(ids))
+        want_s = -np.sort(-(q @ x.T), axis=1)[:, :kk]
+        np.testing.assert_allclose(s[:, :kk], want_s, rtol=1e-5, atol=1e-5)
+        assert set(got[:, :kk].ravel().tolist()) <= set(ids.tolist()) and (got[:, kk:] == -1).all()
+        allowed = rng.choice(ids, max(1, len(ids) // 3), replace=False)
+        s, got = idx.search(q, k, allowed=allowed)
+        ka = min(k, len(allowed))
+        xa = np.stack([live[int(i)] for i in allowed])
+        np.testing.assert_allclose(s[:, :ka], -np.sort(-(q @ xa.T), axis=1)[:, :ka], rtol=1e-5, atol=1e-5)
+        assert set(got[:, :ka].ravel().tolist()) <= set(allowed.tolist())
+
+
 def test_compaction_keeps_everything_searchable():
     x = _data(4000)
     idx = VectorIndex(32, "HNSW32")

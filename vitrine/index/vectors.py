@@ -191,7 +191,11 @@ class VectorIndex:
             self._extend_index()
 
     def _pending_limit(self) -> int:
-        # Rows searched exactly before they are folded into the ANN index.
+        """Rows searched exactly before they are folded into the ANN index. A CPU Flat index
+        takes rows as they come (adding is a copy): a tail searched apart cost a second scan and
+        a merge on every search, ~0.3 ms of 1.3 over 20,873 vectors."""
+        if self.factory == "Flat" and self._gpu_index is None and (self.use_gpu == "never" or gpu_count() == 0):
+            return 1
         return max(256, min(20_000, self._n // 20))
 
     def rebuild(self) -> None:
@@ -435,6 +439,8 @@ class VectorIndex:
             idx._configure(idx._index)
             idx._indexed = int(meta["indexed"])
             idx._gpu_index = idx._to_gpu(idx._index)
+        if idx._n > idx._indexed and idx._pending_limit() == 1:
+            idx._extend_index()
         return idx
 
     def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:

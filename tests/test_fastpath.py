@@ -87,22 +87,18 @@ def test_micro_batcher_close_serves_what_is_queued():
     assert [f.result(5) for f in futs] == [i + 1 for i in range(7)]
 
 
-def test_micro_batcher_and_guard_pool_work_in_a_forked_child():
+def test_micro_batcher_works_in_a_forked_child():
     """A process forked after the batcher's worker thread started (a pre-forking server, our forked
     ingest workers) gets its own worker; the old one's queue would never be read in the child."""
     import os
 
-    from vitrine.search import fallback
-
     b = MicroBatcher(lambda xs: [x * 2 for x in xs], max_batch=4, max_wait_s=0.0)
     assert b(3, timeout=5) == 6  # the parent's worker thread is running
-    assert fallback.guarded(lambda: 1, timeout_s=5, what="warm-up") == 1  # and the guard pool's
     pid = os.fork()
-    if pid == 0:  # the child: exit 0 only when both answer in time
+    if pid == 0:  # the child: exit 0 only when it answers in time
         code = 1
         try:
-            ok = b(21, timeout=5) == 42 and fallback.guarded(lambda: 7, timeout_s=5, what="child") == 7
-            code = 0 if ok else 1
+            code = 0 if b(21, timeout=5) == 42 else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

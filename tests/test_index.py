@@ -255,3 +255,17 @@ def test_record_store_sequence_and_tombstones(tmp_path):
     np.testing.assert_array_equal(rs.get("a", with_vectors=True).vectors["fused"], np.ones(4))
     rs.close()
     assert RecordStore(tmp_path / "r.sqlite").count() == 1
+
+
+def test_recent_seq_sees_its_own_writes_at_once_and_another_process_within_its_age(tmp_path):
+    v = {"fused": np.ones(4, np.float32), "image": None, "text": None}
+    mine, other = RecordStore(tmp_path / "r.sqlite"), RecordStore(tmp_path / "r.sqlite")
+    assert mine.recent_seq() == 0
+    seq1, _ = mine.upsert_many([RecordRow("a", {"title": "A"}, "h1", vectors=v)])
+    assert mine.recent_seq() == seq1  # read-your-writes without asking SQLite
+    seq2, _ = other.upsert_many([RecordRow("b", {"title": "B"}, "h2", vectors=v)])
+    assert mine.recent_seq(max_age_s=60) == seq1  # another handle's write: not asked for yet
+    assert mine.recent_seq(max_age_s=0) == seq2 == mine.recent_seq(max_age_s=60)
+    seq3, _ = mine.delete_many(["a"])
+    assert mine.recent_seq(max_age_s=60) == seq3
+    mine.close(), other.close()

@@ -242,23 +242,28 @@ class QueryEncoder:
         """Shared-space vectors of query photos (encoded bytes), (N, dim) float32; a photo that
         cannot be decoded raises :class:`~vitrine.errors.InvalidImage`."""
         keys = [self._image_key(p) for p in photos]
-
-        def submit(i: int) -> Future[np.ndarray]:
-            px = self.encoder.towers.preprocess(self.encoder.decode(photos[i]))  # bad photo: raises here
-            return self._image.submit(px)
-
-        return self._lookup(keys, submit)
+        return self._lookup(keys, lambda i: self._submit_photo(photos[i]))
 
     def text_future(self, text: str) -> Future[np.ndarray]:
         """One query text's vector as a future: start the encode now, collect it later (e.g.
         while the intent classifier runs). A cached vector comes back already done."""
         key = self._text_key(text)
         v = self.cache.get(key)
+        return _done(v) if v is not None else self._future(key, lambda: self._text.submit(text))
+
+    def image_future(self, photo: bytes) -> Future[np.ndarray]:
+        """One query photo's vector as a future. The photo is decoded here, in the caller's thread
+        (a photo that cannot be decoded raises :class:`~vitrine.errors.InvalidImage` now); the
+        tower runs in the batcher."""
+        key = self._image_key(photo)
+        v = self.cache.get(key)
         if v is not None:
-            done: Future[np.ndarray] = Future()
-            done.set_result(v)
-            return done
-        return self._future(key, lambda: self._text.submit(text))
+            return _done(v)
+        return self._future(key, lambda: self._submit_photo(photo))
+
+    def _submit_photo(self, photo: bytes) -> Future[np.ndarray]:
+        px = self.encoder.towers.preprocess(self.encoder.decode(photo))  # bad photo: raises here
+        return self._image.submit(px)
 
     def _future(self, key: Key, submit: Callable[[], Future[np.ndarray]]) -> Future[np.ndarray]:
         """The in-flight encode of ``key`` (concurrent callers asking for the same query share
@@ -371,6 +376,12 @@ class QueryEncoder:
         if emb is None:  # pragma: no cover
             raise ModelError("the adapter returned no image vectors")
         return _rows(emb)
+
+
+def _done(v: np.ndarray) -> Future[np.ndarray]:
+    fut: Future[np.ndarray] = Future()
+    fut.set_result(v)
+    return fut
 
 
 def _rows(a: np.ndarray) -> list[np.ndarray]:

@@ -530,17 +530,21 @@ class Engine:
             image_url=f"/images/{row.image_key}" if row.image_key else None,
         )
 
-    def query_vectors(self, text: str | None, image: bytes | None,
-                      text_vector: Future[np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def query_vectors(self, text: str | None, image: bytes | None, text_vector: Future[np.ndarray] | None = None,
+                      *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Shared-space query vectors per modality present (``text_vector``: the text's encode,
-        started earlier with ``query_encoder.text_future``)."""
-        out: dict[str, np.ndarray] = {}
+        started earlier with ``query_encoder.text_future``). Both encodes run in the query fast
+        path's batcher threads while this one waits for them, at most ``timeout_s`` in all
+        (TimeoutError past it; the abandoned encodes finish in the background)."""
+        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         qe = self.query_encoder
+        futures: dict[str, Future[np.ndarray]] = {}
         if text:
-            out["text"] = text_vector.result() if text_vector is not None else qe.text([text])[0]
+            futures["text"] = text_vector if text_vector is not None else qe.text_future(text)
         if image is not None:
-            out["image"] = qe.image([image])[0]
-        return out
+            futures["image"] = qe.image_future(image)  # a photo that cannot be decoded raises here
+        return {m: f.result(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+                for m, f in futures.items()}
 
     @property
     def query_encoder(self) -> QueryEncoder:
@@ -665,8 +669,8 @@ class Engine:
         if not text or self.settings.fusion == "off" or not self.settings.fusion_signals:
             return fusion.rank(self, qv, text, k, allowed)
         try:
-            return fallback.guarded(fusion.rank, self, qv, text, k, allowed,
-                                    timeout_s=self.settings.fusion_timeout_ms / 1000, what="hybrid fusion")
+            return fusion.rank(self, qv, text, k, allowed,
+                               deadline=time.perf_counter() + self.settings.fusion_timeout_ms / 1000)
         except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
             log.warning("hybrid fusion skipped for this search: %s", e)
             scored = self._rank(dict(qv), k, allowed)

@@ -11,22 +11,23 @@
   ["fusion"]``). Its retrievers already degrade one by one (``bm25``, ``graph``).
 - The intent classifier degrades in vitrine/search/understanding.py (``degraded: ["intent"]``).
 
-A guarded step runs in a worker thread while the searching thread waits, holding the engine's
-read lock for it: no write can change the state under the worker while the search waits. A step
-that overstays is abandoned (its result is dropped when it ends).
+Both budgets are kept without handing the step to another thread: the query encodes already run
+in the fast path's batcher threads, and the search waits for them at most ``gate_timeout_ms``
+(an abandoned encode finishes in the background); fusion runs in the searching thread, which
+checks its deadline between stages (a stage in progress is not interrupted). A hand-off per
+guarded step cost each request two more thread wake-ups, each waiting for the interpreter lock
+under load.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitrine.errors import InvalidInput, ModelError
-from vitrine.forksafe import ForkSafePool
 from vitrine.index.graph import QueryTerms
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,35 +35,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 Ranked = list[tuple[int, float, dict[str, float]]]
-
-_guard_pool = ForkSafePool(32, "vitrine-guard")
-
-
-def _executor() -> ThreadPoolExecutor:
-    return _guard_pool.get()
-
-
-def guarded(fn: Callable[..., T], *args: Any, timeout_s: float, what: str) -> T:
-    """``fn(*args)`` in a worker with a time budget: its result, or its exception re-raised, or
-    TimeoutError. Invalid input (a bad photo) is the caller's error and passes through as is."""
-    fut: Future[T] = _executor().submit(fn, *args)
-    try:
-        return fut.result(timeout=timeout_s)
-    except FutureTimeout as e:
-        fut.cancel()
-        raise TimeoutError(f"{what} took over {timeout_s * 1000:g} ms") from e
 
 
 def query_vectors(engine: "Engine", text: str | None, image: bytes | None,
                   text_vector: Future[np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """The query's shared-space vectors and the degraded components (``["gate"]`` or none)."""
+    budget_s = engine.settings.gate_timeout_ms / 1000
     try:
-        return guarded(engine.query_vectors, text, image, text_vector,
-                       timeout_s=engine.settings.gate_timeout_ms / 1000, what="query embedding"), []
+        return engine.query_vectors(text, image, text_vector, timeout_s=budget_s), []
     except InvalidInput:
         raise
+    except TimeoutError:
+        log.warning("query embedding took over %g ms; degrading to the light path", budget_s * 1000)
     except Exception as e:  # noqa: BLE001 - any failure of the gate degrades, never fails the search
         log.warning("query embedding failed (%s); degrading to the light path", e)
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -225,14 +226,22 @@ def _vector_ids(engine: "Engine", qv: Mapping[str, np.ndarray], n: int, allowed:
     return np.array([iid for iid, _, _ in engine._rank(dict(qv), n, allowed)], dtype=np.int64)
 
 
+def _in_time(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeoutError("hybrid fusion ran past its time budget")
+
+
 def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int,
                allowed: np.ndarray | None, *, signals: Iterable[str] | None = None,
-               terms: QueryTerms | None = None) -> Pool:
-    """Candidates from the vectors, BM25 and the graph, each with every signal."""
+               terms: QueryTerms | None = None, deadline: float | None = None) -> Pool:
+    """Candidates from the vectors, BM25 and the graph, each with every signal. ``deadline``
+    is checked before each stage (a running stage is not interrupted): past it, TimeoutError."""
     s = engine.settings
     signals = set(s.fusion_signals if signals is None else signals)
     n = max(s.fusion_candidates, k * s.candidate_multiplier)
+    _in_time(deadline)
     found = [_vector_ids(engine, qv, n, allowed)]
+    _in_time(deadline)
     degraded: list[str] = []
     bm25_scores: Mapping[int, float] = {}
     if "bm25" in signals:
@@ -260,6 +269,7 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
                 log.warning("graph query matching failed: %s", e)
                 degraded.append("graph")
     use_graph = "graph" in signals and bool(terms) and "graph" not in degraded
+    _in_time(deadline)
     if use_graph:
         try:
             gids = graph_candidate_ids(graph, terms)
@@ -273,6 +283,7 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
             degraded.append("graph")
             use_graph = False
     iids = np.unique(np.concatenate(found))
+    _in_time(deadline)
     have, vector, parts, part_names = vector_scores(engine, qv, iids)
     iids = iids[have]  # no vector (another model's, or deleted meanwhile): cannot be ranked
     bm25 = np.zeros(len(iids))
@@ -372,17 +383,19 @@ def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float 
 
 
 def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: int,
-         allowed: np.ndarray | None) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
+         allowed: np.ndarray | None, *, deadline: float | None = None
+         ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The engine's ranking for a query: hybrid when it has words and fusion is on, else the
     plain vector ranking. Returns (iid, score, signals) best first, the vector score of each,
-    the degraded components and the graph terms the query named."""
+    the degraded components and the graph terms the query named. ``deadline`` (a
+    ``time.perf_counter()`` value): past it, between two stages, TimeoutError."""
     s = engine.settings
     if not text or s.fusion == "off" or not s.fusion_signals:
         scored = engine._rank(dict(qv), k, allowed)
         return scored, {i: sc for i, sc, _ in scored}, [], QueryTerms()
     if allowed is not None and len(allowed) == 0:
         return [], {}, [], QueryTerms()
-    pool = build_pool(engine, qv, text, k, allowed)
+    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline)
     weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
     ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=k)
     rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted

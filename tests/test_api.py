@@ -135,3 +135,41 @@ def test_writes_need_the_api_key(write_client, subset_rows):
 def test_openapi_lists_the_endpoints(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/search", "/search/image", "/products/{pid}", "/health", "/metrics"} <= set(paths)
+
+
+def test_search_concurrency_lets_that_many_searches_run_at_once(fresh_engine):
+    """``search_concurrency``: at most that many searches of one process run at once (JSON and
+    multipart photo searches alike); the others wait their turn and all are answered."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vitrine.search.models import SearchResponse
+    from vitrine.web.app import create_app
+
+    fresh_engine.settings.search_concurrency = 2
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def search(req, image=None):  # noqa: ANN001, ANN202 - a slow stand-in that counts who is inside
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return SearchResponse(results=[], took_ms=50.0, k=req.k, query={"text": req.text}, model="m", degraded=[])
+
+    fresh_engine.search = search
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 0, 0)).save(buf, format="PNG")
+    with TestClient(create_app(engine=fresh_engine)) as c:
+        def one(i: int) -> int:
+            if i % 2:
+                return c.post("/search/image", files={"file": ("p.png", buf.getvalue(), "image/png")}).status_code
+            return c.post("/search", json={"text": f"red shoes {i}"}).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(one, range(16)))
+    assert codes == [200] * 16
+    assert state["most"] == 2

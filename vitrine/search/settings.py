@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     search_threads: int = Field(0, ge=0, le=256, description="Threads inside one search (FAISS OpenMP, "
                                 "numpy/FAISS BLAS). 0: one when serving (requests already run side by side), "
                                 "the libraries' default (all cores) for batch work.")
+    search_concurrency: int = Field(0, ge=0, le=1024, description="Searches one API process runs at once; "
+                                    "later ones wait their turn, first come first served. 0: no limit (the "
+                                    "server's thread pool, 40).")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1)
     ef_search: int = Field(128, ge=1)

@@ -7,6 +7,7 @@ only here, all in one JSON shape: ``{"error": {"status", "code", "message", "det
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hmac
 import json
@@ -18,6 +19,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -196,7 +198,8 @@ def _json(model: SearchResponse) -> Response:
     return Response(model.model_dump_json(exclude_none=True, by_alias=True), media_type="application/json")
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
+    # async: FastAPI runs a plain-def dependency in its thread pool, a hand-off per request
     return request.app.state.engine
 
 
@@ -229,6 +232,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
             gc.collect()
             gc.freeze()
         metrics.bind_engine(eng)
+        app.state.search_slots = anyio.CapacityLimiter(settings.search_concurrency) \
+            if settings.search_concurrency else None
         log.info("serving %d products from %s", len(eng), settings.data_dir)
         snapshots = asyncio.create_task(_snapshot_loop(eng)) if settings.snapshot_interval_s > 0 else None
         follow_s = settings.follow_s or (1.0 if settings.workers > 1 else 0.0)
@@ -320,16 +325,23 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
             raise Unauthorized("a valid X-API-Key header is required for writes and admin actions")
 
     # -- search -----------------------------------------------------------------------------------
+    async def _searching(request: Request, fn: Callable[..., SearchResponse], req: SearchRequest) -> SearchResponse:
+        """``fn(req)`` in a worker thread, at most ``search_concurrency`` at once per process (the
+        rest wait in line): with every request in flight competing for the interpreter lock, each
+        one's Python ran interleaved with all the others' and the slowest took longest."""
+        return await anyio.to_thread.run_sync(fn, req, limiter=getattr(request.app.state, "search_slots", None))
+
     @app.post("/search", response_model=SearchResponse, response_model_exclude_none=True, tags=["search"])
-    def search(req: SearchRequest, engine: EngineDep) -> Response:
+    async def search(req: SearchRequest, engine: EngineDep, request: Request) -> Response:
         """Search by words (`text`), a photo (`image_b64`) or both, with filters."""
-        res = engine.search(req)
+        res = await _searching(request, engine.search, req)
         metrics.observe_search(res, "image" if req.image_b64 else "text")
         return _json(res)
 
     @app.post("/search/image", response_model=SearchResponse, response_model_exclude_none=True, tags=["search"])
     async def search_image(
         engine: EngineDep,
+        request: Request,
         file: Annotated[UploadFile, File(description="The photo (JPEG, PNG, WEBP, GIF, BMP)")],
         text: Annotated[str | None, Form()] = None,
         k: Annotated[int, Form(ge=1)] = 10,
@@ -350,7 +362,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
             except (json.JSONDecodeError, ValidationError) as e:
                 raise InvalidInput(f"filters must be a JSON object of known filter fields: {e}") from e
         req = SearchRequest(text=text, k=k, filters=flt, explain=explain)
-        res = await asyncio.to_thread(engine.search, req, image=data)
+        res = await _searching(request, functools.partial(engine.search, image=data), req)
         metrics.observe_search(res, "image")
         return _json(res)
 

@@ -430,9 +430,7 @@ class ProductGraph:
         if node not in self.g:
             self.g.add_node(node, kind="category", name=name)
             self._vocab = None
-            self._leaves_cache.clear()
-            self._sets_cache.clear()
-            self._prox_cache.clear()
+            self._categories_changed()
         if leaf and not self.g.nodes[node].get("mapped"):
             self.g.nodes[node]["mapped"] = True
             mapped = self.data.category_map.get(key)
@@ -440,10 +438,15 @@ class ProductGraph:
             if tid is not None and tid in self.data.taxonomy:
                 self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
                                 source="category_map.csv" if mapped is not None else "name match")
-                self._leaves_cache.clear()
-                self._sets_cache.clear()
-                self._prox_cache.clear()
+                self._categories_changed()
         return node
+
+    def _categories_changed(self) -> None:
+        """The category tree changed: what was derived from it (leaves per group, proximities,
+        product sets over groups) is recomputed on demand."""
+        self._leaves_cache.clear()
+        self._sets_cache.clear()
+        self._prox_cache.clear()
 
     def _taxonomy_by_name(self, name: str) -> int | None:
         want = _plural_variants(name)
@@ -512,9 +515,7 @@ class ProductGraph:
                     pn = self._category_node(parent)
                     if pn != child and not self.g.has_edge(child, pn, key="in_group"):
                         self.g.add_edge(child, pn, key="in_group")
-                        self._leaves_cache.clear()
-                        self._sets_cache.clear()
-                        self._prox_cache.clear()
+                        self._categories_changed()
                     child = pn
             for f in ATTRIBUTE_FIELDS:
                 v = getattr(facts, f)

@@ -106,7 +106,6 @@ class QueryUnderstanding:
         self._extractor: SlotExtractor | None = None
         self._vocab_key: tuple[int, int] | None = None
         self._vocab_at = 0.0
-        self._checked_at = 0.0  # when the record store was last asked whether the catalogue changed
         self._lock = threading.Lock()
         try:
             self.classifier = _load_classifier(settings.intent_model, str(settings.cache_dir / "intent"),
@@ -140,10 +139,10 @@ class QueryUnderstanding:
         now = time.monotonic()
         current = self._extractor
         refresh_s = self.settings.intent_vocab_refresh_s
-        if current is not None and (now - self._vocab_at < refresh_s or now - self._checked_at < min(1.0, refresh_s)):
-            return current  # fresh enough: the record store is asked at most once a second, not per search
-        self._checked_at = now
-        key = (self.engine.records.seq, len(self.engine))
+        if current is not None and now - self._vocab_at < refresh_s:
+            return current  # fresh enough
+        # the store's change number as of at most a second ago: no SQLite query per search
+        key = (self.engine.records.recent_seq(min(1.0, refresh_s)), len(self.engine))
         with self._lock:
             stale = self._extractor is None or (key != self._vocab_key and
                                                 now - self._vocab_at >= self.settings.intent_vocab_refresh_s)

@@ -269,3 +269,16 @@ def test_recent_seq_sees_its_own_writes_at_once_and_another_process_within_its_a
     seq3, _ = mine.delete_many(["a"])
     assert mine.recent_seq(max_age_s=60) == seq3
     mine.close(), other.close()
+
+
+def test_index_benchmark_reads_the_vectors_of_the_newest_snapshot(engine):
+    """`vitrine bench index` grows its 1M set from a data dir's saved vectors: it must find them
+    in the versioned snapshot layout the engine writes (it once read the pre-versioned paths)."""
+    from vitrine_bench.index import catalogue_vectors
+
+    live = engine.vectors["fused"]
+    vecs = catalogue_vectors(engine.settings.data_dir)
+    assert vecs.shape == (len(live), live.dim)
+    ref = live.get(live.ids())
+    # the same vectors, whatever their row order: each live vector has an identical row
+    assert np.allclose((ref @ vecs.T).max(axis=1), 1.0, atol=1e-5)

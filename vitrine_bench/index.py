@@ -47,13 +47,16 @@ def rss_mb() -> float:
 # -- data ------------------------------------------------------------------------------------------
 def catalogue_vectors(data_dir: Path, field: str = "fused") -> np.ndarray:
     """The live vectors of a data dir's index snapshot (no models needed)."""
-    import json
-
+    from vitrine.index.snapshots import SnapshotStore
     from vitrine.index.vectors import VectorIndex
 
-    idx_dir = Path(data_dir) / "index"
-    manifest = json.loads((idx_dir / "manifest.json").read_text())
-    vi = VectorIndex.load(idx_dir / f"{field}.vidx", manifest["files"][f"{field}.vidx"])
+    # the newest readable version (or the pre-versioned layout), as the engine loads it
+    snaps = [s for s in SnapshotStore(Path(data_dir) / "index").candidates() if s.manifest is not None]
+    if not snaps:
+        raise SystemExit(f"{data_dir} holds no readable index snapshot: run `vitrine ingest` into it first")
+    snap = snaps[0]
+    name = f"{field}.vidx"
+    vi = VectorIndex.load(snap.file(name), snap.sha256(name))
     live = vi._row_ids[: vi._n] >= 0
     return np.ascontiguousarray(vi._vecs[: vi._n][live])
 

@@ -390,7 +390,8 @@ def defaults_text(sets: dict[str, Any]) -> str:
             out.append(
                 f"- `VITRINE_INDEX_FACTORY=Flat` (the default) for catalogues the size of ours: exact, and one "
                 f"query costs {1000 / flat['qps_single']:.1f} ms over {cat['n']:,} products, small next to the "
-                "query encode (10-20 ms); nothing to train, upserts are instant. An ANN index buys nothing a "
+                "rest of a search (6-11 ms of server CPU per request under load, `api_load_workers2.md`); "
+                "nothing to train, upserts are instant. An ANN index buys nothing a "
                 "shopper would notice here and costs recall.")
     big = sets.get("large")
     if big:

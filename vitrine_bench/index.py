@@ -47,18 +47,19 @@ def rss_mb() -> float:
 # -- data ------------------------------------------------------------------------------------------
 def catalogue_vectors(data_dir: Path, field: str = "fused") -> np.ndarray:
     """The live vectors of a data dir's index snapshot (no models needed)."""
+    from vitrine.errors import StorageError
     from vitrine.index.snapshots import SnapshotStore
     from vitrine.index.vectors import VectorIndex
 
-    # the newest readable version (or the pre-versioned layout), as the engine loads it
-    snaps = [s for s in SnapshotStore(Path(data_dir) / "index").candidates() if s.manifest is not None]
-    if not snaps:
-        raise SystemExit(f"{data_dir} holds no readable index snapshot: run `vitrine ingest` into it first")
-    snap = snaps[0]
+    # the newest version whose file loads and matches its checksum, falling back as the engine does
     name = f"{field}.vidx"
-    vi = VectorIndex.load(snap.file(name), snap.sha256(name))
-    live = vi._row_ids[: vi._n] >= 0
-    return np.ascontiguousarray(vi._vecs[: vi._n][live])
+    for snap in SnapshotStore(Path(data_dir) / "index").candidates():
+        try:
+            vi = VectorIndex.load(snap.file(name), snap.sha256(name))
+        except (StorageError, OSError, ValueError):
+            continue
+        return vi.get(vi.ids())
+    raise SystemExit(f"{data_dir} holds no readable index snapshot: run `vitrine ingest` into it first")
 
 
 def query_texts(source: Path, n: int, seed: int = 0) -> list[str]:

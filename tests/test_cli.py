@@ -61,6 +61,14 @@ def test_train_gate_set_overrides():
         "dropout": 0.3, "balance": "loss", "router_noise": False}
 
 
+def test_train_gate_views_are_checked_before_training():
+    r = CliRunner().invoke(main, ["train", "gate", "--views", "flip,rotate90"])
+    assert r.exit_code == 2 and "rotate90" in r.output and "crop<N>" in r.output
+    from vitrine.cli.train import _parse_views
+
+    assert _parse_views(" flip, crop3 ,") == ("flip", "crop3") and _parse_views("") == ()
+
+
 def test_kagl_protocols_on_a_subset(encoder, subset_rows):
     cat = Catalog.load(limit_ids={r["id"] for r in subset_rows})
     res = P.kagl_t2i(encoder, cat, split="train", progress=False)

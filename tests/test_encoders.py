@@ -12,8 +12,8 @@ from PIL import Image
 
 from vitrine.encoders import factory
 from vitrine.encoders.adapters import create_adapter, list_shipped_adapters, load_adapter
-from vitrine.encoders.images import ImagePreprocess, decode_image
-from vitrine.errors import ImageTooLarge, InvalidImage, ModelError
+from vitrine.encoders.images import ImagePreprocess, augment_view, decode_image
+from vitrine.errors import ImageTooLarge, InvalidImage, InvalidInput, ModelError
 
 from conftest import SOURCE
 
@@ -178,6 +178,36 @@ def test_feature_cache_reuses_features(encoder, subset_rows):
     a = encoder.image_features([photo])
     b = encoder.image_features([photo])
     np.testing.assert_allclose(a, b, atol=1e-2)  # float16 in the cache
+
+
+def test_augmented_views_are_deterministic_and_keep_colours():
+    """A view is a function of the photo's bytes: the same crop every time (so its features can
+    be cached), different crops for different N, the mirror for flip, and no colour change."""
+    data = (SOURCE / "images" / "1163.jpg").read_bytes()
+    img = decode_image(data)
+    a, b, c = (np.asarray(augment_view(img, v, data), dtype=np.float32) for v in ("crop1", "crop1", "crop2"))
+    assert np.array_equal(a, b) and (a.shape != c.shape or not np.array_equal(a, c))
+    w, h = img.size
+    assert 0.85 * w - 1 <= a.shape[1] <= 0.97 * w and 0.85 * h - 1 <= a.shape[0] <= 0.97 * h
+    assert np.array_equal(np.asarray(augment_view(img, "flip", data)), np.asarray(img)[:, ::-1])
+    colours = {tuple(px) for px in np.asarray(img).reshape(-1, 3).tolist()}
+    assert {tuple(px) for px in a.astype(np.uint8).reshape(-1, 3).tolist()} <= colours  # pixels copied, not changed
+    for bad in ("rotate", "crop", "crop1; rm", ""):
+        with pytest.raises(InvalidInput):
+            augment_view(img, bad, data)
+
+
+def test_view_features_are_cached_apart_from_the_photo(encoder, subset_rows):
+    """A view's features differ from the plain photo's (another cache key) yet describe the same
+    product: closer to their own photo than to any other photo of the subset."""
+    photos = [(SOURCE / "images" / f"{r['id']}.jpg").read_bytes() for r in subset_rows[:40]]
+    plain = encoder.image_features(photos)
+    view = encoder.image_features(photos, view="crop1")
+    np.testing.assert_allclose(view, encoder.image_features(photos, view="crop1"), atol=1e-2)
+    assert not np.allclose(plain, view, atol=1e-2)
+    p = plain / np.linalg.norm(plain, axis=1, keepdims=True)
+    v = view / np.linalg.norm(view, axis=1, keepdims=True)
+    assert (np.argmax(v @ p.T, axis=1) == np.arange(len(photos))).mean() >= 0.9
 
 
 def test_bad_photo_reported_per_item(encoder):

@@ -13,6 +13,12 @@ from vitrine.cli import main, make_settings
 
 log = logging.getLogger("vitrine")
 
+#: Augmented photo views the adapters train on by default (vitrine/encoders/images.py:
+#: augment_view): a mirrored photo and five seeded crops, one of them in place of the photo for
+#: 70% of the rows of a batch. Chosen on the val split (README, "Alignment adapters").
+DEFAULT_VIEWS: tuple[str, ...] = ("flip", "crop1", "crop2", "crop3", "crop4", "crop5")
+DEFAULT_VIEW_PROB = 0.7
+
 
 @main.group()
 def train() -> None:
@@ -49,12 +55,17 @@ def train() -> None:
 @click.option("--ema", type=float, default=0.0, show_default=True,
               help="Validate and keep an exponential moving average of the weights with this decay per "
                    "step (e.g. 0.99); 0 = off")
+@click.option("--views", default=",".join(DEFAULT_VIEWS), show_default=True,
+              help="Augmented photo views to train on (comma-separated: flip, crop<N>; '' = none); their "
+                   "features are computed once and cached")
+@click.option("--view-prob", type=click.FloatRange(0.0, 1.0), default=DEFAULT_VIEW_PROB, show_default=True,
+              help="Chance that a training row sees one of the augmented views instead of its photo")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override an adapter config value, e.g. --set dropout=0.3 (repeatable; JSON values)")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
                lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
-               ema: float, overrides: tuple[str, ...]) -> None:
+               ema: float, views: str, view_prob: float, overrides: tuple[str, ...]) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
@@ -68,6 +79,7 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
         hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, balance_weight=balance_weight,
         balance=balance, bias_rate=bias_rate, queries=queries, seed=seed,
         patience=patience, name=name, ema_decay=ema, overrides=_parse_overrides(overrides),
+        views=_parse_views(views), view_prob=view_prob,
     )
     click.echo(json.dumps(result, indent=2))
 
@@ -80,6 +92,17 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
         return config_overrides(items)
     except ModelError as e:
         raise click.BadParameter(str(e), param_hint="--set") from e
+
+
+def _parse_views(text: str) -> tuple[str, ...]:
+    from vitrine.encoders.images import check_view
+    from vitrine.errors import InvalidInput
+
+    views = tuple(v.strip() for v in text.split(",") if v.strip())
+    try:
+        return tuple(check_view(v) for v in views)
+    except InvalidInput as e:
+        raise click.BadParameter(str(e), param_hint="--views") from e
 
 
 @train.command("intent")

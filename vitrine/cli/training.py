@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitrine.cli.train import DEFAULT_VIEW_PROB, DEFAULT_VIEWS
 from vitrine.encoders.adapters import WEIGHTS_DIR, Adapter, create_adapter
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.train import PairSet, TrainConfig, seed_everything, train_adapter
@@ -52,11 +53,14 @@ def hard_negative_rows(rows: list[dict[str, str]], subset: np.ndarray, per_row: 
 
 
 def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, queries: bool, seed: int,
-                progress: bool = True) -> tuple[PairSet, np.ndarray]:
+                progress: bool = True, views: tuple[str, ...] = ()) -> tuple[PairSet, np.ndarray]:
     img_f, txt_f = catalog.features(encoder, progress=progress)
     rows_idx = np.flatnonzero(catalog.split_mask(split))
     groups = catalog.title_groups()[rows_idx]
     ps = PairSet(image=img_f[rows_idx], text=txt_f[rows_idx], group=groups)
+    if views:
+        log.info("augmented photo views %s of %d photos (cached after the first run)", ",".join(views), len(rows_idx))
+        ps.image_views = np.stack([catalog.view_features(encoder, v, rows_idx, progress=progress) for v in views])
     if queries:
         local = {int(r): j for j, r in enumerate(rows_idx)}
         pq = aq.pseudo_queries(catalog.rows, rows_idx.tolist(), per_product=3, seed=seed)
@@ -111,14 +115,15 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        dynamic_k: bool, queries: bool, seed: int, patience: int,
                        name: str | None, balance_weight: float = 0.05, balance: str = "bias",
                        bias_rate: float = 0.01, overrides: dict[str, Any] | None = None,
-                       ema_decay: float = 0.0) -> dict[str, Any]:
+                       ema_decay: float = 0.0, views: tuple[str, ...] = DEFAULT_VIEWS,
+                       view_prob: float = DEFAULT_VIEW_PROB) -> dict[str, Any]:
     t0 = time.time()
     seed_everything(seed)
     encoder = features_encoder(settings)
     catalog = Catalog.load(source)
     log.info("computing backbone features for %d products (cached after the first run)", len(catalog.rows))
     use_queries = queries and kind in ("mlp", "moe")
-    train, _ = build_pairs(catalog, encoder, "train", queries=use_queries, seed=seed)
+    train, _ = build_pairs(catalog, encoder, "train", queries=use_queries, seed=seed, views=views)
     val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed)
     cfg_adapter: dict[str, Any] = {
         "image_dim": encoder.towers.image_dim, "text_dim": encoder.towers.text_dim, "dim": dim,
@@ -134,7 +139,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     out.mkdir(parents=True, exist_ok=True)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
                        modality_dropout=0.15 if kind == "moe" else 0.0,
-                       text_text_weight=0.5 if kind == "moe" else 0.0, ema_decay=ema_decay)
+                       text_text_weight=0.5 if kind == "moe" else 0.0, ema_decay=ema_decay, view_prob=view_prob)
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
     if kind == "moe":  # its modality gate weighs photo and text per product: nothing to tune
         tuning = {"best": None, "grid": {}}
@@ -147,6 +152,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
         "val": result.history[result.best_epoch] if result.best_epoch >= 0 else {},
         "fuse_image_weight": tuning["best"], "train_pairs": len(train.image),
         "pseudo_queries": int(len(train.query_rows)) if train.query_rows is not None else 0,
+        "photo_views": list(views), "view_prob": view_prob if views else 0.0,
         "seconds": round(time.time() - t0, 1),
     }
     if hasattr(adapter, "routing_stats"):

@@ -16,7 +16,7 @@ import torch
 
 from vitrine.encoders.adapters import Adapter, load_adapter
 from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
-from vitrine.encoders.images import decode_image
+from vitrine.encoders.images import augment_view, check_view, decode_image
 from vitrine.errors import InvalidImage, InvalidInput, ModelError
 from vitrine.progress import progress_bar
 
@@ -177,28 +177,36 @@ class MultimodalEncoder:
         return decode_image(data, max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def image_features(
-        self, images: Sequence[bytes], *, progress: bool = False, errors: dict[int, str] | None = None
+        self, images: Sequence[bytes], *, progress: bool = False, errors: dict[int, str] | None = None,
+        view: str | None = None,
     ) -> np.ndarray:
         """Backbone features for photos given as encoded bytes, (N, image_dim) float32.
 
         With ``errors`` given, an undecodable image leaves a NaN row and its reason under its
         position in ``errors``; without it, the first bad image raises :class:`InvalidImage`.
+        ``view`` (training only): features of an augmented view of each photo
+        (:func:`~vitrine.encoders.images.augment_view`), cached under their own keys.
         """
         n = len(images)
         out = np.zeros((n, self.towers.image_dim), dtype=np.float32)
-        keys = [_digest("img", self.towers.key, b) for b in images]
+        kind = "img" if view is None else f"img@{check_view(view)}"
+        keys = [_digest(kind, self.towers.key, b) for b in images]
         cached = self.cache.get_many(keys) if self.cache else {}
         todo = [i for i, k in enumerate(keys) if k not in cached]
         for i, k in enumerate(keys):
             if k in cached:
                 out[i] = cached[k]
-        bar = progress_bar(total=len(todo), desc="photos", unit="img", enabled=progress and bool(todo))
+        bar = progress_bar(total=len(todo), desc="photos" if view is None else f"photos ({view})", unit="img",
+                           enabled=progress and bool(todo))
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start:start + self.batch_size]
             pixels, ok = [], []
             for i in chunk:
                 try:
-                    pixels.append(self.towers.preprocess(self.decode(images[i])))
+                    img = self.decode(images[i])
+                    if view is not None:
+                        img = augment_view(img, view, images[i])  # type: ignore[arg-type]
+                    pixels.append(self.towers.preprocess(img))
                     ok.append(i)
                 except InvalidImage as e:
                     if errors is None:

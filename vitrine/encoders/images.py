@@ -7,8 +7,10 @@ preprocessing never crops: it letterboxes the photo onto a canvas of the model's
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -16,7 +18,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from vitrine.errors import ImageTooLarge, InvalidImage
+from vitrine.errors import ImageTooLarge, InvalidImage, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -128,3 +130,31 @@ class ImagePreprocess:
         arr = np.asarray(img, dtype=np.float32) / 255.0
         arr = (arr - np.asarray(self.mean, dtype=np.float32)) / np.asarray(self.std, dtype=np.float32)
         return torch.from_numpy(arr.transpose(2, 0, 1).copy())
+
+
+#: Photo views for training-time augmentation: ``flip`` (mirrored) and ``crop<N>`` (the N-th
+#: seeded crop keeping 85-97% of each side, mirrored half of the time).
+VIEW_PATTERN = re.compile(r"^(flip|crop\d{1,3})$")
+
+
+def check_view(view: str) -> str:
+    if not VIEW_PATTERN.match(view):
+        raise InvalidInput(f"unknown photo view {view!r}: use 'flip' or 'crop<N>' (e.g. crop1)")
+    return view
+
+
+def augment_view(img: Image.Image, view: str, data: bytes) -> Image.Image:
+    """``img`` (decoded from ``data``) as the training view ``view``. Deterministic: the crop of
+    ``crop<N>`` is seeded by the photo's bytes and N, so a view's features can be cached and a
+    training run repeated. Never changes colours: shoppers name colours, the gate must see them."""
+    check_view(view)
+    if view == "flip":
+        return ImageOps.mirror(img)
+    seed = int.from_bytes(hashlib.sha256(view.encode() + b"\0" + data).digest()[:8], "little")
+    rng = np.random.default_rng(seed)
+    w, h = img.size
+    scale = rng.uniform(0.85, 0.97)
+    cw, ch = max(1, int(w * scale)), max(1, int(h * scale))
+    x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+    img = img.crop((x0, y0, x0 + cw, y0 + ch))
+    return ImageOps.mirror(img) if rng.random() < 0.5 else img

@@ -49,10 +49,13 @@ class PairSet:
     query_key: np.ndarray | None = None
     product_keys: np.ndarray | None = None
     hard_negatives: np.ndarray | None = None
+    image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos
 
     def __post_init__(self) -> None:
         if not (len(self.image) == len(self.text) == len(self.group)):
             raise ValueError("image, text and group must have the same number of rows")
+        if self.image_views is not None and self.image_views.shape[1:] != self.image.shape:
+            raise ValueError("image_views must be (views, rows, image_dim) over the same rows")
 
 
 @dataclass
@@ -69,6 +72,7 @@ class TrainConfig:
     text_text_weight: float = 0.0  # weight of a query -> product-text loss (keeps text-only feeds good)
     modality_dropout: float = 0.0  # chance that a product's photo is hidden during training
     ema_decay: float = 0.0  # > 0: validate and keep an exponential moving average of the weights
+    view_prob: float = 0.5  # chance that a row trains on an augmented photo view (when views are given)
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -157,6 +161,7 @@ def train_adapter(
         q_key = torch.from_numpy(train.query_key).to(dev)
         p_keys = torch.from_numpy(train.product_keys).to(dev)
     hard = torch.from_numpy(train.hard_negatives).to(dev) if train.hard_negatives is not None else None
+    views = torch.from_numpy(train.image_views).to(dev) if train.image_views is not None else None
 
     params = [p for p in adapter.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -202,6 +207,11 @@ def train_adapter(
                 for g in opt.param_groups:
                     g["lr"] = lr_at(step)
                 bi, bt, bg = img[idx], txt[idx], grp[idx]
+                if views is not None and cfg.view_prob > 0:
+                    # Feature-level augmentation: some rows see an augmented view of their photo.
+                    v = torch.randint(0, len(views), (len(idx),), generator=gen).to(dev)
+                    use = (torch.rand(len(idx), generator=gen) < cfg.view_prob).to(dev)
+                    bi = torch.where(use[:, None], views[v, idx], bi)
                 if cfg.modality_dropout > 0:
                     hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout
                 else:

@@ -59,6 +59,13 @@ class Catalog:
             self._key = encoder.towers.key
         return self._image, self._text  # type: ignore[return-value]
 
+    def view_features(self, encoder: MultimodalEncoder, view: str, rows: np.ndarray, *,
+                      progress: bool = True) -> np.ndarray:
+        """Backbone features of an augmented view (``flip``, ``crop<N>``) of these rows' photos,
+        for training; cached like the plain features."""
+        photos = [self.photo(self.rows[int(r)]["id"]) for r in rows]
+        return encoder.image_features(photos, progress=progress, view=view)
+
     def title_groups(self) -> np.ndarray:
         """Integer label per row; rows with identical titles share it."""
         ids: dict[str, int] = {}

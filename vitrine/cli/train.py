@@ -15,7 +15,7 @@ log = logging.getLogger("vitrine")
 
 #: Augmented photo views the adapters train on by default (vitrine/encoders/images.py:
 #: augment_view): a mirrored photo and five seeded crops, one of them in place of the photo for
-#: 70% of the rows of a batch. Chosen on the val split (README, "Alignment adapters").
+#: 70% of the rows of a batch. Chosen on the val split (README, "Models").
 DEFAULT_VIEWS: tuple[str, ...] = ("flip", "crop1", "crop2", "crop3", "crop4", "crop5")
 DEFAULT_VIEW_PROB = 0.7
 

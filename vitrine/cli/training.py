@@ -57,10 +57,11 @@ def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, que
     img_f, txt_f = catalog.features(encoder, progress=progress)
     rows_idx = np.flatnonzero(catalog.split_mask(split))
     groups = catalog.title_groups()[rows_idx]
-    ps = PairSet(image=img_f[rows_idx], text=txt_f[rows_idx], group=groups)
+    image_views = None
     if views:
         log.info("augmented photo views %s of %d photos (cached after the first run)", ",".join(views), len(rows_idx))
-        ps.image_views = np.stack([catalog.view_features(encoder, v, rows_idx, progress=progress) for v in views])
+        image_views = np.stack([catalog.view_features(encoder, v, rows_idx, progress=progress) for v in views])
+    ps = PairSet(image=img_f[rows_idx], text=txt_f[rows_idx], group=groups, image_views=image_views)
     if queries:
         local = {int(r): j for j, r in enumerate(rows_idx)}
         pq = aq.pseudo_queries(catalog.rows, rows_idx.tolist(), per_product=3, seed=seed)

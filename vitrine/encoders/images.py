@@ -138,6 +138,7 @@ VIEW_PATTERN = re.compile(r"^(flip|crop\d{1,3})$")
 
 
 def check_view(view: str) -> str:
+    """``view`` if it names a training view, else :class:`InvalidInput` saying which exist."""
     if not VIEW_PATTERN.match(view):
         raise InvalidInput(f"unknown photo view {view!r}: use 'flip' or 'crop<N>' (e.g. crop1)")
     return view

@@ -60,7 +60,7 @@ def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, que
     image_views = None
     if views:
         log.info("augmented photo views %s of %d photos (cached after the first run)", ",".join(views), len(rows_idx))
-        image_views = np.stack([catalog.view_features(encoder, v, rows_idx, progress=progress) for v in views])
+        image_views = catalog.view_features(encoder, views, rows_idx, progress=progress)
     ps = PairSet(image=img_f[rows_idx], text=txt_f[rows_idx], group=groups, image_views=image_views)
     if queries:
         local = {int(r): j for j, r in enumerate(rows_idx)}

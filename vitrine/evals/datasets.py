@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,12 +60,16 @@ class Catalog:
             self._key = encoder.towers.key
         return self._image, self._text  # type: ignore[return-value]
 
-    def view_features(self, encoder: MultimodalEncoder, view: str, rows: np.ndarray, *,
+    def view_features(self, encoder: MultimodalEncoder, views: Sequence[str], rows: np.ndarray, *,
                       progress: bool = True) -> np.ndarray:
-        """Backbone features of an augmented view (``flip``, ``crop<N>``) of these rows' photos,
-        for training; cached like the plain features."""
+        """Backbone features of augmented views (``flip``, ``crop<N>``) of these rows' photos,
+        (views, rows, image_dim), for training; cached like the plain features. Each photo is
+        read once for all views."""
         photos = [self.photo(self.rows[int(r)]["id"]) for r in rows]
-        return encoder.image_features(photos, progress=progress, view=view)
+        out = np.empty((len(views), len(photos), encoder.towers.image_dim), dtype=np.float32)
+        for i, view in enumerate(views):
+            out[i] = encoder.image_features(photos, progress=progress, view=view)
+        return out
 
     def title_groups(self) -> np.ndarray:
         """Integer label per row; rows with identical titles share it."""

@@ -61,6 +61,34 @@ def test_one_query_short_path_equals_the_batched_route():
         assert torch.allclose(weights, p / p.sum(1, keepdim=True), atol=1e-6)
 
 
+def test_float16_query_path_stays_close_and_follows_new_weights():
+    """query_precision=float16: one query's products read float16 copies of the weights; its
+    vectors stay within float16 rounding of the float32 batch path, and new weights (a load, a
+    training step) are picked up."""
+    m = small(experts=6, top_k=2, width=64, hidden=128, query_precision="float16").eval()
+    x, t = torch.randn(20, 12), torch.randn(20, 8)
+    with torch.inference_mode():
+        for img, txt in ((x, t), (None, t), (x, None)):  # photo + text, text alone, photo alone
+            want = m(img, txt).fused
+            for i in range(20):
+                one = m(img[i:i + 1] if img is not None else None, txt[i:i + 1] if txt is not None else None).fused
+                assert (one * want[i:i + 1]).sum() > 0.999  # cosine of unit vectors
+                assert torch.allclose(one, want[i:i + 1], atol=3e-3)
+    assert m._half is not None and m._half["0.0"][0].dtype == torch.float16
+    other = small(experts=6, top_k=2, width=64, hidden=128)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p))
+    m.load_state_dict(other.state_dict())
+    assert m._half is None  # the copies of the old weights are gone
+    with torch.inference_mode():
+        assert torch.allclose(m(x[:1], t[:1]).fused, m(x, t).fused[:1], atol=3e-3)
+    m.train()
+    assert m._half is None
+    with pytest.raises(ModelError, match="query_precision"):
+        small(query_precision="int8")
+
+
 def test_loss_free_balancing_evens_out_a_lopsided_router():
     """A router that sends nearly every token to expert 0: the per-step bias update moves towards
     the idle experts, and the calibration brings the load CV of these tokens under 0.1."""

@@ -87,6 +87,10 @@ class CrossModalMoE(Adapter):
         self.bias_rate = float(c.setdefault("bias_rate", 0.01))
         self.target_cv = float(c.setdefault("balance_target_cv", 0.05))
         self.input_dropout = nn.Dropout(float(c.setdefault("input_dropout", 0.0)))  # training only
+        self.query_precision = str(c.setdefault("query_precision", "float32"))
+        if self.query_precision not in ("float32", "float16"):
+            raise ModelError(f"query_precision must be 'float32' or 'float16', not {self.query_precision!r}")
+        self._half: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # float16 copies (queries)
         self.image_in = nn.Sequential(nn.Linear(self.image_dim, width), nn.LayerNorm(width))
         self.text_in = nn.Sequential(nn.Linear(self.text_dim, width), nn.LayerNorm(width))
         self.placeholder = nn.Parameter(torch.zeros(2, width))  # [missing photo, missing text]
@@ -101,7 +105,16 @@ class CrossModalMoE(Adapter):
         # Added to the logits when choosing experts (balance="bias"); zeros otherwise.
         self.register_buffer("route_bias", torch.zeros(self.experts_n))
 
+    def train(self, mode: bool = True) -> CrossModalMoE:
+        self._half = None  # weights may change: the float16 query copies are made again when needed
+        return super().train(mode)
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> CrossModalMoE:
+        self._half = None
+        return super()._apply(fn, *args, **kwargs)
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        self._half = None
         # Gates saved before the choice bias existed load with a zero bias (their own routing).
         state_dict.setdefault(prefix + "route_bias", torch.zeros(self.experts_n))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -155,24 +168,63 @@ class CrossModalMoE(Adapter):
         return F.normalize(out, dim=-1)
 
     def _infer_token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int) -> torch.Tensor:
-        """Inference: no noise, no auxiliary losses. One token (a query) takes the short path:
-        its top-k experts chosen and run directly, each as two plain matrix products, so a query
-        pays for k small MLPs and a handful of operator calls."""
+        """Inference over a batch of tokens: no noise, no auxiliary losses."""
         r_in = self._route_input(own, other, modality)
+        return self._experts_out(own, self._route_logits(self.router(r_in), r_in)[1])
+
+    def _half_weights(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """float16 copies of the input projections and the experts, made once per set of weights."""
+        if self._half is None:
+            layers = {"image": self.image_in[0], "text": self.text_in[0]}
+            for e, expert in enumerate(self.experts):
+                layers[f"{e}.0"], layers[f"{e}.1"] = expert.net[0], expert.net[3]
+            with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
+                self._half = {k: (lin.weight.detach().half(), lin.bias.detach().half()) for k, lin in layers.items()}
+        return self._half
+
+    def _query_linear(self, name: str, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """One query's matrix product, in ``query_precision``: a query's time goes on reading the
+        weights, and float16 halves what is read (accumulated in float32; the output is float32)."""
+        if self.query_precision == "float32":
+            return F.linear(x, layer.weight, layer.bias)
+        w, b = self._half_weights()[name]
+        return F.linear(x.half(), w, b).float()
+
+    def _infer_one(self, image: torch.Tensor | None, text: torch.Tensor | None
+                   ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Inference for one query (a photo, a text or both): the short path. Both tokens are
+        routed by one router call and pass the skip path together; each chosen expert runs once,
+        on every token that chose it (a photo and its text often share experts), as two plain
+        matrix products in ``query_precision``."""
+        pi = pt = None
+        if image is not None:
+            pi = self.image_in[1](self._query_linear("image", self.image_in[0], self.norm_image(image.float())))
+        if text is not None:
+            pt = self.text_in[1](self._query_linear("text", self.text_in[0], self.norm_text(text.float())))
+        mods = [m for m, x in ((IMAGE, pi), (TEXT, pt)) if x is not None]
+        r_in = torch.cat([self._route_input(pi if m == IMAGE else pt, pt if m == IMAGE else pi, m)  # type: ignore[arg-type]
+                          for m in mods])
         logits = self.router(r_in)
-        if own.shape[0] != 1:
-            return self._experts_out(own, self._route_logits(logits, r_in)[1])
-        chosen = (logits[0] + self.route_bias).topk(self.top_k).indices
-        w = torch.softmax(logits[0], dim=-1)[chosen]
-        if self.dynamic_k and self.top_k > 1 and float(w[0]) >= self.dynamic_threshold:
-            chosen, w = chosen[:1], w[:1]  # a confident route: one expert
-        w = w / w.sum()
-        out = self.skip(own)
-        for j, e in enumerate(chosen.tolist()):
-            first, last = self.experts[e].net[0], self.experts[e].net[3]
-            h = F.gelu(F.linear(own, first.weight, first.bias))
-            out = out + w[j] * F.linear(h, last.weight, last.bias)
-        return F.normalize(out, dim=-1)
+        chosen = (logits + self.route_bias).topk(self.top_k, dim=-1).indices
+        w = torch.softmax(logits, dim=-1).gather(1, chosen)
+        uses: dict[int, list[tuple[int, int]]] = {}  # expert -> [(token row, rank among its choices)]
+        for row, (ranked, top_w) in enumerate(zip(chosen.tolist(), w[:, 0].tolist())):
+            keep = 1 if self.dynamic_k and self.top_k > 1 and top_w >= self.dynamic_threshold else self.top_k
+            for rank, e in enumerate(ranked[:keep]):
+                uses.setdefault(e, []).append((row, rank))
+            if keep < self.top_k:  # a confident route: one expert
+                w[row, keep:] = 0.0
+        w = w / w.sum(-1, keepdim=True)
+        x = torch.cat([t for t in (pi, pt) if t is not None])
+        out = self.skip(x)
+        for e, rows in uses.items():
+            net = self.experts[e].net
+            xe = x if len(rows) == len(mods) else x[rows[0][0]:rows[0][0] + 1]
+            y = self._query_linear(f"{e}.1", net[3], F.gelu(self._query_linear(f"{e}.0", net[0], xe)))
+            for j, (row, rank) in enumerate(rows):
+                out[row] += w[row, rank] * y[j]
+        out = F.normalize(out, dim=-1)
+        return (out[:1] if pi is not None else None), (out[-1:] if pt is not None else None)
 
     def _token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int,
                stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -213,6 +265,9 @@ class CrossModalMoE(Adapter):
             raise ModelError("the MoE gate needs a photo, a text or both")
         if image is not None and text is not None and image.shape[0] != text.shape[0]:
             raise ModelError("photo and text batches differ in length")
+        if not self.training and (image if image is not None else text).shape[0] == 1:  # type: ignore[union-attr]
+            img, txt = self._infer_one(image, text)
+            return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
         pi, pt = self._project(image, text)
         if not self.training:
             img = self._infer_token(pi, pt, IMAGE) if pi is not None else None

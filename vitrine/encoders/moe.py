@@ -25,6 +25,12 @@ as their load CV is under ``balance_target_cv``, so as few tokens as possible ch
 bias is a buffer saved with the weights. :meth:`routing_stats` reports per-expert load, its
 coefficient of variation, routing entropy, experts never chosen and experts per token.
 
+At inference the input projections and experts can read float16 copies of their weights
+(``query_precision="float16"``, made once per set of weights; the outputs stay float32):
+a query's time in the gate is spent reading those weights, float16 halves the bytes, and every
+batch size uses the same copies so a query's vector does not depend on what it was batched with.
+A query alone takes a short path: its tokens routed in one call, each chosen expert run once.
+
 ``forward_light`` is the degraded path (vitrine/search/fallback.py): the skip path plus an even
 mix of all experts, with no router.
 """
@@ -60,7 +66,8 @@ class CrossModalMoE(Adapter):
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
     ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``balance`` ("bias" or "loss"),
     ``bias_rate``, ``balance_target_cv``, ``input_dropout`` (on the projected tokens, training
-    only), ``cross_dropout`` (chance that the router does not see the other modality during
+    only), ``query_precision`` ("float16", the default, or "float32": the inference weights), ``cross_dropout``
+    (chance that the router does not see the other modality during
     training, so lone photos and lone texts route as well as pairs)."""
 
     kind = "moe"
@@ -87,7 +94,7 @@ class CrossModalMoE(Adapter):
         self.bias_rate = float(c.setdefault("bias_rate", 0.01))
         self.target_cv = float(c.setdefault("balance_target_cv", 0.05))
         self.input_dropout = nn.Dropout(float(c.setdefault("input_dropout", 0.0)))  # training only
-        self.query_precision = str(c.setdefault("query_precision", "float32"))
+        self.query_precision = str(c.setdefault("query_precision", "float16"))
         if self.query_precision not in ("float32", "float16"):
             raise ModelError(f"query_precision must be 'float32' or 'float16', not {self.query_precision!r}")
         self._half: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # float16 copies (queries)
@@ -122,8 +129,11 @@ class CrossModalMoE(Adapter):
     # -- tokens and routing --------------------------------------------------------------------
     def _project(self, image: torch.Tensor | None, text: torch.Tensor | None
                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        pi = self.image_in(self.norm_image(image.float())) if image is not None else None
-        pt = self.text_in(self.norm_text(text.float())) if text is not None else None
+        pi = pt = None
+        if image is not None:
+            pi = self.image_in[1](self._linear("image", self.image_in[0], self.norm_image(image.float())))
+        if text is not None:
+            pt = self.text_in[1](self._linear("text", self.text_in[0], self.norm_text(text.float())))
         if self.training:
             pi = self.input_dropout(pi) if pi is not None else None
             pt = self.input_dropout(pt) if pt is not None else None
@@ -164,7 +174,7 @@ class CrossModalMoE(Adapter):
         for e, expert in enumerate(self.experts):
             rows = weights[:, e].nonzero().flatten()
             if len(rows):
-                out = out.index_add(0, rows, weights[rows, e, None] * expert(x[rows]))
+                out = out.index_add(0, rows, weights[rows, e, None] * self._expert(e, x[rows]))
         return F.normalize(out, dim=-1)
 
     def _infer_token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int) -> torch.Tensor:
@@ -182,25 +192,26 @@ class CrossModalMoE(Adapter):
                 self._half = {k: (lin.weight.detach().half(), lin.bias.detach().half()) for k, lin in layers.items()}
         return self._half
 
-    def _query_linear(self, name: str, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        """One query's matrix product, in ``query_precision``: a query's time goes on reading the
-        weights, and float16 halves what is read (accumulated in float32; the output is float32)."""
-        if self.query_precision == "float32":
+    def _linear(self, name: str, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """An input projection's or expert's matrix product: at inference in ``query_precision``
+        (float16 halves the bytes of weights read, which is what one query's time goes on; the
+        output is float32), in float32 while training."""
+        if self.training or self.query_precision == "float32":
             return F.linear(x, layer.weight, layer.bias)
         w, b = self._half_weights()[name]
         return F.linear(x.half(), w, b).float()
 
-    def _infer_one(self, image: torch.Tensor | None, text: torch.Tensor | None
+    def _expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        if self.training or self.query_precision == "float32":
+            return self.experts[e](x)
+        net = self.experts[e].net
+        return self._linear(f"{e}.1", net[3], F.gelu(self._linear(f"{e}.0", net[0], x)))
+
+    def _infer_one(self, pi: torch.Tensor | None, pt: torch.Tensor | None
                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Inference for one query (a photo, a text or both): the short path. Both tokens are
-        routed by one router call and pass the skip path together; each chosen expert runs once,
-        on every token that chose it (a photo and its text often share experts), as two plain
-        matrix products in ``query_precision``."""
-        pi = pt = None
-        if image is not None:
-            pi = self.image_in[1](self._query_linear("image", self.image_in[0], self.norm_image(image.float())))
-        if text is not None:
-            pt = self.text_in[1](self._query_linear("text", self.text_in[0], self.norm_text(text.float())))
+        """Inference for one query's projected tokens (a photo, a text or both): the short path.
+        Both tokens are routed by one router call and pass the skip path together; each chosen
+        expert runs once, on every token that chose it (a photo and its text often share experts)."""
         mods = [m for m, x in ((IMAGE, pi), (TEXT, pt)) if x is not None]
         r_in = torch.cat([self._route_input(pi if m == IMAGE else pt, pt if m == IMAGE else pi, m)  # type: ignore[arg-type]
                           for m in mods])
@@ -218,9 +229,7 @@ class CrossModalMoE(Adapter):
         x = torch.cat([t for t in (pi, pt) if t is not None])
         out = self.skip(x)
         for e, rows in uses.items():
-            net = self.experts[e].net
-            xe = x if len(rows) == len(mods) else x[rows[0][0]:rows[0][0] + 1]
-            y = self._query_linear(f"{e}.1", net[3], F.gelu(self._query_linear(f"{e}.0", net[0], xe)))
+            y = self._expert(e, x if len(rows) == len(mods) else x[rows[0][0]:rows[0][0] + 1])
             for j, (row, rank) in enumerate(rows):
                 out[row] += w[row, rank] * y[j]
         out = F.normalize(out, dim=-1)
@@ -265,10 +274,10 @@ class CrossModalMoE(Adapter):
             raise ModelError("the MoE gate needs a photo, a text or both")
         if image is not None and text is not None and image.shape[0] != text.shape[0]:
             raise ModelError("photo and text batches differ in length")
-        if not self.training and (image if image is not None else text).shape[0] == 1:  # type: ignore[union-attr]
-            img, txt = self._infer_one(image, text)
-            return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
         pi, pt = self._project(image, text)
+        if not self.training and (pi if pi is not None else pt).shape[0] == 1:  # type: ignore[union-attr]
+            img, txt = self._infer_one(pi, pt)
+            return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
         if not self.training:
             img = self._infer_token(pi, pt, IMAGE) if pi is not None else None
             txt = self._infer_token(pt, pi, TEXT) if pt is not None else None

@@ -25,10 +25,11 @@ as their load CV is under ``balance_target_cv``, so as few tokens as possible ch
 bias is a buffer saved with the weights. :meth:`routing_stats` reports per-expert load, its
 coefficient of variation, routing entropy, experts never chosen and experts per token.
 
-At inference the input projections and experts can read float16 copies of their weights
-(``query_precision="float16"``, made once per set of weights; the outputs stay float32):
-a query's time in the gate is spent reading those weights, float16 halves the bytes, and every
-batch size uses the same copies so a query's vector does not depend on what it was batched with.
+At inference the input projections and experts read float16 copies of their weights
+(``query_precision="float16"``, the default; made once per set of weights; the outputs stay
+float32): unless the weights already sit in the CPU's caches, a query's time in the gate goes on
+reading them, and float16 halves the bytes. Every batch size uses the same copies, so a query's
+vector does not depend on what it was batched with.
 A query alone takes a short path: its tokens routed in one call, each chosen expert run once.
 
 ``forward_light`` is the degraded path (vitrine/search/fallback.py): the skip path plus an even
@@ -66,9 +67,9 @@ class CrossModalMoE(Adapter):
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
     ``dynamic_threshold``, ``balance_weight``, ``z_weight``, ``balance`` ("bias" or "loss"),
     ``bias_rate``, ``balance_target_cv``, ``input_dropout`` (on the projected tokens, training
-    only), ``query_precision`` ("float16", the default, or "float32": the inference weights), ``cross_dropout``
-    (chance that the router does not see the other modality during
-    training, so lone photos and lone texts route as well as pairs)."""
+    only), ``query_precision`` ("float16", the default, or "float32": the inference weights),
+    ``cross_dropout`` (chance that the router does not see the other modality during training, so
+    lone photos and lone texts route as well as pairs)."""
 
     kind = "moe"
 
@@ -192,17 +193,19 @@ class CrossModalMoE(Adapter):
                 self._half = {k: (lin.weight.detach().half(), lin.bias.detach().half()) for k, lin in layers.items()}
         return self._half
 
+    def _half_mode(self) -> bool:
+        return not self.training and self.query_precision == "float16"
+
     def _linear(self, name: str, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """An input projection's or expert's matrix product: at inference in ``query_precision``
-        (float16 halves the bytes of weights read, which is what one query's time goes on; the
-        output is float32), in float32 while training."""
-        if self.training or self.query_precision == "float32":
+        (the output is float32 either way), in float32 while training."""
+        if not self._half_mode():
             return F.linear(x, layer.weight, layer.bias)
         w, b = self._half_weights()[name]
         return F.linear(x.half(), w, b).float()
 
     def _expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        if self.training or self.query_precision == "float32":
+        if not self._half_mode():
             return self.experts[e](x)
         net = self.experts[e].net
         return self._linear(f"{e}.1", net[3], F.gelu(self._linear(f"{e}.0", net[0], x)))
@@ -212,9 +215,8 @@ class CrossModalMoE(Adapter):
         """Inference for one query's projected tokens (a photo, a text or both): the short path.
         Both tokens are routed by one router call and pass the skip path together; each chosen
         expert runs once, on every token that chose it (a photo and its text often share experts)."""
-        mods = [m for m, x in ((IMAGE, pi), (TEXT, pt)) if x is not None]
-        r_in = torch.cat([self._route_input(pi if m == IMAGE else pt, pt if m == IMAGE else pi, m)  # type: ignore[arg-type]
-                          for m in mods])
+        tokens = [(m, own, other) for m, own, other in ((IMAGE, pi, pt), (TEXT, pt, pi)) if own is not None]
+        r_in = torch.cat([self._route_input(own, other, m) for m, own, other in tokens])
         logits = self.router(r_in)
         chosen = (logits + self.route_bias).topk(self.top_k, dim=-1).indices
         w = torch.softmax(logits, dim=-1).gather(1, chosen)
@@ -229,7 +231,7 @@ class CrossModalMoE(Adapter):
         x = torch.cat([t for t in (pi, pt) if t is not None])
         out = self.skip(x)
         for e, rows in uses.items():
-            y = self._expert(e, x if len(rows) == len(mods) else x[rows[0][0]:rows[0][0] + 1])
+            y = self._expert(e, x if len(rows) == len(tokens) else x[rows[0][0]:rows[0][0] + 1])
             for j, (row, rank) in enumerate(rows):
                 out[row] += w[row, rank] * y[j]
         out = F.normalize(out, dim=-1)

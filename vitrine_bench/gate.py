@@ -5,7 +5,7 @@ features, or both) go through the adapter alone, one query at a time on one thre
 warm-up; p50/p95/p99 per query kind, twice: *warm*, queries back to back (the adapter's weights
 stay in the CPU caches), and *cold*, each query after reading a buffer larger than the last-level
 cache, as in the service, where the towers run between two queries' gate calls and evict it (the
-gate's time is then spent fetching its weights from memory). The towers' own cost is the same for
+gate then fetches its weights, and torch its own code and state, from memory). The towers' own cost is the same for
 every adapter and is measured by ``vitrine bench fastpath``.
 """
 

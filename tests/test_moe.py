@@ -35,7 +35,7 @@ def test_top_k_routing_renormalised_and_exactly_k_experts():
 
 
 def test_one_query_short_path_equals_the_batched_route():
-    """A single query takes the short inference path; it must give what the batched path gives,
+    """A single query must give what the same query gives inside a batch,
     choice bias included."""
     m = small(experts=6, top_k=2).eval()
     with torch.no_grad():

@@ -30,7 +30,8 @@ At inference the input projections and experts read float16 copies of their weig
 float32): unless the weights already sit in the CPU's caches, a query's time in the gate goes on
 reading them, and float16 halves the bytes. Every batch size uses the same copies, so a query's
 vector does not depend on what it was batched with.
-A query alone takes a short path: its tokens routed in one call, each chosen expert run once.
+At inference a batch's photo and text tokens are routed in one call and each chosen expert runs
+once, on every token that chose it (a query's photo and its text often share experts).
 
 ``forward_light`` is the degraded path (vitrine/search/fallback.py): the skip path plus an even
 mix of all experts, with no router.
@@ -161,27 +162,37 @@ class CrossModalMoE(Adapter):
         probs = F.softmax(noisy, dim=-1)
         _, top_i = (noisy.detach() + self.route_bias).topk(self.top_k, dim=-1)
         top_w = probs.gather(1, top_i)
-        keep = torch.ones_like(top_w, dtype=torch.bool)
-        if self.dynamic_k and self.top_k > 1:
-            confident = top_w[:, 0] >= self.dynamic_threshold
-            keep[:, 1:] = ~confident[:, None]
-        top_w = torch.where(keep, top_w, torch.zeros_like(top_w))
+        if self.dynamic_k and self.top_k > 1:  # a confident route keeps its first expert only
+            keep = torch.ones_like(top_w, dtype=torch.bool)
+            keep[:, 1:] = (top_w[:, 0] < self.dynamic_threshold)[:, None]
+            top_w = torch.where(keep, top_w, torch.zeros_like(top_w))
         top_w = top_w / top_w.sum(-1, keepdim=True).clamp_min(1e-9)
         weights = torch.zeros_like(probs).scatter(1, top_i, top_w)
         return logits, weights, weights > 0
 
     def _experts_out(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Skip path plus each token's weighted experts, L2-normalised; every chosen expert runs
+        once, on the rows that chose it."""
         out = self.skip(x)
-        for e, expert in enumerate(self.experts):
-            rows = weights[:, e].nonzero().flatten()
-            if len(rows):
+        chosen = (weights > 0).t()  # (experts, tokens)
+        for e in chosen.any(1).nonzero().flatten().tolist():
+            rows = chosen[e].nonzero().flatten()
+            if len(rows) == len(x):  # every token (always so for a lone query): no gather or scatter
+                out = out + weights[:, e, None] * self._expert(e, x)
+            else:
                 out = out.index_add(0, rows, weights[rows, e, None] * self._expert(e, x[rows]))
         return F.normalize(out, dim=-1)
 
-    def _infer_token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int) -> torch.Tensor:
-        """Inference over a batch of tokens: no noise, no auxiliary losses."""
-        r_in = self._route_input(own, other, modality)
-        return self._experts_out(own, self._route_logits(self.router(r_in), r_in)[1])
+    def _infer(self, pi: torch.Tensor | None, pt: torch.Tensor | None
+               ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Inference (no noise, no auxiliary losses) for any batch: the photo and text tokens, each
+        seeing the other, are routed by one router call and go through the experts together."""
+        tokens = [(m, own, other) for m, own, other in ((IMAGE, pi, pt), (TEXT, pt, pi)) if own is not None]
+        r_in = torch.cat([self._route_input(own, other, m) for m, own, other in tokens])  # type: ignore[arg-type]
+        out = self._experts_out(torch.cat([own for _, own, _ in tokens]),  # type: ignore[misc]
+                                self._route_logits(self.router(r_in), None)[1])
+        n = out.shape[0] // len(tokens)
+        return (out[:n] if pi is not None else None), (out[-n:] if pt is not None else None)
 
     def _half_weights(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """float16 copies of the input projections and the experts, made once per set of weights."""
@@ -209,33 +220,6 @@ class CrossModalMoE(Adapter):
             return self.experts[e](x)
         net = self.experts[e].net
         return self._linear(f"{e}.1", net[3], F.gelu(self._linear(f"{e}.0", net[0], x)))
-
-    def _infer_one(self, pi: torch.Tensor | None, pt: torch.Tensor | None
-                   ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Inference for one query's projected tokens (a photo, a text or both): the short path.
-        Both tokens are routed by one router call and pass the skip path together; each chosen
-        expert runs once, on every token that chose it (a photo and its text often share experts)."""
-        tokens = [(m, own, other) for m, own, other in ((IMAGE, pi, pt), (TEXT, pt, pi)) if own is not None]
-        r_in = torch.cat([self._route_input(own, other, m) for m, own, other in tokens])
-        logits = self.router(r_in)
-        chosen = (logits + self.route_bias).topk(self.top_k, dim=-1).indices
-        w = torch.softmax(logits, dim=-1).gather(1, chosen)
-        uses: dict[int, list[tuple[int, int]]] = {}  # expert -> [(token row, rank among its choices)]
-        for row, (ranked, top_w) in enumerate(zip(chosen.tolist(), w[:, 0].tolist())):
-            keep = 1 if self.dynamic_k and self.top_k > 1 and top_w >= self.dynamic_threshold else self.top_k
-            for rank, e in enumerate(ranked[:keep]):
-                uses.setdefault(e, []).append((row, rank))
-            if keep < self.top_k:  # a confident route: one expert
-                w[row, keep:] = 0.0
-        w = w / w.sum(-1, keepdim=True)
-        x = torch.cat([t for t in (pi, pt) if t is not None])
-        out = self.skip(x)
-        for e, rows in uses.items():
-            y = self._expert(e, x if len(rows) == len(tokens) else x[rows[0][0]:rows[0][0] + 1])
-            for j, (row, rank) in enumerate(rows):
-                out[row] += w[row, rank] * y[j]
-        out = F.normalize(out, dim=-1)
-        return (out[:1] if pi is not None else None), (out[-1:] if pt is not None else None)
 
     def _token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int,
                stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -277,12 +261,8 @@ class CrossModalMoE(Adapter):
         if image is not None and text is not None and image.shape[0] != text.shape[0]:
             raise ModelError("photo and text batches differ in length")
         pi, pt = self._project(image, text)
-        if not self.training and (pi if pi is not None else pt).shape[0] == 1:  # type: ignore[union-attr]
-            img, txt = self._infer_one(pi, pt)
-            return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
         if not self.training:
-            img = self._infer_token(pi, pt, IMAGE) if pi is not None else None
-            txt = self._infer_token(pt, pi, TEXT) if pt is not None else None
+            img, txt = self._infer(pi, pt)
             return AdapterOutput(image=img, text=txt, fused=self.fuse(img, txt))
         stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         img = self._token(pi, pt, IMAGE, stats) if pi is not None else None

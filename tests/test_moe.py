@@ -201,6 +201,43 @@ def test_routing_stats_report_load_cv_entropy_and_dead_experts():
     assert 0 < s["entropy"] < s["max_entropy"] == round(np.log(4), 4)
 
 
+def test_routing_stats_pairs_share_of_products_whose_photo_and_title_share_an_expert():
+    m = small(experts=4, top_k=1, width=16).eval()
+    x, t = torch.randn(10, 12), torch.randn(10, 8)
+    with torch.no_grad():  # every token to expert 2: every product's photo and title share it
+        m.router.weight.zero_()
+        m.router.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    assert m.routing_stats(x, t, pairs=True)["pairs_sharing_an_expert"] == 1.0
+    assert "pairs_sharing_an_expert" not in m.routing_stats(x, t)
+    with torch.no_grad():  # the modality flag decides: photos to expert 0, titles to expert 1
+        m.router.bias.zero_()
+        m.flag.weight.zero_()
+        m.flag.weight[0, 0] = m.flag.weight[1, 1] = 10.0
+        m.router.weight[0, 32] = m.router.weight[1, 33] = 1.0  # router input = [photo, title, flag]
+    s = m.routing_stats(x, t, pairs=True)
+    assert s["pairs_sharing_an_expert"] == 0.0 and s["load"] == [0.5, 0.5, 0.0, 0.0]
+    with pytest.raises(ModelError, match="as many photos as texts"):
+        m.routing_stats(x, t[:5], pairs=True)
+
+
+def test_routing_report_of_vitrine_eval_on_real_features(encoder, subset_rows):
+    """`vitrine eval --protocol kagl-t2i/kagl-subcat` with the gate reports its routing on the split."""
+    from vitrine.encoders.encoder import MultimodalEncoder
+    from vitrine.evals import protocols as P
+    from vitrine.evals.datasets import Catalog
+
+    cat = Catalog.load(limit_ids={r["id"] for r in subset_rows})
+    moe = create_adapter("moe", image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim, dim=32,
+                         width=32, hidden=32, experts=4, top_k=2, towers_key=encoder.towers.key)
+    rep = P.routing_report(MultimodalEncoder(encoder.towers, moe, cache=encoder.cache), cat, split="train",
+                           progress=False)
+    n = int(cat.split_mask("train").sum())
+    assert rep["split"] == "train" and rep["products"] == n > 0 and rep["tokens"] == 2 * n
+    assert sum(rep["load"]) == pytest.approx(1.0, abs=1e-3) and 0.0 <= rep["pairs_sharing_an_expert"] <= 1.0
+    with pytest.raises(ModelError, match="router"):  # the shipped MLP has no router
+        P.routing_report(encoder, cat, split="train", progress=False)
+
+
 def test_moe_roundtrip_through_the_adapter_factory(tmp_path):
     m = small(dynamic_k=True).eval()
     m.save_pretrained(tmp_path / "moe")

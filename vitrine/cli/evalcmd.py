@@ -106,7 +106,7 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
             result = P.kagl_subcat(encoder, catalog)
         result["model"] = encoder.model_key
         if hasattr(encoder.adapter, "routing_stats"):
-            result["routing"] = P.routing_report(encoder, catalog)
+            result["routing"] = P.routing_report(encoder, catalog, split=split)
     result["adapter"] = settings.adapter
     if protocol in ("qrels", "attr"):
         result["fusion"] = {"method": settings.fusion, "signals": settings.fusion_signals}

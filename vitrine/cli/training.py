@@ -158,7 +158,8 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     }
     if hasattr(adapter, "routing_stats"):
         with torch.inference_mode():
-            summary["routing"] = adapter.routing_stats(torch.from_numpy(val.image), torch.from_numpy(val.text))
+            summary["routing"] = adapter.routing_stats(torch.from_numpy(val.image), torch.from_numpy(val.text),
+                                                       pairs=True)
     adapter.save_pretrained(out)
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -369,15 +369,24 @@ class CrossModalMoE(Adapter):
     # -- statistics ------------------------------------------------------------------------------
     @torch.inference_mode()
     def routing_stats(self, image: torch.Tensor | None, text: torch.Tensor | None,
-                      batch: int = 4096) -> dict[str, Any]:
+                      batch: int = 4096, *, pairs: bool = False) -> dict[str, Any]:
         """Routing of these tokens (photos and texts, each alone as at indexing and query time):
         per-expert load (share of assignments), its coefficient of variation, mean routing
-        entropy (nats), experts never chosen, mean experts per token."""
+        entropy (nats), experts never chosen, mean experts per token. With ``pairs`` (row i of
+        ``image`` and of ``text`` are one product): ``pairs_sharing_an_expert``, the share of
+        products whose photo and title choose at least one common expert (low: the experts split
+        by modality rather than by what the product is)."""
         self.eval()
         logits = self._lone_logits(image, text, batch)
         if not len(logits):
             raise ModelError("routing_stats needs photos or texts")
         _, _, chosen = self._route_logits(logits, None)
+        extra: dict[str, float] = {}
+        if pairs:
+            if image is None or text is None or len(image) != len(text):
+                raise ModelError("routing_stats(pairs=True) needs as many photos as texts, one product per row")
+            n = len(image)
+            extra["pairs_sharing_an_expert"] = round(float((chosen[:n] & chosen[n:]).any(1).float().mean()), 4)
         chosen = chosen.float()
         p = F.softmax(logits, dim=-1)
         entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)
@@ -391,4 +400,5 @@ class CrossModalMoE(Adapter):
             "max_entropy": round(math.log(self.experts_n), 4),
             "dead_experts": [i for i, v in enumerate(load.tolist()) if v == 0.0],
             "experts_per_token": round(float(chosen.sum(1).mean()), 3),
+            **extra,
         }

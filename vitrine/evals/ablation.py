@@ -192,8 +192,9 @@ def run_ablation(encoder: MultimodalEncoder, catalog: Catalog, embedders: Sequen
         rows.append({"name": emb.name, **emb.info, "metrics": {k: round(float(v), 4) for k, v in m.items()},
                      "seconds": round(time.time() - t1, 1)})
         if emb.adapter is not None and hasattr(emb.adapter, "routing_stats"):
-            rows[-1]["routing"] = emb.adapter.routing_stats(torch.from_numpy(img_f0[img_rows[qmask[img_rows]]]),
-                                                            torch.from_numpy(txt_f[qmask]))
+            split_photos = img_rows[qmask[img_rows]]  # each with its own title: pairs
+            rows[-1]["routing"] = emb.adapter.routing_stats(torch.from_numpy(img_f0[split_photos]),
+                                                            torch.from_numpy(txt_f[split_photos]), pairs=True)
         log.info("ablation %s: %s", emb.name, rows[-1]["metrics"])
     return {"protocol": "ablation", "split": split, "kagl_queries": int(qmask.sum()), "photos": int(has_img.sum()),
             "products": len(catalog.rows), "subcategories": len(sub_names), "attr_queries": len(attr_qs),
@@ -234,11 +235,13 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablati
     if routing:
         lines += ["", f"Routing on the {result['split']} split (photos and titles, each alone as when indexed or "
                   "queried):", "",
-                  "| adapter | load CV | entropy (max) | dead experts | experts/token | load |", "|---|---|---|---|---|---|"]
+                  "| adapter | load CV | entropy (max) | dead experts | experts/token | photo & title share an expert "
+                  "| load |", "|---|---|---|---|---|---|---|"]
         for r in routing:
             s = r["routing"]
             lines.append(f"| {r['name']} | {s['load_cv']} | {s['entropy']} ({s['max_entropy']}) | "
-                         f"{s['dead_experts'] or 'none'} | {s['experts_per_token']} | {s['load']} |")
+                         f"{s['dead_experts'] or 'none'} | {s['experts_per_token']} | "
+                         f"{s.get('pairs_sharing_an_expert', '')} | {s['load']} |")
     md = out_dir / f"{stem}.md"
     png = out_dir / f"{stem}.png"
     lines += ["", f"![{png.name}]({png.name})", ""]

@@ -24,6 +24,7 @@ import torch
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.evals.datasets import Catalog, EvalQuery
+from vitrine.errors import ModelError
 from vitrine.evals.metrics import mean_metrics
 from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
@@ -62,6 +63,19 @@ def kagl_t2i(encoder: MultimodalEncoder, catalog: Catalog, *, split: str = "test
     metrics = {key: m[key] for key in ("R@1", "R@5", "R@10", "MRR@10", "Hit@1", "Hit@10", "nDCG@10")}
     return {"protocol": "kagl-t2i", "split": split, "queries": int(qmask.sum()), "gallery": int(has_img.sum()),
             "metrics": metrics}
+
+
+def routing_report(encoder: MultimodalEncoder, catalog: Catalog, *, split: str = "test",
+                   progress: bool = True) -> dict[str, Any]:
+    """The gate's routing statistics on a split's products (photo and title each routed alone, as
+    indexed and queried; products without a photo are left out), for ``vitrine eval``."""
+    adapter = encoder.adapter
+    if not hasattr(adapter, "routing_stats"):
+        raise ModelError("routing statistics need an adapter with a router (the MoE gate)")
+    img_f, txt_f = catalog.features(encoder, progress=progress)
+    rows = np.flatnonzero(catalog.split_mask(split) & ~np.isnan(img_f).any(1))
+    stats = adapter.routing_stats(torch.from_numpy(img_f[rows]), torch.from_numpy(txt_f[rows]), pairs=True)
+    return {"split": split, "products": len(rows), **stats}
 
 
 def kagl_subcat(encoder: MultimodalEncoder, catalog: Catalog, *, k: int = 10, photo_weight: float = 0.9,

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.evals.datasets import Catalog, EvalQuery
 from vitrine.errors import ModelError
+from vitrine.evals.datasets import Catalog, EvalQuery
 from vitrine.evals.metrics import mean_metrics
 from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine

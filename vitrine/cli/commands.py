@@ -112,7 +112,7 @@ def _serve(settings, *, consume: bool = False, follow: float | None = None) -> N
 @click.option("--no-serve", is_flag=True, help="Build the demo data dir and exit")
 def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: int | None, no_serve: bool) -> None:
     """Build the demo data dir (once) from the shipped demo catalogue, then serve API + UI."""
-    from vitrine.ingest.catalog import ingest_file
+    from vitrine.ingest.catalog import ingest_records, read_catalog
     from vitrine.ingest.fashion import bundled_dir, convert, demo_dir, demo_subset
 
     settings = make_settings(data_dir=data_dir, host=host, port=port)
@@ -123,12 +123,14 @@ def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: 
     if state.get("catalog") != want:
         t0 = time.time()
         ids = demo_subset(source, limit) if limit else None
-        out = data_dir / "catalog-source.jsonl"  # photo paths point into the catalogue folder
-        n = convert(source, out, ids)
+        # the converted catalogue goes into the data dir (the package folder may be read-only); its
+        # photo paths are relative to the catalogue folder, the only folder ingest reads photos from
+        out = data_dir / "catalog-source.jsonl"
+        n = convert(source, out, ids, photo_base=source)
         click.echo(f"building the demo data dir {data_dir} from {n} bundled products (once)...", err=True)
         engine = _engine(settings)
         try:
-            report = ingest_file(engine, out, progress=True)
+            report = ingest_records(engine, read_catalog(out), source, progress=True, total=n)
         finally:
             engine.close()
         _print_report(report)

@@ -31,15 +31,16 @@ def to_record(row: dict[str, str], image_ref: str) -> dict[str, Any]:
     }
 
 
-def convert(source: Path, out: Path, ids: Iterable[str] | None = None) -> int:
-    """Write the catalogue as JSONL at ``out`` (photo paths relative to ``out``'s folder)."""
+def convert(source: Path, out: Path, ids: Iterable[str] | None = None, *, photo_base: Path | None = None) -> int:
+    """Write the catalogue as JSONL at ``out``, photo paths relative to ``photo_base`` (default:
+    ``out``'s folder; ingest reads photos only inside the folder it is given)."""
     source, out = Path(source), Path(out)
     rows = read_styles(source)
     if ids is not None:
         keep = set(ids)
         rows = [r for r in rows if r["id"] in keep]
     out.parent.mkdir(parents=True, exist_ok=True)
-    rel = os.path.relpath(source / "images", out.parent.resolve())
+    rel = os.path.relpath((source / "images").resolve(), Path(photo_base or out.parent).resolve())
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for r in rows:

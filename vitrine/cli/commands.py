@@ -229,3 +229,4 @@ def info(data_dir: Path) -> None:
 from vitrine.cli import bench, evalcmd, train  # noqa: E402,F401
 from vitrine.cli import graphcmd  # noqa: E402,F401
 from vitrine.cli import reliability  # noqa: E402,F401
+from vitrine.cli import settingscmd  # noqa: E402,F401

@@ -1,6 +1,6 @@
 """The Kafka catalogue stream: a consumer-group ingest worker, a publisher, and worker status.
 
-Write path of one worker batch (DESIGN.md)::
+Write path of one worker batch (docs/design.md)::
 
     poll <= kafka_batch_size events -> parse + validate (events.py) -> resolve photos
       -> Engine.upsert / Engine.delete   (one SQLite transaction each: durable on return)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from vitrine.atomic import atomic_path
 from vitrine.bundled import COLUMNS, bundled_dir, demo_dir, read_splits, read_styles  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,9 @@ def convert(source: Path, out: Path, ids: Iterable[str] | None = None, *, photo_
         rows = [r for r in rows if r["id"] in keep]
     out.parent.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath((source / "images").resolve(), Path(photo_base or out.parent).resolve())
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(out, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(to_record(r, f"{rel}/{r['id']}.jpg"), ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
     return len(rows)
 
 

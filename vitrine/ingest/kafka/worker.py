@@ -1,45 +1,12 @@
-"""The Kafka catalogue stream: a consumer-group ingest worker, a publisher, and worker status.
-
-Write path of one worker batch (docs/design.md)::
-
-    poll <= kafka_batch_size events -> parse + validate (events.py) -> resolve photos
-      -> Engine.upsert / Engine.delete   (one SQLite transaction each: durable on return)
-      -> dead letters produced and acknowledged
-      -> only then: commit the batch's offsets
-
-At-least-once delivery plus idempotent application (unchanged records are skipped, versioned
-ones never go backwards) gives exactly-once index state: a worker killed anywhere in that
-sequence re-reads at most the uncommitted batch, and re-applying it changes nothing.
-
-Index snapshots (``Engine.save``) are not needed for durability (the record store is the source
-of truth and a restarted engine replays what its snapshot lacks); the worker writes one every
-``kafka_snapshot_interval_s`` to keep restarts fast, and when it stops.
-
-Bad messages never stop the worker: they go to the dead-letter topic (``<topic>.dlq`` by
-default) with the original key and value bytes untouched and the reason in headers
-(``vitrine.reason``, ``vitrine.kind``, ``vitrine.topic``, ``vitrine.partition``,
-``vitrine.offset``), and are counted. Kinds: ``json``, ``schema``, ``key``, ``photo``,
-``internal``.
-
-Broker trouble (timeouts, a broker that went away, a broker restarted with its memory wiped) is
-handled by closing and recreating the clients with backoff; a partition whose log end is behind
-the worker's position (the broker lost the log) is re-read from the beginning, since Tansu
-answers such fetches with nothing instead of OFFSET_OUT_OF_RANGE. Lag comes from the consumer's
-``highwater()`` (Tansu's ListOffsets answer, hence ``end_offsets()``, is wrong).
-
-Status: :meth:`IngestWorker.status` returns a plain dict (lag per partition, events by result,
-events/s, dead letters, last-commit age, freshness); the worker also writes it atomically to
-``<data dir>/kafka/<group>.<worker id>.json`` for ``vitrine consume --status``.
-"""
+"""The ingest worker: one member of the consumer group applying catalogue events to an engine
+(the write path of one batch is in the package docstring and docs/kafka.md)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import math
 import os
-import re
 import signal
 import socket
 import sqlite3
@@ -47,244 +14,26 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from vitrine.errors import InvalidInput, MissingExtra, StorageError
-from vitrine.ingest.catalog import PhotoResolver, read_catalog
-from vitrine.ingest.events import BadEvent, DeleteEvent, UpsertEvent, encode_event, parse_event
-from vitrine.progress import progress_bar
+from vitrine.atomic import atomic_write_text
+from vitrine.errors import InvalidInput, StorageError
+from vitrine.ingest.catalog import PhotoResolver
+from vitrine.ingest.events import BadEvent, DeleteEvent, UpsertEvent, parse_event
+from vitrine.ingest.kafka.client import client_options, dlq_topic_for, ensure_topics, kafka_module
+from vitrine.ingest.kafka.status import STATUS_DIR, percentile, read_status_dir, status_file_name
 from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import ItemError, UpsertReport
 from vitrine.search.settings import Settings
 
 log = logging.getLogger(__name__)
 
-STATUS_DIR = "kafka"
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
-
-def _kafka() -> Any:
-    try:
-        import kafka
-        import kafka.errors  # noqa: F401
-    except ImportError as e:
-        raise MissingExtra("Kafka ingest needs kafka-python: pip install 'vitrine[kafka]'") from e
-    return kafka
-
-
-# -- clients -----------------------------------------------------------------------------------------
-def client_options(settings: Settings, client_id: str = "vitrine",
-                   bootstrap_timeout_ms: int = 10_000) -> dict[str, Any]:
-    """kafka-python keyword arguments common to every client: brokers, TLS and SASL."""
-    s = settings
-    opts: dict[str, Any] = {
-        "bootstrap_servers": [b.strip() for b in s.kafka_bootstrap.split(",") if b.strip()],
-        "client_id": client_id,
-        "security_protocol": s.kafka_security_protocol,
-        "bootstrap_timeout_ms": bootstrap_timeout_ms,
-    }
-    if s.kafka_security_protocol in ("SSL", "SASL_SSL"):
-        opts["ssl_check_hostname"] = s.kafka_ssl_check_hostname
-        for key, value in (("ssl_cafile", s.kafka_ssl_cafile), ("ssl_certfile", s.kafka_ssl_certfile),
-                           ("ssl_keyfile", s.kafka_ssl_keyfile)):
-            if value is not None:
-                opts[key] = str(value)
-    if s.kafka_security_protocol.startswith("SASL"):
-        if not s.kafka_sasl_mechanism:
-            raise InvalidInput(f"security protocol {s.kafka_security_protocol} needs kafka_sasl_mechanism")
-        opts["sasl_mechanism"] = s.kafka_sasl_mechanism
-        opts["sasl_plain_username"] = s.kafka_sasl_username
-        opts["sasl_plain_password"] = s.kafka_sasl_password.get_secret_value() if s.kafka_sasl_password else None
-    return opts
-
-
-def dlq_topic_for(settings: Settings, topic: str) -> str:
-    return settings.kafka_dlq_topic or f"{topic}.dlq"
-
-
-def ensure_topics(settings: Settings, topics: Iterable[str], partitions: int | None = None,
-                  bootstrap_timeout_ms: int = 10_000) -> list[str]:
-    """Create the topics that do not exist (never relying on broker auto-creation, which makes
-    4 partitions on Tansu). Returns the ones created; a broker that refuses is logged, not fatal."""
-    k = _kafka()
-    from kafka.admin import NewTopic
-
-    topics = list(dict.fromkeys(topics))
-    admin = k.KafkaAdminClient(**client_options(settings, "vitrine-admin", bootstrap_timeout_ms),
-                               request_timeout_ms=10_000)
-    created: list[str] = []
-    try:
-        existing = set(admin.list_topics())
-        for t in topics:
-            if t in existing:
-                continue
-            try:
-                admin.create_topics([NewTopic(t, partitions or settings.kafka_partitions, settings.kafka_replication)],
-                                    timeout_ms=10_000)
-                created.append(t)
-            except k.errors.TopicAlreadyExistsError:
-                pass
-            except k.errors.KafkaError as e:
-                log.warning("could not create topic %s (%s); relying on it being created elsewhere", t, e)
-    finally:
-        admin.close()
-    if created:
-        log.info("created topics %s", created)
-    return created
-
-
-# -- publishing ---------------------------------------------------------------------------------------
-@dataclass
-class PublishReport:
-    topic: str
-    sent: int = 0
-    failed: list[ItemError] = field(default_factory=list)
-    bytes: int = 0
-    seconds: float = 0.0
-
-
-class Publisher:
-    """Events -> the topic, keyed by product id, ``acks=all``. A context manager; ``flush``
-    waits until every event is acknowledged and counts failures in :attr:`report`."""
-
-    def __init__(self, settings: Settings, topic: str | None = None, *, create_topic: bool = True,
-                 partitions: int | None = None, linger_ms: int = 20) -> None:
-        k = _kafka()
-        self.settings = settings
-        self.topic = topic or settings.kafka_topic
-        if create_topic:
-            ensure_topics(settings, [self.topic], partitions)
-        self._producer = k.KafkaProducer(
-            **client_options(settings, "vitrine-publish"), acks="all", linger_ms=linger_ms,
-            max_request_size=max(1_048_576, int(settings.max_image_bytes * 1.4) + 65_536),
-        )
-        self.report = PublishReport(topic=self.topic)
-        self._lock = threading.Lock()
-        self._t0 = time.perf_counter()
-
-    def __enter__(self) -> "Publisher":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def send(self, ev: UpsertEvent | DeleteEvent, *, line: int | None = None) -> Any:
-        """Queue one event; returns kafka-python's future (its RecordMetadata says where it landed)."""
-        key, value = encode_event(ev)
-        return self.send_raw(key, value, pid=ev.id, line=line)
-
-    def send_raw(self, key: bytes | None, value: bytes | None, *, pid: str | None = None, line: int | None = None,
-                 headers: list[tuple[str, bytes]] | None = None) -> Any:
-        """Any bytes (tests and tools use it to publish malformed messages on purpose)."""
-        k = _kafka()
-        size = len(value or b"")
-
-        def ok(_: Any) -> None:
-            with self._lock:
-                self.report.sent += 1
-                self.report.bytes += size
-
-        def failed(e: BaseException) -> None:
-            with self._lock:
-                self.report.failed.append(ItemError(id=pid, line=line, reason=f"not published: {e}"))
-
-        try:
-            fut = self._producer.send(self.topic, key=key, value=value, headers=headers or None)
-        except k.errors.KafkaError as e:  # e.g. MessageSizeTooLargeError, raised before sending
-            failed(e)
-            return None
-        fut.add_callback(ok)
-        fut.add_errback(failed)
-        return fut
-
-    def flush(self, timeout: float | None = 60.0) -> PublishReport:
-        self._producer.flush(timeout=timeout)
-        self.report.seconds = time.perf_counter() - self._t0
-        return self.report
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            self._producer.close(timeout=10)
-
-
-def publish_catalog(settings: Settings, path: str | os.PathLike[str], *, topic: str | None = None,
-                    embed_photos: bool = True, version: int | None = None, limit: int | None = None,
-                    progress: bool = True, partitions: int | None = None) -> PublishReport:
-    """A catalogue file (JSONL/CSV) -> upsert events. With ``embed_photos`` each photo travels
-    in the event as ``image_b64`` (consumers need no shared filesystem); otherwise ``image``
-    references go as they are (URLs work anywhere, local paths only for workers whose
-    ``kafka_photo_root`` is that folder). ``version`` stamps records that carry none."""
-    path = Path(path)
-    records = read_catalog(path)
-    resolver = PhotoResolver(path.parent, max_bytes=settings.max_image_bytes, timeout_s=settings.fetch_timeout_s)
-    with open(path, "rb") as f:
-        total = sum(1 for line in f if line.strip()) - (1 if path.suffix.lower() == ".csv" else 0)
-    if limit is not None:
-        total = min(total, limit)
-    bar = progress_bar(total=total, desc="publish", unit="event", enabled=progress)
-    skipped: list[ItemError] = []
-
-    def prepare(p: Any) -> tuple[Any, UpsertEvent | None, ItemError | None]:
-        if p.product is None:
-            return p, None, ItemError(id=p.raw_id, line=p.line, reason=p.error or "invalid record")
-        prod = p.product
-        if embed_photos and prod.image and not prod.image_b64:
-            try:
-                data = resolver.fetch(prod.image)
-            except (InvalidInput, OSError) as e:
-                return p, None, ItemError(id=prod.id, line=p.line, reason=str(e))
-            prod = prod.model_copy(update={"image_b64": base64.b64encode(data).decode("ascii"), "image": None})
-        if version is not None and prod.version is None:
-            prod = prod.model_copy(update={"version": version})
-        return p, UpsertEvent(op="upsert", product=prod), None
-
-    try:
-        with Publisher(settings, topic, partitions=partitions) as pub, ThreadPoolExecutor(max_workers=8) as pool:
-            chunk: list[Any] = []
-            n = 0
-
-            def drain() -> None:
-                for p, ev, err in pool.map(prepare, chunk):
-                    if err is not None:
-                        skipped.append(err)
-                    else:
-                        pub.send(ev, line=p.line)  # type: ignore[arg-type]
-                bar.update(len(chunk))
-                bar.set_postfix(acked=pub.report.sent, failed=len(skipped) + len(pub.report.failed))
-                chunk.clear()
-
-            for p in records:
-                if limit is not None and n >= limit:
-                    break
-                n += 1
-                chunk.append(p)
-                if len(chunk) >= 64:
-                    drain()
-            drain()
-            report = pub.flush()
-    finally:
-        bar.close()
-        resolver.close()
-    report.failed = skipped + report.failed
-    return report
-
-
-def publish_deletes(settings: Settings, ids: Sequence[str], *, topic: str | None = None,
-                    version: int | None = None) -> PublishReport:
-    with Publisher(settings, topic) as pub:
-        for pid in ids:
-            pub.send(DeleteEvent(op="delete", id=pid, version=version))
-        return pub.flush()
-
-
-# -- the worker -----------------------------------------------------------------------------------------
 @dataclass
 class DeadLetter:
     msg: Any  # kafka ConsumerRecord
@@ -332,13 +81,6 @@ class _Stats:
         return sum(n for _, n in self.window) / span
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    return float(v[min(len(v) - 1, max(0, math.ceil(q / 100 * len(v)) - 1))])
-
-
 class IngestWorker:
     """One member of the ingest consumer group, applying events to ``engine``.
 
@@ -360,7 +102,7 @@ class IngestWorker:
         self.batch_size = s.kafka_batch_size
         self.status_dir = status_dir if status_dir is not None else engine.data_dir / STATUS_DIR
         self.status_interval_s = status_interval_s
-        self.status_path = self.status_dir / f"{_SAFE.sub('_', self.group)}.{_SAFE.sub('_', self.worker_id)}.json"
+        self.status_path = self.status_dir / status_file_name(self.group, self.worker_id)
         self.stats = _Stats()
         self.state = "idle"
         self.connected = False
@@ -410,7 +152,7 @@ class IngestWorker:
         """Consume until stopped. ``until_idle``: return once every assigned partition has been
         caught up (lag 0, nothing pending) for that many seconds. ``timeout``: give up after
         that many seconds in all (the status then says ``timed_out``). Returns the final status."""
-        k = _kafka()
+        k = kafka_module()
         self._leaving = False
         deadline = time.monotonic() + timeout if timeout else None
         timed_out = False
@@ -583,7 +325,7 @@ class IngestWorker:
     def _send_dead_letters(self, dead: list[DeadLetter]) -> None:
         if not dead:
             return
-        k = _kafka()
+        k = kafka_module()
         futures = []
         for d in dead:
             m = d.msg
@@ -609,7 +351,7 @@ class IngestWorker:
     def _commit_pending(self) -> None:
         if not self._pending or self._consumer is None:
             return
-        k = _kafka()
+        k = kafka_module()
         assigned = self._consumer.assignment()
         offsets = {tp: k.OffsetAndMetadata(off, "", -1) for tp, off in self._pending.items() if tp in assigned}
         for tp in [tp for tp in self._pending if tp not in assigned]:
@@ -732,7 +474,7 @@ class IngestWorker:
 
     # -- connections ---------------------------------------------------------------------------------
     def _connect(self) -> bool:
-        k = _kafka()
+        k = kafka_module()
         s = self.settings
         try:
             if self.create_topics:
@@ -869,13 +611,13 @@ class IngestWorker:
                 "last_commit_age_s": round(now - st.last_commit, 3) if st.last_commit else None,
                 "reconnects": st.reconnects, "log_resets": st.log_resets, "snapshots": st.snapshots,
                 "last_snapshot": st.last_snapshot, "last_error": st.last_error,
-                "freshness_ms": {"p50": _pct(fresh, 50), "p99": _pct(fresh, 99), "n": len(fresh)},
+                "freshness_ms": {"p50": percentile(fresh, 50), "p99": percentile(fresh, 99), "n": len(fresh)},
                 "products": len(self.engine),
             }
 
     def _prune_status_files(self, older_than_s: float = 86_400) -> None:
         """Forget workers that stopped (or died) more than a day ago."""
-        for st in _read_status_dir(self.status_dir):
+        for st in read_status_dir(self.status_dir):
             if not st["alive"] and st["age_s"] > older_than_s:
                 Path(st["status_file"]).unlink(missing_ok=True)
 
@@ -885,117 +627,6 @@ class IngestWorker:
             return
         self._last_status_write = now
         try:
-            self.status_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.status_path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(json.dumps(self.status(), indent=1, default=str))
-            os.replace(tmp, self.status_path)
+            atomic_write_text(self.status_path, json.dumps(self.status(), indent=1, default=str), fsync=False)
         except OSError as e:
             log.debug("status file not written: %s", e)
-
-
-def read_status(data_dir: str | os.PathLike[str], group: str | None = None) -> list[dict[str, Any]]:
-    """The status files of the workers that wrote to ``data_dir``: with ``alive`` (the process
-    still runs on this host, or wrote recently elsewhere) and ages computed now."""
-    return _read_status_dir(Path(data_dir) / STATUS_DIR, group)
-
-
-def _read_status_dir(folder: Path, group: str | None = None) -> list[dict[str, Any]]:
-    out = []
-    host = socket.gethostname()
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            st = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if group and st.get("group") != group:
-            continue
-        now = time.time()
-        st["age_s"] = round(now - float(st.get("updated", 0)), 1)
-        if st.get("last_commit"):
-            st["last_commit_age_s"] = round(now - float(st["last_commit"]), 1)
-        if st.get("state") == "stopped":
-            alive = False
-        elif st.get("host") == host:
-            alive = _pid_alive(int(st.get("pid", 0)))
-        else:
-            alive = st["age_s"] < 60
-        st["alive"] = alive
-        st["status_file"] = str(path)
-        out.append(st)
-    return out
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def group_lag(settings: Settings, topic: str | None = None, group: str | None = None,
-              timeout: float = 5.0) -> dict[int, dict[str, int | None]]:
-    """The group's committed offsets against each partition's log end, asked of the brokers
-    (log ends from a probe fetch's highwater, since Tansu's ListOffsets is wrong)."""
-    k = _kafka()
-    topic = topic or settings.kafka_topic
-    group = group or settings.kafka_group
-    admin = k.KafkaAdminClient(**client_options(settings, "vitrine-status"), request_timeout_ms=10_000)
-    try:
-        committed = {tp.partition: om.offset for tp, om in admin.list_group_offsets(group).get(group, {}).items()
-                     if tp.topic == topic}
-    finally:
-        admin.close()
-    probe = k.KafkaConsumer(**client_options(settings, "vitrine-status"), enable_auto_commit=False)
-    try:
-        parts = sorted(probe.partitions_for_topic(topic) or [])
-        tps = [k.TopicPartition(topic, p) for p in parts]
-        hw: dict[int, int | None] = {p: None for p in parts}
-        if tps:
-            probe.assign(tps)
-            for tp in tps:
-                probe.seek(tp, max(0, committed.get(tp.partition, 0) - 1))
-            t_end = time.monotonic() + timeout
-            while time.monotonic() < t_end and any(v is None for v in hw.values()):
-                probe.poll(timeout_ms=200, max_records=1)
-                for tp in tps:
-                    if hw[tp.partition] is None:
-                        hw[tp.partition] = probe.highwater(tp)
-    finally:
-        probe.close(autocommit=False)
-    out: dict[int, dict[str, int | None]] = {}
-    for p in parts:
-        c, h = committed.get(p), hw[p]
-        out[p] = {"committed": c, "highwater": h,
-                  "lag": (h - (c or 0)) if h is not None else None}
-    return out
-
-
-def iter_dead_letters(settings: Settings, dlq_topic: str, *, timeout: float = 10.0,
-                      expect: int | None = None) -> Iterator[dict[str, Any]]:
-    """Read a dead-letter topic from the beginning (no group): key, value and the reason headers."""
-    k = _kafka()
-    c = k.KafkaConsumer(**client_options(settings, "vitrine-dlq-reader"), enable_auto_commit=False)
-    try:
-        parts = c.partitions_for_topic(dlq_topic) or set()
-        tps = [k.TopicPartition(dlq_topic, p) for p in sorted(parts)]
-        if not tps:
-            return
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        n = 0
-        t_end = time.monotonic() + timeout
-        while time.monotonic() < t_end and (expect is None or n < expect):
-            for _, ms in c.poll(timeout_ms=300).items():
-                for m in ms:
-                    n += 1
-                    h = {key: v.decode("utf-8", "replace") for key, v in (m.headers or [])}
-                    yield {"key": m.key, "value": m.value, "reason": h.get("vitrine.reason"),
-                           "kind": h.get("vitrine.kind"), "partition": m.partition, "offset": m.offset,
-                           "source": (h.get("vitrine.topic"), h.get("vitrine.partition"), h.get("vitrine.offset"))}
-    finally:
-        c.close(autocommit=False)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vitrine.bundled import COLUMNS, bundled_dir, read_splits, read_styles  # noqa: F401  (re-exported)
+from vitrine.bundled import COLUMNS, bundled_dir, demo_dir, read_splits, read_styles  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,10 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
-from vitrine.index.vectors import atomic_write_bytes, read_verified
+from vitrine.index.vectors import read_verified
 from vitrine.index.vocabulary import (
     ATTR_KEYS,
     ATTRIBUTE_FIELDS,
@@ -523,9 +524,6 @@ class ProductGraph:
                 else:
                     i += 1
         return terms
-
-    def query_vocabulary_size(self) -> int:
-        return len(self._vocabulary())
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> str:

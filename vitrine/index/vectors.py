@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitrine.atomic import atomic_write_bytes  # noqa: F401  (re-exported: graph, snapshots, swap use it)
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput, StorageError
 
 log = logging.getLogger(__name__)

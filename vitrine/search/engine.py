@@ -762,9 +762,14 @@ class Engine:
         return FacetsResponse(facets=out, products=len(self))
 
     def stats(self) -> dict[str, Any]:
+        clf = self.understanding.classifier if self.understanding is not None else None
         return {
             "products": len(self), "with_photo": len(self.vectors["image"]), "seq": self.records.seq,
-            "model": self.model_key, "index": self.settings.index_factory, "data_dir": str(self.data_dir),
+            "model": self.model_key, "adapter": self.settings.adapter, "index": self.settings.index_factory,
+            "data_dir": str(self.data_dir),
+            # the intent classifier serving: its ensemble members and runtime (None: intent off or unavailable)
+            "intent": {"model": self.settings.intent_model, "members": 1 + len(clf.members), "runtime": clf.runtime}
+            if clf is not None else None,
         }
 
     # -- maintenance -------------------------------------------------------------------------------

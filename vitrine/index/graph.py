@@ -39,6 +39,7 @@ import numpy as np
 
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
+from vitrine.index.taxonomy_map import CategoryMapping
 from vitrine.index.vectors import atomic_write_bytes, read_verified
 from vitrine.index.vocabulary import (
     ATTR_KEYS,
@@ -70,6 +71,17 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 
+def category_path(doc: Mapping[str, Any]) -> list[str]:
+    """A product's category path, root first (any depth); a bare ``articleType`` attribute when
+    it has none."""
+    path = [str(c) for c in (doc.get("category") or []) if str(c).strip()]
+    if not path:
+        attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
+        if attrs.get("articletype"):
+            path = [str(attrs["articletype"])]
+    return path
+
+
 @dataclass
 class ProductFacts:
     iid: int
@@ -93,6 +105,7 @@ class ProductGraph:
         self._iid_of: dict[str, int] = {}
         self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
+        self._colour_words: dict[str, str] | None = None
         self._leaves_cache: dict[str, frozenset[str]] = {}
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
         # product sets computed from the postings (per query terms): dropped on any product change
@@ -129,10 +142,10 @@ class ProductGraph:
             child = n
         return node
 
-    def _category_node(self, name: str, *, leaf: bool = False) -> str:
+    def _category_node(self, name: str, *, leaf: bool = False, path: Sequence[str] | None = None) -> str:
         """The category node of ``name`` (created when new). A leaf (what products are) maps to
-        its Google taxonomy node: the reviewed mapping first, else a taxonomy node of the same
-        name (a catalogue with other categories still gets a backbone where names agree)."""
+        its Google taxonomy node (:meth:`map_category`); the mapping, with its confidence, is
+        kept on the node and persisted with the graph."""
         key = norm_key(name)
         node = f"category:{key}"
         if node not in self.g:
@@ -140,14 +153,62 @@ class ProductGraph:
             self._vocab = None
             self._categories_changed()
         if leaf and not self.g.nodes[node].get("mapped"):
-            self.g.nodes[node]["mapped"] = True
-            mapped = self.data.category_map.get(key)
-            tid = mapped[0] if mapped is not None else self._taxonomy_by_name(name)
-            if tid is not None and tid in self.data.taxonomy:
-                self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
-                                source="category_map.csv" if mapped is not None else "name match")
+            m = self.map_category(name, path or (name,))
+            self.g.nodes[node].update(mapped=True, map=m.as_dict())
+            if m.taxonomy_id is not None and m.taxonomy_id in self.data.taxonomy:
+                self.g.add_edge(node, self._taxonomy_node(m.taxonomy_id), key="maps_to", source=m.source,
+                                confidence=m.confidence)
                 self._categories_changed()
         return node
+
+    def map_category(self, name: str, path: Sequence[str]) -> CategoryMapping:
+        """Where a leaf category sits on the taxonomy: the reviewed mapping (``category_map.csv``)
+        first; else the automatic mapping (``data.mapper``; unmapped below its threshold); else,
+        without a mapper, a taxonomy node of the same name."""
+        path = tuple(str(p) for p in path)
+        reviewed = self.data.category_map.get(norm_key(name))
+        if reviewed is not None:
+            return CategoryMapping(name, path, reviewed[0], 1.0, "reviewed", best_id=reviewed[0])
+        if self.data.mapper is not None and self.data.taxonomy:
+            try:
+                return self.data.mapper.map_path(path)  # type: ignore[no-any-return]
+            except Exception as e:  # noqa: BLE001 - a failing text tower leaves the category unmapped
+                log.warning("mapping category %r onto the taxonomy failed: %s", name, e)
+                return CategoryMapping(name, path, None, 0.0, "unmapped")
+        tid = self._taxonomy_by_name(name)
+        return CategoryMapping(name, path, tid, 1.0 if tid is not None else 0.0,
+                               "name" if tid is not None else "unmapped", best_id=tid)
+
+    def _premap(self, docs: Sequence[Mapping[str, Any]]) -> None:
+        """Map the new leaf categories of a batch in one call of the text tower."""
+        mapper = self.data.mapper
+        if mapper is None or not self.data.taxonomy:
+            return
+        todo: dict[tuple[str, ...], None] = {}
+        for doc in docs:
+            path = category_path(doc)
+            if not path or norm_key(path[-1]) in self.data.category_map:
+                continue
+            node = self.g.nodes.get(self.category_node(path[-1]))
+            if node is None or not node.get("mapped"):
+                todo[tuple(path)] = None
+        if todo:
+            try:
+                mapper.map_paths(list(todo))
+            except Exception as e:  # noqa: BLE001 - mapped one by one (and logged) instead
+                log.warning("mapping %d categories onto the taxonomy failed: %s", len(todo), e)
+
+    def mapping(self) -> list[dict[str, Any]]:
+        """Every leaf category's place on the taxonomy: source, taxonomy id and path, confidence."""
+        out = []
+        with self._lock:
+            for _node, d in self.g.nodes(data=True):
+                m = d.get("map")
+                if d.get("kind") == "category" and m:
+                    tid = m.get("taxonomy_id")
+                    out.append({**m, "taxonomy_path": " > ".join(self.data.taxonomy.get(tid, ())) if tid else None,
+                                "products": len(self._post.get(self.category_node(d["name"]), ()))})
+        return sorted(out, key=lambda m: (-m["products"], m["category"]))
 
     def _categories_changed(self) -> None:
         """The category tree changed: what was derived from it (leaves per group, proximities,
@@ -193,18 +254,32 @@ class ProductGraph:
                     return " ".join(str(v).split())
             return None
 
-        path = [str(c) for c in (doc.get("category") or []) if str(c).strip()]
-        if not path and attrs.get("articletype"):
-            path = [str(attrs["articletype"])]
+        path = category_path(doc)
         brand = doc.get("brand")
         if brand:
             brand = self.data.brands.canonical(str(brand))
         elif doc.get("title"):
             brand = self.data.brands.from_title(str(doc["title"]))
+        colour = attr("colour")
+        if colour is None and doc.get("title"):
+            colour = self.colour_in(str(doc["title"]))
         facts = ProductFacts(iid=iid, pid=pid, category=path[-1] if path else None, brand=brand,
-                             colour=attr("colour"), gender=attr("gender"), season=attr("season"),
+                             colour=colour, gender=attr("gender"), season=attr("season"),
                              usage=attr("usage"))
         return facts, path
+
+    def colour_in(self, title: str) -> str | None:
+        """The first colour a title names (one or two words: "Navy Blue"), from the general
+        colour lexicon (:meth:`GraphData.colour_words`)."""
+        if self._colour_words is None:
+            self._colour_words = self.data.colour_words()
+        toks = tokenize(title)
+        for i in range(len(toks)):
+            for n in (2, 1):
+                hit = self._colour_words.get(norm_key("".join(toks[i:i + n]))) if i + n <= len(toks) else None
+                if hit:
+                    return hit
+        return None
 
     def upsert(self, iid: int, pid: str, doc: Mapping[str, Any]) -> None:
         with self._lock:
@@ -215,7 +290,7 @@ class ProductGraph:
             self.g.add_node(node, kind="product", iid=iid, **{
                 k: v for k, v in facts.__dict__.items() if k not in ("iid", "pid") and v is not None})
             if facts.category:
-                leaf = self._category_node(facts.category, leaf=True)
+                leaf = self._category_node(facts.category, leaf=True, path=path)
                 self.g.add_edge(node, leaf, key="is_a")
                 self._post.setdefault(leaf, set()).add(iid)
                 child = leaf
@@ -242,7 +317,9 @@ class ProductGraph:
 
     def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
         n = 0
+        items = list(items)
         with self._lock:
+            self._premap([doc for _, _, doc in items])
             for iid, pid, doc in items:
                 self.upsert(iid, pid, doc)
                 n += 1
@@ -512,7 +589,7 @@ class ProductGraph:
                     if not hits:
                         continue
                     hits = {h for h in hits if not (h[0] == "brand" and key in self.data.brands.exact_keys
-                                                    and not _written_exactly(raw, h[1]))}
+                                                    and not _written_exactly(raw, h[1])) and self.holds(*h)}
                     if not hits:
                         continue
                     phrase = " ".join(span)
@@ -523,6 +600,20 @@ class ProductGraph:
                 else:
                     i += 1
         return terms
+
+    def holds(self, f: str, value: str) -> bool:
+        """Whether a live product holds this graph value (a category: any leaf under it; a
+        colour: that colour or one of its family). A query term the catalogue does not hold
+        never becomes a graph signal."""
+        if f == "category":
+            return any(self._post.get(leaf) for leaf in self.category_leaves(value))
+        if self._post.get(f"{f}:{norm_key(value)}"):
+            return True
+        if f == "colour":
+            fam = self.data.colours.family_of(value)
+            return fam is not None and fam not in self.data.colours.universal and any(
+                self._post.get(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
+        return False
 
     def query_vocabulary_size(self) -> int:
         return len(self._vocabulary())
@@ -561,7 +652,10 @@ class ProductGraph:
         kinds = Counter(d.get("kind") for _, d in self.g.nodes(data=True))
         return {"nodes": self.g.number_of_nodes(), "edges": self.g.number_of_edges(), "products": len(self),
                 "brands": kinds.get("brand", 0), "categories": kinds.get("category", 0),
-                "taxonomy_nodes": kinds.get("taxonomy", 0)}
+                "taxonomy_nodes": kinds.get("taxonomy", 0),
+                "categories_mapped": Counter((d.get("map") or {}).get("source") for _, d in self.g.nodes(data=True)
+                                             if d.get("kind") == "category" and d.get("map")
+                                             and self._post.get(self.category_node(d["name"])))}
 
 
 def _written_exactly(words: Sequence[str], brand: str) -> bool:

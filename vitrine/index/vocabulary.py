@@ -31,6 +31,15 @@ from vitrine.errors import StorageError
 
 log = logging.getLogger(__name__)
 
+_SHIPPED = Path(__file__).resolve().parents[2] / "data"
+
+
+def shipped_data(*parts: str) -> Path:
+    """A file or folder of the data Vitrine ships (graph data, Google's taxonomy): the one place
+    that says where it lives."""
+    return _SHIPPED.joinpath(*parts)
+
+
 DATA_FILES = ("category_map.csv", "complements.json", "colours.json", "vocabulary.json", "brands.json",
               "brand_overrides.json")
 ATTRIBUTE_FIELDS = ("brand", "colour", "gender", "season", "usage")
@@ -42,6 +51,9 @@ TITLE_GENDER_WORDS = frozenset({
     "men", "women", "man", "woman", "boys", "girls", "boy", "girl", "unisex", "kids", "kid's", "men's",
     "women's", "boy's", "girl's", "mens", "womens", "infant", "infants", "baby",
 })
+# Colour names that, in a title, mostly name a material or a finish ("Steel Frame Desk").
+TITLE_NOT_COLOURS = frozenset({"steel", "metallic", "skin", "nude", "multi", "copper", "bronze", "gold", "silver",
+                               "rust", "tan", "coffeebrown", "cream", "olive", "peach", "lime", "camel", "wine"})
 ATTR_KEYS = {
     "colour": ("colour", "color", "basecolour", "basecolor"),
     "gender": ("gender",),
@@ -197,12 +209,14 @@ class ColourRules:
     def __init__(self, spec: Mapping[str, Any] | None = None) -> None:
         spec = spec or {}
         self.family: dict[str, str] = {}
+        self.names: dict[str, str] = {}  # key -> the colour's name: the general colour lexicon
         self.universal: set[str] = set()
         for fam, d in (spec.get("families") or {}).items():
             if d.get("goes_with_all"):
                 self.universal.add(fam)
             for c in d.get("colours") or []:
                 self.family[norm_key(c)] = fam
+                self.names[norm_key(c)] = c
         self.pairs = {frozenset(p) for p in spec.get("compatible_families") or []}
 
     def family_of(self, colour: str | None) -> str | None:
@@ -243,7 +257,22 @@ class GraphData:
     vocabulary: dict[str, Any] = field(default_factory=dict)
     brands: BrandLexicon = field(default_factory=BrandLexicon)
     fingerprint: str = "empty"
+    taxonomy_sha256: str = ""
+    # maps catalogue categories the reviewed mapping lacks (vitrine.index.taxonomy_map); set by
+    # whoever holds the text tower, None: a leaf maps only to a taxonomy node of the same name
+    mapper: Any = None
     _by_path: dict[tuple[str, ...], int] | None = None
+
+    def colour_words(self) -> dict[str, str]:
+        """Words that name a colour (key -> colour name): the colour rules' names and the
+        vocabulary's colour synonyms, less words that name a material more often than a colour
+        in product titles."""
+        out = {k: v for k, v in self.colours.names.items() if k not in TITLE_NOT_COLOURS}
+        for value, syns in (self.vocabulary.get("colour") or {}).items():
+            for w in [value, *syns]:
+                if norm_key(w) not in TITLE_NOT_COLOURS:
+                    out.setdefault(norm_key(w), value)
+        return out
 
     def path_index(self) -> dict[tuple[str, ...], int]:
         if self._by_path is None or len(self._by_path) != len(self.taxonomy):
@@ -262,6 +291,7 @@ class GraphData:
         if taxonomy_file and Path(taxonomy_file).is_file():
             raw = Path(taxonomy_file).read_bytes()
             h.update(raw)
+            data.taxonomy_sha256 = hashlib.sha256(raw).hexdigest()
             for line in raw.decode("utf-8").splitlines():
                 if not line.strip() or line.startswith("#"):
                     continue

@@ -56,6 +56,7 @@ from vitrine.index.vocabulary import (
     learn_brands,
     norm_key,
     plural_variants,
+    leading_brands,
     title_prefix,
     tokenize,
 )
@@ -63,7 +64,7 @@ from vitrine.index.vocabulary import (
 __all__ = [
     "ATTRIBUTE_FIELDS", "DATA_FILES", "FORMAT_VERSION", "MAX_PHRASE", "QUERY_FIELDS", "TITLE_GENDER_WORDS",
     "BrandLexicon", "ColourRules", "GraphData", "Outfit", "ProductFacts", "ProductGraph", "QueryTerms",
-    "learn_brands", "norm_key", "title_prefix", "tokenize",
+    "learn_brands", "leading_brands", "norm_key", "title_prefix", "tokenize",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,25 @@ class ProductGraph:
             except Exception as e:  # noqa: BLE001 - mapped one by one (and logged) instead
                 log.warning("mapping %d categories onto the taxonomy failed: %s", len(todo), e)
 
+    def learn_title_brands(self, docs: Sequence[Mapping[str, Any]], min_count: int = 3) -> list[str]:
+        """Brands from the titles of products without a ``brand`` field, when the brand lexicon
+        explains fewer than half of those titles (a catalogue unlike the one it was learned
+        from): :func:`leading_brands`. Returns the brands learned."""
+        titles = [str(d["title"]) for d in docs if not d.get("brand") and d.get("title")]
+        if len(titles) < min_count:
+            return []
+        known = sum(1 for t in titles if self.data.brands.from_title(t) is not None)
+        if known * 2 >= len(titles):
+            return []
+        new = [b for b in leading_brands(titles, min_count, self.data.colour_words())
+               if norm_key(b) not in self.data.brands.by_key]
+        for b in new:
+            self.data.brands.learn(b)
+        if new:
+            self._vocab = None
+            log.info("learned %d brands from %d titles: %s", len(new), len(titles), ", ".join(new[:10]))
+        return new
+
     def mapping(self) -> list[dict[str, Any]]:
         """Every leaf category's place on the taxonomy: source, taxonomy id and path, confidence."""
         out = []
@@ -320,6 +340,7 @@ class ProductGraph:
         items = list(items)
         with self._lock:
             self._premap([doc for _, _, doc in items])
+            self.learn_title_brands([doc for _, _, doc in items])
             for iid, pid, doc in items:
                 self.upsert(iid, pid, doc)
                 n += 1

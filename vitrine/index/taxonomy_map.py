@@ -18,7 +18,6 @@ overrides all of this.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -253,8 +252,17 @@ def mapping_report(mappings: Sequence[CategoryMapping], reviewed: Mapping[str, i
                      for m, r in sorted(rows, key=lambda t: -t[0].confidence)]}
 
 
-def read_json_mapping(raw: bytes) -> list[CategoryMapping]:
-    try:
-        return [CategoryMapping(**{**d, "path": tuple(d["path"])}) for d in json.loads(raw)]
-    except (ValueError, KeyError, TypeError) as e:
-        raise StorageError(f"bad category mapping JSON: {e}") from e
+def mapper_for(taxonomy: Mapping[int, tuple[str, ...]], taxonomy_sha256: str, embed: Embed, tower: str,
+               vectors_file: str | Path | None, threshold: float = DEFAULT_THRESHOLD) -> TaxonomyMapper:
+    """A mapper whose taxonomy vectors come from ``vectors_file`` when it was made by this
+    ``tower`` for this taxonomy, else from ``embed`` (once, on first use: ~5,600 paths)."""
+
+    def vectors() -> TaxonomyVectors:
+        tv = TaxonomyVectors.load(vectors_file, tower, taxonomy_sha256) if vectors_file else None
+        if tv is None:
+            log.warning("embedding the %d taxonomy paths with %s to map categories (once per text tower)",
+                        len(taxonomy), tower)
+            tv = TaxonomyVectors.compute(taxonomy, embed, tower)
+        return tv
+
+    return TaxonomyMapper(taxonomy, vectors, embed, threshold=threshold)

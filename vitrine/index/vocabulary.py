@@ -167,6 +167,37 @@ def learn_brands(titles: Iterable[str], overrides: Mapping[str, Any] | None = No
     return out
 
 
+def leading_brands(titles: Iterable[str], min_count: int = 3, not_brands: Iterable[str] = ()) -> list[str]:
+    """Brands of a catalogue whose titles start with the brand but name no gender ("Sony Bravia
+    55 inch TV", "Herman Miller Aeron Chair"): a first word that starts ``min_count`` titles and
+    never stands later in a title (an adjective such as "Wireless" does); it extends to the next
+    word while every such title continues with that word ("Herman" -> "Herman Miller")."""
+    skip = {norm_key(x) for x in not_brands}
+    toks_of = [t.split() for t in titles]
+    first: Counter[str] = Counter()
+    later: Counter[str] = Counter()
+    for toks in toks_of:
+        if len(toks) < 2:
+            continue
+        first[norm_key(toks[0])] += 1
+        later.update({norm_key(w) for w in toks[1:]})
+    cands = {k for k, c in first.items() if c >= min_count and not later[k] and k and not k.isdigit() and k not in skip}
+    out: dict[str, Counter[str]] = {}
+    for toks in toks_of:
+        if len(toks) < 2 or norm_key(toks[0]) not in cands:
+            continue
+        out.setdefault(norm_key(toks[0]), Counter())[" ".join(toks[:2])] += 1
+    brands = []
+    for k, seconds in sorted(out.items()):
+        phrase, n = seconds.most_common(1)[0]
+        if n == sum(seconds.values()) and len(seconds) == 1 and n >= min_count and \
+                len(phrase.split()) == 2 and phrase.split()[1][:1].isupper():
+            brands.append(phrase)
+        else:
+            brands.append(next(t.split()[0] for t in seconds))
+    return brands
+
+
 class BrandLexicon:
     """Brand names by key; finds the brand a title starts with."""
 

@@ -26,6 +26,7 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
+from vitrine.index import taxonomy_map
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
 from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, RecordStore
@@ -115,6 +116,9 @@ class Engine:
         self.images = ImageStore(self.data_dir / "images")
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        self.graph_data.mapper = taxonomy_map.mapper_for(  # categories the reviewed mapping lacks
+            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, encoder.text_features, encoder.towers.key,
+            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self._write_lock = threading.Lock()
@@ -281,11 +285,10 @@ class Engine:
     def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
         if not rows:
             return 0
-        for r in rows:  # the graph holds every live product, whichever model embedded it
-            if r.deleted:
-                self.graph.delete([r.id])
-            else:
-                self.graph.upsert(r.iid, r.id, r.doc)  # type: ignore[arg-type]
+        # the graph holds every live product, whichever model embedded it (a batch: its new
+        # categories are mapped and its titles' brands learned together)
+        self.graph.delete([r.id for r in rows if r.deleted])
+        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
         dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
         for f in INDEX_FIELDS:
             if dead:

@@ -15,12 +15,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from vitrine.index.vocabulary import shipped_data
+
 
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "vitrine"
 
 
-_REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 
 # Hybrid ranking signals (vitrine/search/fusion.py) and their default weights, tuned on the val
 # split's attribute and exact-word queries by `vitrine bench fusion` (README, "Knowledge graph").
@@ -97,10 +98,17 @@ class Settings(BaseSettings):
     rrf_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS),
                                           description="Weights of reciprocal-rank fusion, per signal.")
     rrf_k: float = Field(10.0, gt=0, description="Reciprocal-rank fusion constant: weight / (rrf_k + rank).")
-    graph_dir: Path = Field(_REPO_DATA / "graph", description="Graph data: category mapping, complements, "
-                                                              "colour rules, vocabulary, brand lexicon.")
-    taxonomy_file: Path = Field(_REPO_DATA / "taxonomy" / "google-product-taxonomy.en-US.txt",
+    graph_dir: Path = Field(shipped_data("graph"), description="Graph data: category mapping, complements, "
+                                                               "colour rules, vocabulary, brand lexicon.")
+    taxonomy_file: Path = Field(shipped_data("taxonomy", "google-product-taxonomy.en-US.txt"),
                                 description="Google's product taxonomy (the category backbone).")
+    taxonomy_vectors_file: Path = Field(
+        shipped_data("taxonomy", "google-product-taxonomy.en-US.minilm.safetensors"),
+        description="The text tower's vectors of the taxonomy's paths (made by `vitrine graph embed-taxonomy`); "
+                    "recomputed once when missing or made by another tower.")
+    taxonomy_map_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="Confidence below which a catalogue category stays off Google's "
+                                         "taxonomy (its own node, no taxonomy proximity); docs/graph.md.")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
 
     # -- query intent (vitrine/intent; vitrine/search/understanding.py) ------------------------------

@@ -49,7 +49,8 @@ def expected() -> dict[str, int]:
 @pytest.fixture(scope="module")
 def graph(encoder, records) -> ProductGraph:
     data = GraphData.load(GRAPH_DIR, TAXONOMY)
-    data.mapper = mapper_for(data.taxonomy, data.taxonomy_sha256, encoder.text_features, encoder.towers.key, VECTORS)
+    mapper = mapper_for(data.taxonomy, data.taxonomy_sha256, encoder.text_features, encoder.towers.key, VECTORS)
+    data.use_mapper(mapper, mapper.identity)
     g = ProductGraph(data)
     g.upsert_many((i + 1, r["id"], r) for i, r in enumerate(records))
     return g
@@ -149,7 +150,7 @@ def test_threshold_leaves_categories_unmapped(encoder, records):
     data = GraphData.load(None, TAXONOMY)
     strict = mapper_for(data.taxonomy, data.taxonomy_sha256, encoder.text_features, encoder.towers.key, VECTORS,
                         threshold=1.01)
-    data.mapper = strict
+    data.use_mapper(strict, strict.identity)
     g = ProductGraph(data)
     g.upsert_many((i + 1, r["id"], r) for i, r in enumerate(records))
     assert all(m["taxonomy_id"] is None and m["source"] == "unmapped" for m in g.mapping())

@@ -18,15 +18,20 @@ def graph() -> None:
 @graph.command("learn-brands")
 @click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder with styles.csv (default: the bundled catalogue)")
+@click.option("--catalog", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Any JSONL/CSV catalogue instead: prints the brands the graph learns from it")
 @click.option("--graph-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Graph data folder holding brand_overrides.json; brands.json is written there")
 @click.option("--min-count", type=int, default=2, show_default=True, help="Titles a brand needs to be learned")
-def learn_brands_cmd(source: Path | None, graph_dir: Path | None, min_count: int) -> None:
+def learn_brands_cmd(source: Path | None, catalog: Path | None, graph_dir: Path | None, min_count: int) -> None:
     """Learn the brand lexicon from the catalogue's titles (brand first, multi-word brands kept)."""
     from vitrine.index.graph import learn_brands
     from vitrine.ingest.fashion import bundled_dir, read_styles
 
     settings = make_settings()
+    if catalog is not None:
+        _print_catalogue_brands(catalog, settings, min_count)
+        return
     gdir = graph_dir or settings.graph_dir
     source = source or bundled_dir()
     rows = read_styles(source)
@@ -43,6 +48,25 @@ def learn_brands_cmd(source: Path | None, graph_dir: Path | None, min_count: int
     path = gdir / "brands.json"
     path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     click.echo(f"{len(brands)} brands from {len(rows)} titles -> {path}")
+
+
+def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:  # noqa: ANN001
+    """The brands a graph over ``catalog`` holds: the ``brand`` field where records have one, else
+    what the titles say (the shipped lexicon, the words before a gender word, leading words)."""
+    from collections import Counter
+
+    from vitrine.index.graph import GraphData, ProductGraph
+
+    docs = _catalogue_docs(catalog)
+    g = ProductGraph(GraphData.load(settings.graph_dir, settings.taxonomy_file))
+    learned = g.learn_title_brands(docs, min_count=max(min_count, 2))
+    g.upsert_many((i + 1, str(d.get("id") or i), d) for i, d in enumerate(docs))
+    counts = Counter(f.brand for f in (g.facts(i + 1) for i in range(len(docs))) if f is not None and f.brand)
+    from_field = sum(1 for d in docs if d.get("brand"))
+    for name, n in counts.most_common():
+        click.echo(f"{n:6d}  {name}{'  (learned from titles)' if name in learned else ''}")
+    click.echo(f"{len(counts)} brands over {len(docs)} products ({from_field} with a brand field, "
+               f"{len(learned)} brands learned from titles)")
 
 
 @graph.command("check")
@@ -79,8 +103,9 @@ def check(source: Path | None) -> None:
 
 @graph.command("stats")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True)
-def stats(data_dir: Path) -> None:
-    """Graph size of a data dir's snapshot (no models loaded)."""
+@click.option("--mapping", is_flag=True, help="Also list each category's place on Google's taxonomy")
+def stats(data_dir: Path, mapping: bool) -> None:
+    """Graph size of a data dir's snapshot, and its category mapping (no models loaded)."""
     from vitrine.index.graph import GraphData, ProductGraph
 
     settings = make_settings(data_dir=data_dir)
@@ -88,8 +113,17 @@ def stats(data_dir: Path) -> None:
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
     sha = m.get("files", {}).get("graph.json")
     folder = data_dir / "index" / m["dir"] if m.get("dir") else data_dir / "index"  # the current snapshot version
-    g = ProductGraph.load(folder / "graph.json", GraphData.load(settings.graph_dir, settings.taxonomy_file), sha)
+    data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+    fp = m.get("graph_fingerprint")
+    if fp and fp != data.fingerprint:  # built with a mapper (the engine's): read it as it is
+        data.fingerprint = fp
+    g = ProductGraph.load(folder / "graph.json", data, sha)
     click.echo(json.dumps(g.stats(), indent=2))
+    if mapping:
+        for row in g.mapping():
+            if row["products"]:
+                click.echo(f"{row['products']:6d} {row['source']:9s} {row['confidence']:5.2f}  "
+                           f"{' > '.join(row['path'])}  ->  {row['taxonomy_path'] or '(unmapped)'}")
 
 
 def _catalogue_docs(catalog: Path | None) -> list[dict]:

@@ -483,7 +483,8 @@ class ProductGraph:
     def category_proximity(self, category: str | None, terms: Iterable[str]) -> float:
         """How close a product's category is to the categories a query names: 0.5 ** (1 + d)
         for taxonomy distance d between their Google nodes (0.5 for two article types on the
-        same node, 0.125 for sibling nodes), 0 beyond 4 hops or without a mapping."""
+        same node, 0.125 for sibling nodes), times the confidence of the less sure of the two
+        mappings (1 for reviewed ones); 0 beyond 4 hops or without a mapping."""
         key = (category, tuple(terms))
         hit = self._prox_cache.get(key)
         if hit is not None:
@@ -497,16 +498,29 @@ class ProductGraph:
         tp = self.taxonomy_of(category)
         if tp is None:
             return 0.0
+        sure = self.mapping_confidence(category)
         best = 0.0
         for t in terms:
-            tax_nodes = {t} if t.startswith("taxonomy:") else {
-                self.taxonomy_of(self.g.nodes[leaf].get("name")) for leaf in self.category_leaves(t)
-                if leaf in self.g}
-            for tn in tax_nodes:
+            tax_nodes = {(t, 1.0)} if t.startswith("taxonomy:") else {
+                (self.taxonomy_of(name), self.mapping_confidence(name)) for name in
+                (self.g.nodes[leaf].get("name") for leaf in self.category_leaves(t) if leaf in self.g)}
+            for tn, c in tax_nodes:
                 d = self.taxonomy_distance(tp, tn)
-                if d is not None and d <= 4:
-                    best = max(best, 0.5 ** (1 + d))
+                if d is not None and d <= 4:  # as sure as the less sure of the two mappings
+                    best = max(best, 0.5 ** (1 + d) * min(sure, c))
         return best
+
+    def mapping_confidence(self, category: str | None) -> float:
+        """How sure the category's place on the taxonomy is (1 for the reviewed mapping)."""
+        if not category:
+            return 0.0
+        node = self.category_node(category)
+        if node not in self.g:
+            return 0.0
+        for _, _, key, d in self.g.out_edges(node, keys=True, data=True):
+            if key == "maps_to":
+                return float(d.get("confidence", 1.0))
+        return 0.0
 
     def category_name(self, node: str) -> str:
         d = self.g.nodes.get(node) or {}

@@ -137,8 +137,9 @@ class TaxonomyMapper:
 
     def __init__(self, taxonomy: Mapping[int, tuple[str, ...]], vectors: Callable[[], TaxonomyVectors],
                  embed: Embed, *, threshold: float = DEFAULT_THRESHOLD,
-                 lexical_weight: float = LEXICAL_WEIGHT) -> None:
+                 lexical_weight: float = LEXICAL_WEIGHT, tower: str = "") -> None:
         self.taxonomy = taxonomy
+        self.tower = tower
         self._vectors_fn = vectors
         self._vectors: TaxonomyVectors | None = None
         self.embed = embed
@@ -147,6 +148,11 @@ class TaxonomyMapper:
         self._cache: dict[tuple[str, ...], CategoryMapping] = {}
         self._lex: tuple[list[frozenset[str]], list[frozenset[str]]] | None = None
         self._lineage: dict[int, frozenset[int]] | None = None
+
+    @property
+    def identity(self) -> str:
+        """What decides this mapper's answers (the graph's fingerprint holds it)."""
+        return f"taxonomy-map-1|{self.tower}|{self.threshold}|{self.lexical_weight}"
 
     def _tax(self) -> TaxonomyVectors:
         if self._vectors is None:
@@ -265,4 +271,4 @@ def mapper_for(taxonomy: Mapping[int, tuple[str, ...]], taxonomy_sha256: str, em
             tv = TaxonomyVectors.compute(taxonomy, embed, tower)
         return tv
 
-    return TaxonomyMapper(taxonomy, vectors, embed, threshold=threshold)
+    return TaxonomyMapper(taxonomy, vectors, embed, threshold=threshold, tower=tower)

@@ -40,6 +40,9 @@ def shipped_data(*parts: str) -> Path:
     return _SHIPPED.joinpath(*parts)
 
 
+# How the graph is built from the data (mapping, held terms, learned brands and colours): part
+# of the fingerprint, so a graph built by an older version is rebuilt from the records.
+BUILD_VERSION = "graph-build-2"
 DATA_FILES = ("category_map.csv", "complements.json", "colours.json", "vocabulary.json", "brands.json",
               "brand_overrides.json")
 ATTRIBUTE_FIELDS = ("brand", "colour", "gender", "season", "usage")
@@ -294,6 +297,12 @@ class GraphData:
     mapper: Any = None
     _by_path: dict[tuple[str, ...], int] | None = None
 
+    def use_mapper(self, mapper: Any, identity: str) -> None:
+        """Map catalogue categories with ``mapper``; ``identity`` (its tower, threshold, method)
+        joins the fingerprint, so a graph mapped otherwise is rebuilt from the records."""
+        self.mapper = mapper
+        self.fingerprint = hashlib.sha256(f"{self.fingerprint}|{identity}".encode()).hexdigest()
+
     def colour_words(self) -> dict[str, str]:
         """Words that name a colour (key -> colour name): the colour rules' names and the
         vocabulary's colour synonyms, less words that name a material more often than a colour
@@ -373,6 +382,7 @@ class GraphData:
         ov = read_json("brand_overrides.json")
         data.brands = BrandLexicon(brands.get("brands") or [], ov.get("query_exact_case") or [],
                                    ov.get("not_brands") or [])
+        h.update(BUILD_VERSION.encode())
         data.fingerprint = h.hexdigest()
         return data
 

@@ -116,9 +116,10 @@ class Engine:
         self.images = ImageStore(self.data_dir / "images")
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
-        self.graph_data.mapper = taxonomy_map.mapper_for(  # categories the reviewed mapping lacks
+        mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
             self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, encoder.text_features, encoder.towers.key,
             settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
+        self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self._write_lock = threading.Lock()

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from vitrine import resources
 from vitrine.index.graph import GraphData, ProductGraph, leading_brands, norm_key
 from vitrine.index.taxonomy_map import (
     CategoryMapping,
@@ -24,12 +25,13 @@ from vitrine.index.taxonomy_map import (
 from vitrine.ingest.catalog import ingest_file
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
+from vitrine.search.settings import TAXONOMY_VECTORS_FILE
 
 from conftest import REPO
 
-GRAPH_DIR = REPO / "data" / "graph"
-TAXONOMY = REPO / "data" / "taxonomy" / "google-product-taxonomy.en-US.txt"
-VECTORS = REPO / "data" / "taxonomy" / "google-product-taxonomy.en-US.minilm.safetensors"
+GRAPH_DIR = resources.graph_dir()
+TAXONOMY = resources.taxonomy_file()
+VECTORS = resources.resource_path("taxonomy", TAXONOMY_VECTORS_FILE)
 OTHER = REPO / "data" / "home-electronics"
 FASHION_QUERIES = ["nike", "puma sports shoes", "tshirts", "kurta", "men", "women's handbags", "red",
                    "casual wear for summer", "jeans"]

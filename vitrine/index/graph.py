@@ -37,10 +37,11 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
 from vitrine.index.taxonomy_map import CategoryMapping
-from vitrine.index.vectors import atomic_write_bytes, read_verified
+from vitrine.index.vectors import read_verified
 from vitrine.index.vocabulary import (
     ATTR_KEYS,
     ATTRIBUTE_FIELDS,
@@ -649,9 +650,6 @@ class ProductGraph:
             return fam is not None and fam not in self.data.colours.universal and any(
                 self._post.get(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
         return False
-
-    def query_vocabulary_size(self) -> int:
-        return len(self._vocabulary())
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> str:

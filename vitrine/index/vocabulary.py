@@ -31,15 +31,6 @@ from vitrine.errors import StorageError
 
 log = logging.getLogger(__name__)
 
-_SHIPPED = Path(__file__).resolve().parents[2] / "data"
-
-
-def shipped_data(*parts: str) -> Path:
-    """A file or folder of the data Vitrine ships (graph data, Google's taxonomy): the one place
-    that says where it lives."""
-    return _SHIPPED.joinpath(*parts)
-
-
 # How the graph is built from the data (mapping, held terms, learned brands and colours): part
 # of the fingerprint, so a graph built by an older version is rebuilt from the records.
 BUILD_VERSION = "graph-build-2"

@@ -603,14 +603,13 @@ class Engine:
         self._prepare_query_encoder()
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
-        if plan.answer is not None:  # after-sales: an answer, no product ranking
+        if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
         qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
-        scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
-        if not scored and plan.applied:  # nothing has every slot the query named: search without them
-            allowed = understanding.relax(self, req, plan)
-            scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
+        scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
+            self, req, plan, self._guarded_rank(qv, text, req.k, allowed),
+            lambda ids: self._guarded_rank(qv, text, req.k, ids))
         degraded = gate + degraded
         rows = self.records.get_by_iids([iid for iid, _, _ in scored])
         hits: list[Hit] = []
@@ -625,7 +624,7 @@ class Engine:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
                     signals={k: round(float(v), 6) for k, v in parts.items()},
-                    modalities=sorted(qv), filters=applied, **plan.explanation(),
+                    modalities=sorted(qv), **plan.explanation(iid, applied),
                 )
             hits.append(hit)
         resp = SearchResponse(

@@ -122,6 +122,9 @@ class Settings(BaseSettings):
                                          "query is treated as a plain search.")
     intent_timeout_ms: float = Field(300.0, gt=0, description="Classifier time budget; past it the search "
                                                               "runs without intent (degraded: intent).")
+    intent_answer_only_confidence: float = Field(0.9, ge=0.0, le=1.0, description="An after-sales query shows "
+                                                 "its answer instead of products only at this probability or "
+                                                 "above; under it, the answer comes with the products.")
     intent_slot_filters: bool = Field(True, description="Turn the slots a query names (brand, category, colour, "
                                                         "gender, price) into filters.")
     intent_vocab_refresh_s: float = Field(10.0, ge=0, description="Most often the slot vocabulary is rebuilt "

@@ -210,6 +210,13 @@ def map_report(out: Path, threshold: float | None) -> None:
     categories.csv. Writes taxonomy_map.md/.json/.png."""
     import csv
 
+    from importlib.util import find_spec
+
+    from vitrine.cli.bench import BENCH_EXTRA
+
+    if find_spec("vitrine_bench") is None or find_spec("matplotlib") is None:
+        raise click.ClickException(f"the report needs the bench extra ({', '.join(BENCH_EXTRA)}): "
+                                   "pip install 'vitrine[bench]'")
     from vitrine.index.taxonomy_map import mapping_report
     from vitrine.index.vocabulary import norm_key
     from vitrine_bench.common import Report

@@ -56,10 +56,11 @@ def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:  #
     from collections import Counter
 
     from vitrine.index.graph import GraphData, ProductGraph
+    from vitrine.index.learned import learn_title_brands
 
     docs = _catalogue_docs(catalog)
     g = ProductGraph(GraphData.load(settings.graph_dir, settings.taxonomy_file))
-    learned = g.learn_title_brands(docs, min_count=max(min_count, 2))
+    learned = learn_title_brands(g.data, docs, min_count=max(min_count, 2))
     g.upsert_many((i + 1, str(d.get("id") or i), d) for i, d in enumerate(docs))
     counts = Counter(f.brand for f in (g.facts(i + 1) for i in range(len(docs))) if f is not None and f.brand)
     from_field = sum(1 for d in docs if d.get("brand"))

@@ -7,14 +7,16 @@
   values, each product points at its own (edge keys ``brand``, ``colour``, ...);
 - ``category:<key>`` — every name on a product's category path; the leaf is what a product
   ``is_a``; each level points at its parent (``in_group``) and a leaf at the node of Google's
-  product taxonomy it ``maps_to`` (the reviewed mapping ``category_map.csv``);
+  product taxonomy it ``maps_to`` (the reviewed ``category_map.csv``, else the automatic
+  mapping of :mod:`vitrine.index.taxonomy_map`, with its confidence; none below its threshold);
 - ``taxonomy:<id>`` — the Google taxonomy nodes the mapping uses and their ancestors
   (``subcategory_of`` edges): the category backbone;
 - ``complements`` edges between categories (from ``complements.json``: what goes with what,
   per outfit and gender).
 
 The words, brands, colours and reviewed data the graph is built on live in
-:mod:`vitrine.index.vocabulary` (re-exported here). A product's explicit ``brand`` field wins;
+:mod:`vitrine.index.vocabulary` (re-exported here); what it learns from the catalogue (category
+paths, their place on the taxonomy, title brands and colours) in :mod:`vitrine.index.learned`. A product's explicit ``brand`` field wins;
 a title whose brand the lexicon lacks teaches a new one.
 
 The graph is updated in step with the vector index (``upsert``/``delete`` with plain dicts) and
@@ -40,7 +42,7 @@ import numpy as np
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
-from vitrine.index.taxonomy_map import CategoryMapping
+from vitrine.index.learned import TitleColours, category_path, learn_title_brands, map_category, premap
 from vitrine.index.vectors import read_verified
 from vitrine.index.vocabulary import (
     ATTR_KEYS,
@@ -55,9 +57,9 @@ from vitrine.index.vocabulary import (
     Outfit,
     QueryTerms,
     learn_brands,
+    leading_brands,
     norm_key,
     plural_variants,
-    leading_brands,
     title_prefix,
     tokenize,
 )
@@ -65,23 +67,12 @@ from vitrine.index.vocabulary import (
 __all__ = [
     "ATTRIBUTE_FIELDS", "DATA_FILES", "FORMAT_VERSION", "MAX_PHRASE", "QUERY_FIELDS", "TITLE_GENDER_WORDS",
     "BrandLexicon", "ColourRules", "GraphData", "Outfit", "ProductFacts", "ProductGraph", "QueryTerms",
-    "learn_brands", "leading_brands", "norm_key", "title_prefix", "tokenize",
+    "category_path", "learn_brands", "leading_brands", "norm_key", "title_prefix", "tokenize",
 ]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-
-
-def category_path(doc: Mapping[str, Any]) -> list[str]:
-    """A product's category path, root first (any depth); a bare ``articleType`` attribute when
-    it has none."""
-    path = [str(c) for c in (doc.get("category") or []) if str(c).strip()]
-    if not path:
-        attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
-        if attrs.get("articletype"):
-            path = [str(attrs["articletype"])]
-    return path
 
 
 @dataclass
@@ -107,7 +98,7 @@ class ProductGraph:
         self._iid_of: dict[str, int] = {}
         self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
-        self._colour_words: dict[str, str] | None = None
+        self._colour_in: TitleColours | None = None
         self._leaves_cache: dict[str, frozenset[str]] = {}
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
         # product sets computed from the postings (per query terms): dropped on any product change
@@ -146,8 +137,8 @@ class ProductGraph:
 
     def _category_node(self, name: str, *, leaf: bool = False, path: Sequence[str] | None = None) -> str:
         """The category node of ``name`` (created when new). A leaf (what products are) maps to
-        its Google taxonomy node (:meth:`map_category`); the mapping, with its confidence, is
-        kept on the node and persisted with the graph."""
+        its Google taxonomy node (:func:`~vitrine.index.learned.map_category`); the mapping, with
+        its confidence, is kept on the node and persisted with the graph."""
         key = norm_key(name)
         node = f"category:{key}"
         if node not in self.g:
@@ -155,69 +146,13 @@ class ProductGraph:
             self._vocab = None
             self._categories_changed()
         if leaf and not self.g.nodes[node].get("mapped"):
-            m = self.map_category(name, path or (name,))
+            m = map_category(self.data, name, path or (name,))
             self.g.nodes[node].update(mapped=True, map=m.as_dict())
             if m.taxonomy_id is not None and m.taxonomy_id in self.data.taxonomy:
                 self.g.add_edge(node, self._taxonomy_node(m.taxonomy_id), key="maps_to", source=m.source,
                                 confidence=m.confidence)
                 self._categories_changed()
         return node
-
-    def map_category(self, name: str, path: Sequence[str]) -> CategoryMapping:
-        """Where a leaf category sits on the taxonomy: the reviewed mapping (``category_map.csv``)
-        first; else the automatic mapping (``data.mapper``; unmapped below its threshold); else,
-        without a mapper, a taxonomy node of the same name."""
-        path = tuple(str(p) for p in path)
-        reviewed = self.data.category_map.get(norm_key(name))
-        if reviewed is not None:
-            return CategoryMapping(name, path, reviewed[0], 1.0, "reviewed", best_id=reviewed[0])
-        if self.data.mapper is not None and self.data.taxonomy:
-            try:
-                return self.data.mapper.map_path(path)  # type: ignore[no-any-return]
-            except Exception as e:  # noqa: BLE001 - a failing text tower leaves the category unmapped
-                log.warning("mapping category %r onto the taxonomy failed: %s", name, e)
-                return CategoryMapping(name, path, None, 0.0, "unmapped")
-        tid = self._taxonomy_by_name(name)
-        return CategoryMapping(name, path, tid, 1.0 if tid is not None else 0.0,
-                               "name" if tid is not None else "unmapped", best_id=tid)
-
-    def _premap(self, docs: Sequence[Mapping[str, Any]]) -> None:
-        """Map the new leaf categories of a batch in one call of the text tower."""
-        mapper = self.data.mapper
-        if mapper is None or not self.data.taxonomy:
-            return
-        todo: dict[tuple[str, ...], None] = {}
-        for doc in docs:
-            path = category_path(doc)
-            if not path or norm_key(path[-1]) in self.data.category_map:
-                continue
-            node = self.g.nodes.get(self.category_node(path[-1]))
-            if node is None or not node.get("mapped"):
-                todo[tuple(path)] = None
-        if todo:
-            try:
-                mapper.map_paths(list(todo))
-            except Exception as e:  # noqa: BLE001 - mapped one by one (and logged) instead
-                log.warning("mapping %d categories onto the taxonomy failed: %s", len(todo), e)
-
-    def learn_title_brands(self, docs: Sequence[Mapping[str, Any]], min_count: int = 3) -> list[str]:
-        """Brands from the titles of products without a ``brand`` field, when the brand lexicon
-        explains fewer than half of those titles (a catalogue unlike the one it was learned
-        from): :func:`leading_brands`. Returns the brands learned."""
-        titles = [str(d["title"]) for d in docs if not d.get("brand") and d.get("title")]
-        if len(titles) < min_count:
-            return []
-        known = sum(1 for t in titles if self.data.brands.from_title(t) is not None)
-        if known * 2 >= len(titles):
-            return []
-        new = [b for b in leading_brands(titles, min_count, self.data.colour_words())
-               if norm_key(b) not in self.data.brands.by_key]
-        for b in new:
-            self.data.brands.learn(b)
-        if new:
-            self._vocab = None
-            log.info("learned %d brands from %d titles: %s", len(new), len(titles), ", ".join(new[:10]))
-        return new
 
     def mapping(self) -> list[dict[str, Any]]:
         """Every leaf category's place on the taxonomy: source, taxonomy id and path, confidence."""
@@ -237,14 +172,6 @@ class ProductGraph:
         self._leaves_cache.clear()
         self._sets_cache.clear()
         self._prox_cache.clear()
-
-    def _taxonomy_by_name(self, name: str) -> int | None:
-        want = plural_variants(name)
-        best = None
-        for tid, path in self.data.taxonomy.items():
-            if norm_key(path[-1]) in want and (best is None or len(path) < len(self.data.taxonomy[best])):
-                best = tid
-        return best
 
     def _build_backbone(self) -> None:
         for _key, (_tid, name) in sorted(self.data.category_map.items()):
@@ -283,24 +210,13 @@ class ProductGraph:
             brand = self.data.brands.from_title(str(doc["title"]))
         colour = attr("colour")
         if colour is None and doc.get("title"):
-            colour = self.colour_in(str(doc["title"]))
+            if self._colour_in is None:
+                self._colour_in = TitleColours(self.data)
+            colour = self._colour_in(str(doc["title"]))
         facts = ProductFacts(iid=iid, pid=pid, category=path[-1] if path else None, brand=brand,
                              colour=colour, gender=attr("gender"), season=attr("season"),
                              usage=attr("usage"))
         return facts, path
-
-    def colour_in(self, title: str) -> str | None:
-        """The first colour a title names (one or two words: "Navy Blue"), from the general
-        colour lexicon (:meth:`GraphData.colour_words`)."""
-        if self._colour_words is None:
-            self._colour_words = self.data.colour_words()
-        toks = tokenize(title)
-        for i in range(len(toks)):
-            for n in (2, 1):
-                hit = self._colour_words.get(norm_key("".join(toks[i:i + n]))) if i + n <= len(toks) else None
-                if hit:
-                    return hit
-        return None
 
     def upsert(self, iid: int, pid: str, doc: Mapping[str, Any]) -> None:
         with self._lock:
@@ -340,8 +256,10 @@ class ProductGraph:
         n = 0
         items = list(items)
         with self._lock:
-            self._premap([doc for _, _, doc in items])
-            self.learn_title_brands([doc for _, _, doc in items])
+            docs = [doc for _, _, doc in items]
+            premap(self.data, docs, lambda name: bool((self.g.nodes.get(self.category_node(name)) or {}).get("mapped")))
+            if learn_title_brands(self.data, docs):
+                self._vocab = None
             for iid, pid, doc in items:
                 self.upsert(iid, pid, doc)
                 n += 1

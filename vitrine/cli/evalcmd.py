@@ -188,13 +188,16 @@ def _intent_eval(json_out: Path | None) -> None:
                               min_confidence=settings.intent_min_confidence)
     result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
                          "slot_exact_match": result["slot_exact_match"],
-                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"]}
+                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"],
+                         "heldout_taxonomy_leaves_search_rate": result["heldout_taxonomy_leaves"]["search_rate"]}
     text = json.dumps(result, indent=2, ensure_ascii=False)
     click.echo(text)
     click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
                f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']}); held-out catalogue "
                f"titles sent to search {result['heldout_titles']['search_rate']:.4f} "
-               f"(n={result['heldout_titles']['n']})", err=True)
+               f"(n={result['heldout_titles']['n']}); held-out taxonomy leaves sent to search "
+               f"{result['heldout_taxonomy_leaves']['search_rate']:.4f} (n={result['heldout_taxonomy_leaves']['n']})",
+               err=True)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(text + "\n")

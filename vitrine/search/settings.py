@@ -18,6 +18,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from vitrine import resources
 
 
+TAXONOMY_VECTORS_FILE = "google-product-taxonomy.en-US.minilm.safetensors"
+
+
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "vitrine"
 
@@ -102,6 +105,13 @@ class Settings(BaseSettings):
                                         "brand lexicon (default: shipped in the package).")
     taxonomy_file: Path = Field(default_factory=resources.taxonomy_file,
                                 description="Google's product taxonomy, the category backbone (default: shipped).")
+    taxonomy_vectors_file: Path = Field(
+        default_factory=lambda: resources.resource_path("taxonomy", TAXONOMY_VECTORS_FILE),
+        description="The text tower's vectors of the taxonomy's paths (made by `vitrine graph embed-taxonomy`; "
+                    "default: shipped); recomputed once when missing or made by another tower.")
+    taxonomy_map_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="Confidence below which a catalogue category stays off Google's "
+                                         "taxonomy (its own node, no taxonomy proximity); docs/graph.md.")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
 
     # -- query intent (vitrine/intent; vitrine/search/understanding.py) ------------------------------
@@ -112,6 +122,9 @@ class Settings(BaseSettings):
                                          "query is treated as a plain search.")
     intent_timeout_ms: float = Field(300.0, gt=0, description="Classifier time budget; past it the search "
                                                               "runs without intent (degraded: intent).")
+    intent_answer_only_confidence: float = Field(0.9, ge=0.0, le=1.0, description="An after-sales query shows "
+                                                 "its answer instead of products only at this probability or "
+                                                 "above; under it, the answer comes with the products.")
     intent_slot_filters: bool = Field(True, description="Turn the slots a query names (brand, category, colour, "
                                                         "gender, price) into filters.")
     intent_vocab_refresh_s: float = Field(10.0, ge=0, description="Most often the slot vocabulary is rebuilt "

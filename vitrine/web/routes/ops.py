@@ -15,7 +15,10 @@ from vitrine.web.errors import errors_for
 router = APIRouter(tags=["ops"])
 
 
-@router.get("/health", responses=errors_for())
+@router.get("/health", responses=errors_for(ok={
+    "status": "ok", "version": "0.9.0", "pid": 4242, "products": 20873, "with_photo": 20873, "seq": 20873,
+    "model": "effnet-minilm+mlp", "index": "Flat", "data_dir": "/srv/vitrine", "snapshot": "v000012",
+    "recovery": {"summary": "loaded snapshot v000012 (change 20873); replayed 0 later changes"}, "swaps": []}))
 def health(engine: EngineDep) -> dict[str, Any]:
     """Liveness and what is serving: products, model, snapshot, recovery, recent swaps."""
     return {"status": "ok", "version": __version__, "pid": os.getpid(), **engine.stats(),
@@ -23,7 +26,8 @@ def health(engine: EngineDep) -> dict[str, Any]:
             "recovery": engine.recovery, "swaps": engine.swaps[-5:]}
 
 
-@router.get("/metrics", response_class=Response, responses=errors_for())
+@router.get("/metrics", response_class=Response, responses=errors_for(
+    ok='vitrine_searches_total{modality="text"} 1024.0', ok_type="text/plain"))
 def prometheus(metrics: MetricsDep) -> Response:
     """Prometheus metrics (text exposition format)."""
     body, ctype = metrics.render()

@@ -31,7 +31,8 @@ def bench() -> None:
               help="Serve with the query-embedding cache on (repeated queries skip their encode)")
 @click.option("--rates", default="", show_default=True,
               help="Also run each client count paced at these total request rates (per second, comma-separated)")
-@click.option("--mixes", default="text,photo,mixed", show_default=True, help="Query mixes to run")
+@click.option("--mixes", default="text,photo,mixed", show_default=True,
+              help="Query mixes to run: text, text+facets (all facets and highlights), photo, mixed")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="API worker processes of the server under test (vitrine serve --workers)")
 @click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,

@@ -36,7 +36,7 @@ def serving(app, sock: socket.socket | None = None, delay_s: float = 0.0) -> Ite
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     if not delay_s:
-        deadline = time.time() + 30
+        deadline = time.time() + 600  # the lifespan warms the engine up first (slow on a busy machine)
         while not server.started:
             assert thread.is_alive() and time.time() < deadline, "uvicorn did not start"
             time.sleep(0.02)

@@ -91,7 +91,7 @@ def typo(engine: Engine, queries: list[EvalQuery], out: Path, seed: int = 0) -> 
              f"{seed}) in words of 4+ letters, at most one per word under 8 letters. {len(bad)} queries over "
              f"{len(engine)} products; the full engine (vectors, BM25, graph, intent) ranks them. "
              "Typo tolerance: a query word no product holds scores in BM25 as its closest catalogue term "
-             "(vitrine/index/fuzzy.py). Examples: " +
+             "(vitrine/index/fuzzy.py). p50_ms: the engine's time per query on this machine as it was. Examples: " +
              "; ".join(f"\"{b.meta['clean']}\" -> \"{b.text}\"" for b in bad[:5]) + ".")
     rep.table(rows, ["queries", "typo_tolerance", "n", "nDCG@10", "R@10", "MRR@10", "p50_ms"], "Results")
 

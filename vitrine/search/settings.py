@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     max_k: int = Field(100, ge=1, le=10_000, description="Deepest result a search may ask for (offset + k); "
                                                           "it bounds the candidate pool a search ranks.")
     relevance_floor: float = Field(
-        0.75, ge=0.0, le=1.0, description="Sorted and faceted searches count, sort and facet only the candidates "
+        0.81, ge=0.0, le=1.0, description="Sorted and faceted searches count, sort and facet only the candidates "
         "scoring at least this fraction of the query's top score (tuned on val queries: "
         "bench-results/relevance_floor.md).")
     typo_tolerance: bool = Field(True, description="BM25 scores a query word no product holds as its closest "

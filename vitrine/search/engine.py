@@ -26,6 +26,7 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
+from vitrine.index import taxonomy_map
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
@@ -117,6 +118,10 @@ class Engine:
         self.images = ImageStore(self.data_dir / "images")
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
+            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, encoder.text_features, encoder.towers.key,
+            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
+        self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self._write_lock = threading.Lock()
@@ -284,11 +289,10 @@ class Engine:
     def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
         if not rows:
             return 0
-        for r in rows:  # the graph holds every live product, whichever model embedded it
-            if r.deleted:
-                self.graph.delete([r.id])
-            else:
-                self.graph.upsert(r.iid, r.id, r.doc)  # type: ignore[arg-type]
+        # the graph holds every live product, whichever model embedded it (a batch: its new
+        # categories are mapped and its titles' brands learned together)
+        self.graph.delete([r.id for r in rows if r.deleted])
+        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
         dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
         for f in INDEX_FIELDS:
             if dead:
@@ -603,16 +607,17 @@ class Engine:
         self._prepare_query_encoder()
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
-        if plan.answer is not None:  # after-sales: an answer, no product ranking
+        if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
         qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
-        scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed, depth)
-        if not scored and plan.applied:  # nothing has every slot the query named: search without them
-            allowed = understanding.relax(self, req, plan)
-            scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed, depth)
+        window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
+        scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
+            self, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
+            lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
         degraded = gate + degraded
-        view = storefront.arrange(self, req, scored, exhaustive=allowed is not None and len(allowed) <= depth)
+        view = storefront.arrange(self, req, scored,
+                                  exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
         rows = self.records.get_by_iids([iid for iid, _, _ in view.page])
         hits: list[Hit] = []
         applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
@@ -629,7 +634,7 @@ class Engine:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
                     signals={k: round(float(v), 6) for k, v in parts.items()},
-                    modalities=sorted(qv), filters=applied, **plan.explanation(),
+                    modalities=sorted(qv), **plan.explanation(iid, applied),
                 )
             hits.append(hit)
         resp = SearchResponse(

@@ -66,14 +66,16 @@ def pool_depth(settings: "Settings", req: SearchRequest) -> int:
 
 
 def above_floor(ranked: Ranked, fraction: float) -> int:
-    """How many of the ranking (best first) score at least ``fraction`` of the top score."""
+    """How many of the ranking's head score at least ``fraction`` of the top score (the head up to
+    the first one below: hits backfilled after a slot-filtered ranking follow it, whatever their score)."""
     if not ranked:
         return 0
     scores = np.fromiter((s for _, s, _ in ranked), dtype=np.float64, count=len(ranked))
     top = scores[0]
     if top <= 0 or fraction <= 0:
         return len(ranked)
-    return int(np.count_nonzero(scores >= fraction * top))
+    below = np.flatnonzero(scores < fraction * top)
+    return int(below[0]) if len(below) else len(ranked)
 
 
 def arrange(engine: "Engine", req: SearchRequest, ranked: Ranked, *, exhaustive: bool) -> Arranged:

@@ -9,12 +9,12 @@ counted as one edit), from rapidfuzz.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from rapidfuzz import process
 from rapidfuzz.distance import OSA
+
+from vitrine.lru import LRU
 
 MIN_ONE_EDIT = 4
 MIN_TWO_EDITS = 8
@@ -48,28 +48,18 @@ class Corrections:
     remembered until :meth:`clear` (call it when the vocabulary changes)."""
 
     def __init__(self, size: int = 20_000) -> None:
-        self._memo: OrderedDict[tuple[str, int], str | None] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
+        self._memo: LRU[str | None] = LRU(size)
 
     def clear(self) -> None:
-        with self._lock:
-            self._memo.clear()
+        self._memo.clear()
 
     def best(self, word: str, edits: int, vocabulary: Callable[[], Sequence[str]],
              weight: Callable[[str], float]) -> str | None:
-        key = (word, edits)
-        with self._lock:
-            if key in self._memo:
-                self._memo.move_to_end(key)
-                return self._memo[key]
-        found = nearest(word, vocabulary(), edits)
-        best = None
-        if found:
+        def compute() -> str | None:
+            found = nearest(word, vocabulary(), edits)
+            if not found:
+                return None
             d0 = found[0][1]
-            best = max((w for w, d in found if d == d0), key=lambda w: (weight(w), w))
-        with self._lock:
-            self._memo[key] = best
-            while len(self._memo) > self._size:
-                self._memo.popitem(last=False)
-        return best
+            return max((w for w, d in found if d == d0), key=lambda w: (weight(w), w))
+
+        return self._memo.get_or_compute((word, edits), compute)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from vitrine.cli import main
+from vitrine.cli import main, make_settings
 
 OUT = Path("bench-results")
 
@@ -37,7 +37,8 @@ def bench() -> None:
               help="Serve with the query-embedding cache on (repeated queries skip their encode)")
 @click.option("--rates", default="", show_default=True,
               help="Also run each client count paced at these total request rates (per second, comma-separated)")
-@click.option("--mixes", default="text,photo,mixed", show_default=True, help="Query mixes to run")
+@click.option("--mixes", default="text,photo,mixed", show_default=True,
+              help="Query mixes to run: text, text+facets (all facets and highlights), photo, mixed")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="API worker processes of the server under test (vitrine serve --workers)")
 @click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,
@@ -57,6 +58,36 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
                    mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()], workers=workers,
                    repeats=repeats)
     click.echo(f"report: {path}")
+
+
+@bench.command("typo")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
+@click.option("--queries", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="Exact-word qrels of the test split (vitrine make-queries --kind words --split test)")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_typo(data_dir: Path, queries: Path, out: Path) -> None:
+    """nDCG@10 of exact-word queries with one or two typos, BM25 typo tolerance off and on."""
+    _bench()
+    from vitrine.evals.datasets import load_qrels
+    from vitrine.search.engine import Engine
+    from vitrine_bench import storefront
+
+    click.echo(f"report: {storefront.typo(Engine.open(make_settings(data_dir=data_dir)), load_qrels(queries), out)}")
+
+
+@bench.command("floor")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
+@click.option("--queries", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="Val qrels (vitrine make-queries --split val)")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_floor(data_dir: Path, queries: Path, out: Path) -> None:
+    """The relevance floor of sorted and faceted searches, from val queries."""
+    _bench()
+    from vitrine.evals.datasets import load_qrels
+    from vitrine.search.engine import Engine
+    from vitrine_bench import storefront
+
+    click.echo(f"report: {storefront.floor(Engine.open(make_settings(data_dir=data_dir)), load_qrels(queries), out)}")
 
 
 @bench.command("ingest")

@@ -27,6 +27,7 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
 from vitrine.index import taxonomy_map
+from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
 from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, RecordStore
@@ -52,6 +53,7 @@ from vitrine.search import fusion, recommend
 from vitrine.search import understanding
 from vitrine.search import fallback
 from vitrine.search import swap as hotswap
+from vitrine.search import storefront
 from vitrine.search.concurrency import StateLock, reads_state
 from vitrine.search.settings import Settings
 
@@ -137,6 +139,7 @@ class Engine:
         self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.query_cache_size)
         self._query_encoder: QueryEncoder | None = None
         self._query_encoder_lock = threading.Lock()
+        MemoryBM25.typo_tolerance = settings.typo_tolerance  # one engine per process sets it
         self._load_indexes()
         # query intent + slots (vitrine/intent), loaded here, never at import
         self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
@@ -593,6 +596,7 @@ class Engine:
         s = self.settings
         if req.k > s.max_k:
             raise InvalidInput(f"k must be between 1 and {s.max_k}")
+        depth = storefront.pool_depth(s, req)  # the same pool for every page (vitrine/search/storefront.py)
         text = " ".join((req.text or "").split()) or None
         if text and len(text) > s.max_text_chars:
             text = text[: s.max_text_chars]
@@ -607,19 +611,25 @@ class Engine:
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
         qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
+        window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
         scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
-            self, req, plan, self._guarded_rank(qv, text, req.k, allowed),
-            lambda ids: self._guarded_rank(qv, text, req.k, ids))
+            self, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
+            lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
         degraded = gate + degraded
-        rows = self.records.get_by_iids([iid for iid, _, _ in scored])
+        view = storefront.arrange(self, req, scored,
+                                  exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
+        rows = self.records.get_by_iids([iid for iid, _, _ in view.page])
         hits: list[Hit] = []
         applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
-        for iid, score, parts in scored:
+        marks = storefront.Highlighter(text) if req.highlight else None
+        for iid, score, parts in view.page:
             row = rows.get(iid)
             if row is None:  # deleted between ranking and fetching
                 continue
             p = self._product_out(row)
             hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
+            if marks is not None:
+                hit.highlights = marks.of(p.title, p.description)
             if req.explain:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
@@ -631,7 +641,7 @@ class Engine:
             results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
             query={"text": text, "image": image is not None, "filters": applied,
                    **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
-            model=self.model_key, degraded=degraded + plan.degraded,
+            model=self.model_key, degraded=degraded + plan.degraded, **view.response_fields(req),
         )
         return understanding.finish(self, req, text, plan, resp)
 
@@ -674,19 +684,20 @@ class Engine:
             return None
 
     def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
-                      allowed: np.ndarray | None) -> tuple[Any, dict[int, float], list[str], Any]:
-        """Hybrid ranking under a time budget; when fusion raises or overstays, the plain vector
-        ranking (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
+                      allowed: np.ndarray | None, depth: int) -> tuple[Any, dict[int, float], list[str], Any]:
+        """Hybrid ranking of a pool of ``depth`` candidates per retriever under a time budget (the
+        whole pool, best first); when fusion raises or overstays, the plain vector ranking
+        (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
         if not qv:
-            return fallback.lexical_rank(self, qv, text, k, allowed)
+            return fallback.lexical_rank(self, qv, text, depth, allowed)
         if not text or self.settings.fusion == "off" or not self.settings.fusion_signals:
-            return fusion.rank(self, qv, text, k, allowed)
+            return fusion.rank(self, qv, text, k, allowed, depth=depth)
         try:
-            return fusion.rank(self, qv, text, k, allowed,
+            return fusion.rank(self, qv, text, k, allowed, depth=depth,
                                deadline=time.perf_counter() + self.settings.fusion_timeout_ms / 1000)
         except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
             log.warning("hybrid fusion skipped for this search: %s", e)
-            scored = self._rank(dict(qv), k, allowed)
+            scored = self._rank(dict(qv), depth, allowed)
             from vitrine.index.graph import QueryTerms  # noqa: PLC0415
 
             return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()

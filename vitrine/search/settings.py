@@ -85,7 +85,14 @@ class Settings(BaseSettings):
     )
     candidate_multiplier: int = Field(4, ge=1, le=100, description="Over-fetch factor for multi-signal ranking.")
     default_k: int = Field(10, ge=1, description="Results per search when the request gives no k.")
-    max_k: int = Field(100, ge=1, le=10_000, description="Most results one search may ask for.")
+    max_k: int = Field(100, ge=1, le=10_000, description="Deepest result a search may ask for (offset + k); "
+                                                          "it bounds the candidate pool a search ranks.")
+    relevance_floor: float = Field(
+        0.81, ge=0.0, le=1.0, description="Sorted and faceted searches count, sort and facet only the candidates "
+        "scoring at least this fraction of the query's top score (tuned on val queries: "
+        "bench-results/relevance_floor.md).")
+    typo_tolerance: bool = Field(True, description="BM25 scores a query word no product holds as its closest "
+                                                   "catalogue word (1 edit from 4 letters, 2 from 8).")
 
     # -- hybrid ranking: vectors + BM25 + knowledge graph -----------------------------------------
     fusion: Literal["rrf", "weighted", "off"] = Field(

@@ -28,7 +28,8 @@ from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
-from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, RecordStore
+from vitrine.index.records import SCHEMA_VERSION, RecordRow
+from vitrine.index.store import open_stores
 from vitrine.index.snapshots import Snapshot, SnapshotStore
 from vitrine.index.vectors import VectorIndex
 from vitrine.search.models import (
@@ -111,8 +112,8 @@ class Engine:
         self.settings = settings
         self.encoder = encoder
         self.data_dir = Path(settings.data_dir)
-        self.records = RecordStore(self.data_dir / "records.sqlite")
-        self.images = ImageStore(self.data_dir / "images")
+        # SQLite in the data dir, or a shared PostgreSQL (settings.store; vitrine/index/store.py)
+        self.records, self.images = open_stores(settings.store, self.data_dir)
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
         self.graph = ProductGraph(self.graph_data)
@@ -336,9 +337,8 @@ class Engine:
                 rows = self._encode_rows(todo, report, progress=progress)
                 if rows:
                     photos = {it.product.id: img for it, img, _ in todo if img is not None}
-                    for r in rows:  # photos first: a record never points at a missing file
-                        if r.image_key:
-                            self.images.put(r.image_key, photos[r.id])
+                    # photos first: a record never points at a missing file
+                    self.images.put_many({r.image_key: photos[r.id] for r in rows if r.image_key})
                     with self._state.write():  # searches see all of this write or none of it
                         seq, iids = self.records.upsert_many(rows)
                         for r, iid in zip(rows, iids):
@@ -480,7 +480,7 @@ class Engine:
                     "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
-                    "records": {"file": "records.sqlite", "seq": self._index_seq, "store_id": self.store_id,
+                    "records": {"file": self.records.location if self.settings.store else "records.sqlite", "seq": self._index_seq, "store_id": self.store_id,
                                 "schema": SCHEMA_VERSION},
                     "artifacts": self.artifacts(),
                 })

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     # -- where things live ------------------------------------------------------------------
     data_dir: Path = Field(Path(".vitrine/data"), description="Data dir: records, photos, index snapshots.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Backbone feature cache.")
+    store: str | None = Field(None, description="Record store: empty for SQLite in the data dir (one host), or a "
+                              "postgresql://user:password@host:port/db URL shared by API replicas and ingest workers "
+                              "on any hosts; the data dir then holds only rebuildable things (docs/postgresql.md).")
 
     # -- models -------------------------------------------------------------------------------
     model: str = Field("effnetlite2-minilm", description="Tower config name/folder or open_clip architecture.")
@@ -137,7 +140,8 @@ class Settings(BaseSettings):
                          "follows the data dir (follow_s), so a write through one is seen by all. Hot swap "
                          "needs a single worker.")
     follow_s: float = Field(0.0, ge=0, description="The API picks up other processes' writes to its data dir this "
-                                                   "often (0: never; 1 s when workers > 1).")
+                                                   "often (0: never; 1 s when workers > 1; 0.5 s with a "
+                                                   "PostgreSQL store).")
     tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
 

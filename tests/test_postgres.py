@@ -30,6 +30,11 @@ def products(subset_rows):
     return out
 
 
+def _settings(settings_factory, data_dir, url, **kw):
+    """An engine's settings on the store ``url`` (no intent model: one less model per engine)."""
+    return settings_factory(data_dir, store=url, intent=False, **kw)
+
+
 def _items(products):
     from vitrine.search.engine import ProductInput
 
@@ -93,8 +98,8 @@ def test_replicas_share_writes_and_a_wiped_one_catches_up(pg_url, settings_facto
     from vitrine.search.engine import Engine
     from vitrine.search.models import SearchRequest
 
-    a = Engine(settings_factory(tmp_path / "a", store=pg_url), encoder)
-    b = Engine(settings_factory(tmp_path / "b", store=pg_url), encoder)
+    a = Engine(_settings(settings_factory, tmp_path / "a", pg_url), encoder)
+    b = Engine(_settings(settings_factory, tmp_path / "b", pg_url), encoder)
     try:
         assert a.upsert(_items(products[:40])).upserted == 40
         assert b.refresh() == 40 and len(b) == 40
@@ -113,14 +118,14 @@ def test_replicas_share_writes_and_a_wiped_one_catches_up(pg_url, settings_facto
         a.close()
         b.close()
     shutil.rmtree(tmp_path / "a")  # a new host: nothing local
-    c = Engine(settings_factory(tmp_path / "a", store=pg_url), encoder)
+    c = Engine(_settings(settings_factory, tmp_path / "a", pg_url), encoder)
     try:
         assert c.recovery["rebuilt"] and len(c) == N - 1
         assert sorted(c.vectors["fused"].ids().tolist()) == sorted(
             r.iid for r in c.records.iter_rows(with_vectors=False))
     finally:
         c.close()
-    d = Engine(settings_factory(tmp_path / "b", store=pg_url), encoder)  # its own snapshot, then the later changes
+    d = Engine(_settings(settings_factory, tmp_path / "b", pg_url), encoder)  # its own snapshot, then the later changes
     try:
         assert len(d) == N - 1 and d.recovery["snapshot"] is not None
     finally:
@@ -136,7 +141,7 @@ def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings
     from vitrine.search.engine import Engine
     from vitrine.web.app import create_app
 
-    eng = Engine(settings_factory(tmp_path / "d", store=pg_url, api_key="k", follow_s=0.2), encoder)
+    eng = Engine(_settings(settings_factory, tmp_path / "d", pg_url, api_key="k", follow_s=0.2), encoder)
     eng.upsert(_items(products[:20]))
     app = create_app(eng.settings, engine=eng, freeze_gc=False)
     try:
@@ -162,6 +167,7 @@ def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings
         eng.close()
 
 
+@pytest.mark.slow
 def test_streaming_standby_serves_an_engine(pg_server, pg_url, settings_factory, encoder, products, tmp_path):  # noqa: F811
     """A read replica of PostgreSQL (pg_basebackup -R) behind an API replica: it searches what
     the primary holds, follows later writes to the primary, and refuses writes clearly."""
@@ -169,24 +175,28 @@ def test_streaming_standby_serves_an_engine(pg_server, pg_url, settings_factory,
     from vitrine.search.engine import Engine
     from vitrine.search.models import SearchRequest
 
-    primary = Engine(settings_factory(tmp_path / "p", store=pg_url), encoder)
+    primary = Engine(_settings(settings_factory, tmp_path / "p", pg_url), encoder)
     standby = pg_server.standby()
     replica = None
     try:
         primary.upsert(_items(products[:30]))
         db = pg_url.rsplit("/", 1)[1]
+        from vitrine.index.pgstore import PgRecordStore
+
         t_end = time.monotonic() + 30
         while True:  # the standby replays the primary's WAL
             try:
-                replica = Engine(settings_factory(tmp_path / "r", store=standby.url(db)), encoder)
-                if len(replica) == 30:
+                ro = PgRecordStore(standby.url(db))
+                n = ro.count()
+                ro.close()
+                if n == 30:
                     break
-                replica.close()
-                replica = None
             except StorageError:
                 pass
             assert time.monotonic() < t_end, "the standby did not catch up"
             time.sleep(0.2)
+        replica = Engine(_settings(settings_factory, tmp_path / "r", standby.url(db)), encoder)
+        assert len(replica) == 30
         assert replica.records.read_only
         assert replica.search(SearchRequest(text=products[5].title, k=3)).results[0].id == products[5].id
         primary.upsert(_items(products[30:40]))

@@ -127,7 +127,7 @@ class PostgresServer:
         """A streaming read replica of this server (``pg_basebackup -R``), started."""
         sb = PostgresServer(root, bin_dir=self.bin)
         self._run(str(self.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user,
-                  "-D", str(sb.data), "-R", "-X", "stream", "--no-sync")
+                  "-D", str(sb.data), "-R", "-X", "stream", "-c", "fast", "--no-sync")
         with open(sb.data / "postgresql.conf", "a") as f:
             f.write(f"\nport = {sb.port}\nunix_socket_directories = '{sb.root}'\n")
         return sb.start()

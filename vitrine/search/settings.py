@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     search_concurrency: int = Field(0, ge=0, le=1024, description="Searches one API process runs at once; "
                                     "later ones wait their turn, first come first served. 0: no limit (the "
                                     "server's thread pool, 40).")
+    vector_backend: Literal["faiss", "pgvector"] = Field(
+        "faiss", description="Where vectors are searched: FAISS in each process (index_factory), or pgvector's HNSW "
+                             "index in the PostgreSQL store (needs store=postgresql://...; docs/postgresql.md).")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1)
     ef_search: int = Field(128, ge=1)

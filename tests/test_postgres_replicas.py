@@ -190,7 +190,13 @@ def test_replicas_and_a_kafka_worker_share_one_store(broker, pg_server, pg_url, 
         r = httpx.put(f"{urls[1]}/products/pg-after", json={"id": "pg-after", "title": "after restart parka"},
                       headers={"x-api-key": KEY}, timeout=60)
         assert r.status_code == 200, r.text
-        wait_for(lambda: _found(urls[0], "pg-after", "after restart parka"), 60, "a write after the restart")
+        want = len(_store_ids(pg_url))
+        for u in urls:
+            wait_for(lambda u=u: (h := _json(u + "/health")) is not None and h["products"] == want, 60,
+                     f"{u} to follow a write after the restart", every=0.2)
+        res = httpx.post(urls[0] + "/search", json={"text": "after restart parka", "k": 5, "use_intent": False},
+                         timeout=30).json()
+        assert "pg-after" in [h["id"] for h in res["results"]], res
     finally:
         codes_out = [_stop(p) for p in (*procs, worker)]
         for log in sorted(tmp_path.glob("*.log")):

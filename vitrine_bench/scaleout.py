@@ -53,9 +53,39 @@ def _ingest_rate(settings: Any, encoder: Any, catalog: Path) -> dict[str, float]
     return {"products": rep.upserted, "seconds": round(took, 2), "products_per_s": round(rep.upserted / took, 1)}
 
 
-def _api_latency(url: str, texts: list[str], photos: list[bytes], concurrency: int, duration: float) -> dict:
-    from vitrine_bench.api import _load
+async def _closed_loop(url: str, concurrency: int, duration: float, make) -> tuple[list[float], int, float]:  # noqa: ANN001
+    """Each of ``concurrency`` clients sends its next request when the last one answered."""
+    import aiohttp
 
+    lat: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + duration
+    async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=concurrency),
+                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async def client(wid: int) -> None:
+            nonlocal errors
+            i = wid
+            while time.perf_counter() < stop:
+                method, path, kw = make(i)
+                i += concurrency
+                t0 = time.perf_counter()
+                try:
+                    async with session.request(method, path, **kw) as r:
+                        await r.read()
+                        ok = r.status == 200
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    ok = False
+                if ok:
+                    lat.append(time.perf_counter() - t0)
+                else:
+                    errors += 1
+
+        t_start = time.perf_counter()
+        await asyncio.gather(*(client(w) for w in range(concurrency)))
+        return lat, errors, time.perf_counter() - t_start
+
+
+def _api_latency(url: str, texts: list[str], photos: list[bytes], concurrency: int, duration: float) -> dict:
     import base64
 
     b64 = [base64.b64encode(p).decode() for p in photos]
@@ -65,7 +95,7 @@ def _api_latency(url: str, texts: list[str], photos: list[bytes], concurrency: i
             body = {"text": texts[i % len(texts)], "k": 10} if mix == "text" else {"image_b64": b64[i % len(b64)], "k": 10}
             return "POST", "/search", {"json": body}
 
-        lat, errors, elapsed = asyncio.run(_load(url, concurrency, duration, make))
+        lat, errors, elapsed = asyncio.run(_closed_loop(url, concurrency, duration, make))
         out[mix] = {**summary_ms(lat), "errors": errors, "qps": round(len(lat) / elapsed, 1)}
     return out
 

@@ -46,8 +46,8 @@ def _score_sql(table: str, only: bool, limit: bool) -> str:
     return f"""
 WITH w AS (SELECT plainto_tsquery('{CONFIG}', t.word) AS q FROM unnest(%(words)s::text[]) AS t(word)),
      wq AS (SELECT DISTINCT q FROM w WHERE numnode(q) > 0),
-     n AS (SELECT count(*)::float8 AS n FROM {table} WHERE tsv IS NOT NULL),
-     df AS (SELECT wq.q, (SELECT count(*) FROM {table} p WHERE p.tsv @@ wq.q)::float8 AS df FROM wq)
+     n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM {table} WHERE tsv IS NOT NULL),
+     df AS MATERIALIZED (SELECT wq.q, (SELECT count(*) FROM {table} p WHERE p.tsv @@ wq.q)::float8 AS df FROM wq)
 SELECT p.iid, sum(greatest(ln((n.n - df.df + 0.5) / (df.df + 0.5)), 1e-6)
                   * ts_rank_cd(%(weights)s::float4[], p.tsv, df.q, 1)) AS s
 FROM df, n, {table} p

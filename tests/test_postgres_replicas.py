@@ -201,4 +201,5 @@ def test_replicas_and_a_kafka_worker_share_one_store(broker, pg_server, pg_url, 
         codes_out = [_stop(p) for p in (*procs, worker)]
         for log in sorted(tmp_path.glob("*.log")):
             print(f"--- {log.name}\n{log.read_text()[-3000:]}")
-    assert codes_out == [0, 0, 0], codes_out
+    # uvicorn re-raises SIGTERM after its graceful shutdown (plain `vitrine serve`): -15 is a clean stop
+    assert all(c in (0, -signal.SIGTERM) for c in codes_out) and codes_out[2] == 0, codes_out

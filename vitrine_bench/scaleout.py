@@ -60,6 +60,8 @@ def _ingest_rate(settings: Any, encoder: Any, catalog: Path) -> dict[str, float]
         took = time.perf_counter() - t0
     finally:
         eng.close()
+    if not rep.upserted:
+        raise RuntimeError(f"nothing ingested from {catalog}: {rep.failed[:3]}")
     return {"products": rep.upserted, "seconds": round(took, 2), "products_per_s": round(rep.upserted / took, 1)}
 
 

@@ -26,6 +26,7 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
+from vitrine.index import taxonomy_map
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
 from vitrine.index.records import SCHEMA_VERSION, RecordRow
@@ -116,6 +117,10 @@ class Engine:
         self.records, self.images = open_stores(settings.store, self.data_dir)
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
+            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, encoder.text_features, encoder.towers.key,
+            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
+        self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self._write_lock = threading.Lock()
@@ -289,11 +294,10 @@ class Engine:
     def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
         if not rows:
             return 0
-        for r in rows:  # the graph holds every live product, whichever model embedded it
-            if r.deleted:
-                self.graph.delete([r.id])
-            else:
-                self.graph.upsert(r.iid, r.id, r.doc)  # type: ignore[arg-type]
+        # the graph holds every live product, whichever model embedded it (a batch: its new
+        # categories are mapped and its titles' brands learned together)
+        self.graph.delete([r.id for r in rows if r.deleted])
+        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
         dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
         for f in INDEX_FIELDS:
             if dead:
@@ -471,6 +475,16 @@ class Engine:
             self._dirty = True
             return applied
 
+    @property
+    def needs_snapshot(self) -> bool:
+        """Whether the indexes changed since the last snapshot version."""
+        return self._dirty
+
+    def wait_for_writes(self) -> None:
+        """Return once the write (or snapshot) in flight, if any, has finished."""
+        with self._write_lock:
+            pass
+
     def save(self) -> bool:
         """Publish a snapshot version of the indexes (vectors + graph, with the change sequence
         number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False
@@ -487,7 +501,8 @@ class Engine:
                     "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
-                    "records": {"file": self.records.location if self.settings.store else "records.sqlite", "seq": self._index_seq, "store_id": self.store_id,
+                    "records": {"file": self.records.location if self.settings.store else "records.sqlite",
+                                "seq": self._index_seq, "store_id": self.store_id,
                                 "schema": SCHEMA_VERSION},
                     "artifacts": self.artifacts(),
                 })
@@ -599,14 +614,13 @@ class Engine:
         self._prepare_query_encoder()
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
-        if plan.answer is not None:  # after-sales: an answer, no product ranking
+        if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
         qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
-        scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
-        if not scored and plan.applied:  # nothing has every slot the query named: search without them
-            allowed = understanding.relax(self, req, plan)
-            scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
+        scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
+            self, req, plan, self._guarded_rank(qv, text, req.k, allowed),
+            lambda ids: self._guarded_rank(qv, text, req.k, ids))
         degraded = gate + degraded
         rows = self.records.get_by_iids([iid for iid, _, _ in scored])
         hits: list[Hit] = []
@@ -621,7 +635,7 @@ class Engine:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
                     signals={k: round(float(v), 6) for k, v in parts.items()},
-                    modalities=sorted(qv), filters=applied, **plan.explanation(),
+                    modalities=sorted(qv), **plan.explanation(iid, applied),
                 )
             hits.append(hit)
         resp = SearchResponse(

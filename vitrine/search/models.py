@@ -29,7 +29,7 @@ def _clean(s: str) -> str:
 
 
 class Product(BaseModel):
-    """One catalogue record (DESIGN.md). Unknown top-level fields become attributes."""
+    """One catalogue record (docs/design.md). Unknown top-level fields become attributes."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
@@ -228,6 +228,8 @@ class Explanation(BaseModel):
     filters: dict[str, Any] = Field(default_factory=dict)
     intent: dict[str, Any] | None = Field(None, description="The query's intent: label and probabilities")
     slots: dict[str, Any] = Field(default_factory=dict, description="Slots of the query used as filters")
+    backfill: bool = Field(False, description="Added from the search without the slot filters, after the hits "
+                                              "that met them, so that a slot filter never leaves fewer than k")
 
 
 class Hit(BaseModel):

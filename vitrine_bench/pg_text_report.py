@@ -35,6 +35,14 @@ def main(src: Path, out: Path) -> None:
              "| protocol | fused signals | metric | SQLite FTS5 | PostgreSQL | difference |", "|---|---|---|---|---|---|"]
     for p, s, m, a, b in rows:
         lines.append(f"| {p} | vector + {s} | {m} | {a:.4f} | {b:.4f} | {b - a:+.4f} |")
+    lines += ["", "Search latency inside `vitrine eval` (one query at a time, in process; 2 shared cores under "
+              "heavy load from other jobs: noisy). PostgreSQL's BM25 is one SQL query per search scoring "
+              "every product that holds a query word; SQLite's comes from in-memory postings "
+              "(vitrine/index/bm25.py).", "",
+              "| protocol | SQLite p50 / p99 ms | PostgreSQL p50 / p99 ms |", "|---|---|---|"]
+    for key, v in raw.items():
+        a, b = v["sqlite_fts5"]["latency_ms"], v["postgresql"]["latency_ms"]
+        lines.append(f"| {key} | {a['p50']:.0f} / {a['p99']:.0f} | {b['p50']:.0f} / {b['p99']:.0f} |")
     (out / "postgres_text.md").write_text("\n".join(lines) + "\n")
 
 

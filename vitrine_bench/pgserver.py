@@ -145,14 +145,20 @@ class PostgresServer:
 
 
 def main() -> None:  # pragma: no cover - a developer's convenience
+    import signal
+
     logging.basicConfig(level=logging.INFO)
+    stop = {"now": False}
+
+    def done(*_: object) -> None:
+        stop["now"] = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, done)  # (a background job may start with SIGINT ignored)
     with PostgresServer(need_vector=find_bin_dir(True) is not None) as pg:
-        log.info("PostgreSQL %s running: %s (Ctrl-C stops it and deletes %s)", pg.bin, pg.url(), pg.root)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        log.info("PostgreSQL %s running: %s (Ctrl-C or SIGTERM stops it and deletes %s)", pg.bin, pg.url(), pg.root)
+        while not stop["now"]:
+            time.sleep(0.5)
 
 
 if __name__ == "__main__":

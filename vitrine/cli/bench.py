@@ -290,3 +290,32 @@ def bench_soak(data_dir: Path, duration: float, clients: int, sample_s: float, o
 
     path = soak.run(data_dir, out, source=bundled_dir(), duration=duration, clients=clients, sample_s=sample_s)
     click.echo(f"report: {path}")
+
+
+@bench.command("pgvector")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="A SQLite data dir whose vectors are the base and the queries")
+@click.option("--queries", type=int, default=300, show_default=True)
+@click.option("--ef-search", type=int, default=128, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_pgvector(data_dir: Path, queries: int, ef_search: int, out: Path) -> None:
+    """pgvector HNSW (iterative scan) vs FAISS Flat: recall@10, filtered k, latency."""
+    _bench()
+    from vitrine_bench import pgvector
+
+    click.echo(f"report: {pgvector.run(data_dir, out, queries=queries, ef_search=ef_search)}")
+
+
+@bench.command("scaleout")
+@click.option("--n", type=int, default=400, show_default=True, help="Catalogue products (with photos)")
+@click.option("--rate", type=float, default=50.0, show_default=True, help="Writes/s through replica A")
+@click.option("--seconds", type=float, default=20.0, show_default=True, help="How long the writes run")
+@click.option("--load-seconds", type=float, default=15.0, show_default=True, help="Seconds per API latency row")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Closed-loop search clients")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_scaleout(n: int, rate: float, seconds: float, load_seconds: float, concurrency: int, out: Path) -> None:
+    """Replicas on a shared PostgreSQL: follow lag, ingest rate and API p99 vs SQLite."""
+    _bench()
+    from vitrine_bench import scaleout
+
+    click.echo(f"report: {scaleout.run(out, n=n, rate=rate, write_s=seconds, load_s=load_seconds, concurrency=concurrency)}")

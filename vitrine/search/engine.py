@@ -30,7 +30,8 @@ from vitrine.index import taxonomy_map
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
-from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, RecordStore
+from vitrine.index.records import SCHEMA_VERSION, RecordRow
+from vitrine.index.store import open_stores
 from vitrine.index.snapshots import Snapshot, SnapshotStore
 from vitrine.index.vectors import VectorIndex
 from vitrine.search.models import (
@@ -114,8 +115,8 @@ class Engine:
         self.settings = settings
         self.encoder = encoder
         self.data_dir = Path(settings.data_dir)
-        self.records = RecordStore(self.data_dir / "records.sqlite")
-        self.images = ImageStore(self.data_dir / "images")
+        # SQLite in the data dir, or a shared PostgreSQL (settings.store; vitrine/index/store.py)
+        self.records, self.images = open_stores(settings.store, self.data_dir)
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
@@ -176,8 +177,14 @@ class Engine:
             eng.recovery.setdefault("notes", []).extend(notes)
         return eng
 
-    def _new_index(self) -> VectorIndex:
+    def _new_index(self, field: str = "fused") -> VectorIndex:
         s = self.settings
+        if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
+            if not s.store:
+                raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
+            from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
+
+            return PgVectorIndex(s.store, field, self.encoder.dim, ef_search=s.ef_search)  # type: ignore[return-value]
         return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
     def _store_identity(self) -> str:
@@ -200,7 +207,8 @@ class Engine:
                                "refused": [], "skipped": [], "partial": [p.name for p in self.snapshots.partials()]}
         loaded: Snapshot | None = None
         graph_loaded = False
-        for snap in self.snapshots.candidates():
+        # pgvector: the vectors live in the database, nothing of them is snapshotted locally
+        for snap in self.snapshots.candidates() if self.settings.vector_backend == "faiss" else []:
             why, fatal, graph_loaded = self._try_snapshot(snap)
             if why is None:
                 loaded = snap
@@ -208,7 +216,7 @@ class Engine:
             (rec["refused"] if fatal else rec["skipped"]).append({"version": snap.name, "reason": why})
             (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
         if loaded is None:
-            self.vectors = {f: self._new_index() for f in INDEX_FIELDS}
+            self.vectors = {f: self._new_index(f) for f in INDEX_FIELDS}
             self._index_seq = 0
             graph_loaded = False
         else:
@@ -343,9 +351,8 @@ class Engine:
                 rows = self._encode_rows(todo, report, progress=progress)
                 if rows:
                     photos = {it.product.id: img for it, img, _ in todo if img is not None}
-                    for r in rows:  # photos first: a record never points at a missing file
-                        if r.image_key:
-                            self.images.put(r.image_key, photos[r.id])
+                    # photos first: a record never points at a missing file
+                    self.images.put_many({r.image_key: photos[r.id] for r in rows if r.image_key})
                     with self._state.write():  # searches see all of this write or none of it
                         seq, iids = self.records.upsert_many(rows)
                         for r, iid in zip(rows, iids):
@@ -486,7 +493,7 @@ class Engine:
         number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False
         if nothing changed since the last one."""
         with self._write_lock:
-            if not self._dirty and self.snapshot_version is not None:
+            if (not self._dirty and self.snapshot_version is not None) or self.settings.vector_backend != "faiss":
                 return False
             with self.snapshots.publish() as pub:
                 files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
@@ -497,7 +504,8 @@ class Engine:
                     "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
-                    "records": {"file": "records.sqlite", "seq": self._index_seq, "store_id": self.store_id,
+                    "records": {"file": self.records.location if self.settings.store else "records.sqlite",
+                                "seq": self._index_seq, "store_id": self.store_id,
                                 "schema": SCHEMA_VERSION},
                     "artifacts": self.artifacts(),
                 })
@@ -517,6 +525,9 @@ class Engine:
         try:
             self.save()
         finally:
+            for index in self.vectors.values():
+                if hasattr(index, "close"):  # a pgvector index holds database connections
+                    index.close()
             self.records.close()
             if self._query_encoder is not None:
                 self._query_encoder.close()
@@ -776,9 +787,14 @@ class Engine:
         return FacetsResponse(facets=out, products=len(self))
 
     def stats(self) -> dict[str, Any]:
+        clf = self.understanding.classifier if self.understanding is not None else None
         return {
             "products": len(self), "with_photo": len(self.vectors["image"]), "seq": self.records.seq,
-            "model": self.model_key, "index": self.settings.index_factory, "data_dir": str(self.data_dir),
+            "model": self.model_key, "adapter": self.settings.adapter, "index": self.settings.index_factory,
+            "data_dir": str(self.data_dir),
+            # the intent classifier serving: its ensemble members and runtime (None: intent off or unavailable)
+            "intent": {"model": self.settings.intent_model, "members": 1 + len(clf.members), "runtime": clf.runtime}
+            if clf is not None else None,
         }
 
     # -- maintenance -------------------------------------------------------------------------------

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     # -- where things live ------------------------------------------------------------------
     data_dir: Path = Field(Path(".vitrine/data"), description="Data dir: records, photos, index snapshots.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Backbone feature cache.")
+    store: str | None = Field(None, description="Record store: empty for SQLite in the data dir (one host), or a "
+                              "postgresql://user:password@host:port/db URL shared by API replicas and ingest workers "
+                              "on any hosts; the data dir then holds only rebuildable things (docs/postgresql.md).")
 
     # -- models -------------------------------------------------------------------------------
     model: str = Field("effnetlite2-minilm", description="Tower config name/folder or open_clip architecture.")
@@ -77,6 +80,9 @@ class Settings(BaseSettings):
     search_concurrency: int = Field(0, ge=0, le=1024, description="Searches one API process runs at once; "
                                     "later ones wait their turn, first come first served. 0: no limit (the "
                                     "server's thread pool, 40).")
+    vector_backend: Literal["faiss", "pgvector"] = Field(
+        "faiss", description="Where vectors are searched: FAISS in each process (index_factory), or pgvector's HNSW "
+                             "index in the PostgreSQL store (needs store=postgresql://...; docs/postgresql.md).")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1, description="IVF indexes: lists searched per query (recall vs speed).")
     ef_search: int = Field(128, ge=1, description="HNSW indexes: search breadth per query (recall vs speed).")
@@ -159,7 +165,8 @@ class Settings(BaseSettings):
                          "follows the data dir (follow_s), so a write through one is seen by all. Hot swap "
                          "needs a single worker.")
     follow_s: float = Field(0.0, ge=0, description="The API picks up other processes' writes to its data dir this "
-                                                   "often (0: never; 1 s when workers > 1).")
+                                                   "often (0: never; 1 s when workers > 1; 0.5 s with a "
+                                                   "PostgreSQL store).")
     tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
 

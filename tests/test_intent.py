@@ -15,6 +15,7 @@ import pytest
 from vitrine.errors import InvalidInput, MissingExtra, ModelError
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.generator import (
+    GENERATOR_VERSION,
     LABELS,
     QueryGenerator,
     catalogue_terms,
@@ -345,7 +346,8 @@ def test_shipped_classifier_on_heldout_queries(classifier, splits, extractor):
     assert m["slot_exact_match"] >= 0.95
     assert min(v["accuracy"] for v in m["by_language"].values()) >= 0.85
     cfg = classifier.model.config
-    assert cfg["heldout"]["accuracy"] == pytest.approx(m["accuracy"], abs=0.005)  # what training measured
+    if cfg.get("generator_version") == GENERATOR_VERSION:  # the held-out set training measured on
+        assert cfg["heldout"]["accuracy"] == pytest.approx(m["accuracy"], abs=0.005)
 
 
 @pytest.mark.parametrize("text,label", [

@@ -35,6 +35,9 @@ from vitrine.intent.taxonomy import OTHER_BRANDS as OTHER_BRANDS_POOL
 from vitrine.intent.taxonomy import shopper_form, taxonomy_names, taxonomy_phrase
 from vitrine.intent.typos import typo
 
+# Bumped whenever the generated queries change: held-out figures recorded by weights trained
+# under another version cannot be reproduced by generating the held-out set again.
+GENERATOR_VERSION = 2  # 2: Google's taxonomy (every domain), more bare phrases
 LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
 TEMPLATES_PATH = Path(__file__).with_name("data") / "templates.json"
 HOLDOUT_SALT = "vitrine-intent-holdout-v1"

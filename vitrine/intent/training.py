@@ -26,6 +26,7 @@ from vitrine.errors import InvalidInput
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
 from vitrine.intent.generator import (
+    GENERATOR_VERSION,
     Example,
     QueryGenerator,
     Terms,
@@ -471,6 +472,7 @@ def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], tes
     extractor = SlotExtractor(terms.vocabulary())
     val_m = evaluate(clf, val, extractor)
     model.config["members"] = members
+    model.config["generator_version"] = GENERATOR_VERSION
     model.config["ensemble"] = [f"{MEMBERS_DIR}/{m}" for m in range(1, members)]
     model.config["best_epoch"] = best_epoch
     model.config["val"] = {"accuracy": val_m["accuracy"], "macro_f1": val_m["macro_f1"],

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, model_options
+from vitrine.cli import main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
@@ -43,6 +43,7 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="--protocol ablation: write gate_ablation.md/.json/.png here")
 @model_options
+@store_option
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
              use_intent: bool | None, adapters: str, report_dir: Path | None, **model: Any) -> None:
@@ -118,21 +119,10 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
 
 
 def attribute_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
-    """Attribute queries seeded by ``split``'s products ("men black casual shoes"); relevant =
-    every catalogue product matching all the attributes named. Brands come from the knowledge
-    graph's learned lexicon (multi-word brands included)."""
-    from vitrine.evals.attribute_queries import eval_queries
-    from vitrine.index.graph import GraphData
-    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+    """Attribute queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
+    from vitrine.evals import catalogue_queries
 
-    source = bundled_dir()
-    rows = read_styles(source)
-    splits = read_splits(source)
-    if split not in set(splits.values()):
-        raise click.BadParameter(f"unknown split {split!r}; use train, val or test", param_hint="--split")
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
-    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
-    return eval_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+    return catalogue_queries.attribute_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
 
 
 @main.command("make-queries")
@@ -159,16 +149,10 @@ def make_queries(kind: str, split: str, n: int, seed: int, out: Path) -> None:
 
 
 def title_word_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
-    from vitrine.evals.word_queries import word_queries
-    from vitrine.index.graph import GraphData
-    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+    """Exact-word queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
+    from vitrine.evals import catalogue_queries
 
-    source = bundled_dir()
-    rows = read_styles(source)
-    splits = read_splits(source)
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
-    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
-    return word_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+    return catalogue_queries.title_word_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
 
 
 def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_out: Path | None,

@@ -693,13 +693,6 @@ def template_literal_slots(vocab: Vocabulary) -> dict[str, dict[str, Any]]:
     return bad
 
 
-def write_jsonl(examples: Sequence[Example], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for e in examples:
-            f.write(json.dumps(e.to_json(), ensure_ascii=False) + "\n")
-
-
 def read_jsonl(path: Path) -> Iterator[Example]:
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -441,9 +441,3 @@ def slots_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
             if [s.casefold() for s in xs] != [s.casefold() for s in ys]:
                 return False
     return True
-
-
-def as_list(v: str | Sequence[str] | None) -> list[str]:
-    if v is None:
-        return []
-    return [v] if isinstance(v, str) else list(v)

@@ -233,12 +233,13 @@ def _in_time(deadline: float | None) -> None:
 
 def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int,
                allowed: np.ndarray | None, *, signals: Iterable[str] | None = None,
-               terms: QueryTerms | None = None, deadline: float | None = None) -> Pool:
-    """Candidates from the vectors, BM25 and the graph, each with every signal. ``deadline``
-    is checked before each stage (a running stage is not interrupted): past it, TimeoutError."""
+               terms: QueryTerms | None = None, deadline: float | None = None, depth: int | None = None) -> Pool:
+    """Candidates from the vectors, BM25 and the graph, each with every signal (``depth``: each
+    retriever's top that many; default from ``k``). ``deadline`` is checked before each stage (a
+    running stage is not interrupted): past it, TimeoutError."""
     s = engine.settings
     signals = set(s.fusion_signals if signals is None else signals)
-    n = max(s.fusion_candidates, k * s.candidate_multiplier)
+    n = depth if depth is not None else max(s.fusion_candidates, k * s.candidate_multiplier)
     _in_time(deadline)
     found = [_vector_ids(engine, qv, n, allowed)]
     _in_time(deadline)
@@ -383,21 +384,22 @@ def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float 
 
 
 def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: int,
-         allowed: np.ndarray | None, *, deadline: float | None = None
+         allowed: np.ndarray | None, *, deadline: float | None = None, depth: int | None = None
          ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The engine's ranking for a query: hybrid when it has words and fusion is on, else the
     plain vector ranking. Returns (iid, score, signals) best first, the vector score of each,
     the degraded components and the graph terms the query named. ``deadline`` (a
-    ``time.perf_counter()`` value): past it, between two stages, TimeoutError."""
+    ``time.perf_counter()`` value): past it, between two stages, TimeoutError. ``depth``: rank
+    each retriever's top ``depth`` and return the whole pool's ranking, not only the top ``k``."""
     s = engine.settings
     if not text or s.fusion == "off" or not s.fusion_signals:
-        scored = engine._rank(dict(qv), k, allowed)
+        scored = engine._rank(dict(qv), depth or k, allowed)
         return scored, {i: sc for i, sc, _ in scored}, [], QueryTerms()
     if allowed is not None and len(allowed) == 0:
         return [], {}, [], QueryTerms()
-    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline)
+    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, depth=depth)
     weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
-    ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=k)
+    ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=None if depth else k)
     rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted
     out: Ranked = [(iid, score, {**pool.vector_parts(r), **contrib}) for r, (iid, score, contrib) in zip(rows, ranked)]
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms

@@ -15,6 +15,7 @@ import pytest
 from vitrine.errors import InvalidInput, MissingExtra, ModelError
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.generator import (
+    GENERATOR_VERSION,
     LABELS,
     QueryGenerator,
     catalogue_terms,
@@ -200,14 +201,14 @@ def test_bare_phrases_titles_and_invented_brands_in_training(splits, terms):
     """A fifth of the training searches are a product phrase or a catalogue title alone (the
     commonest real query); some titles carry an invented brand, as shoppers type brands the
     vocabulary lacks. Held-out titles (held-out brands or types) never reach training."""
-    from vitrine.intent.generator import BARE_SEARCH_SHARE, heldout_titles, pseudo_brand
+    from vitrine.intent.generator import BARE_SEARCH_SHARE, BARE_TITLE_SHARE, heldout_titles, pseudo_brand
 
     train, _ = splits
     search = [e for e in train if e.label == "search"]
     bare = [e for e in search if e.template.endswith((":{P}", ":<title>", ":<taxonomy>"))]
     assert 0.7 * BARE_SEARCH_SHARE <= len(bare) / len(search) <= 1.5 * BARE_SEARCH_SHARE + 0.05
     titles = [e for e in search if e.template.endswith(":<title>")]
-    assert len(titles) > 200 and all(e.slots is None for e in titles)
+    assert len(titles) >= 0.5 * BARE_TITLE_SHARE * len(bare) and all(e.slots is None for e in titles)
     catalogue = {key_norm(t) for t, _ in terms.titles}
     invented = [e for e in titles if key_norm(e.text) not in catalogue]
     assert 0.15 * len(titles) <= len(invented) <= 0.6 * len(titles)
@@ -345,7 +346,8 @@ def test_shipped_classifier_on_heldout_queries(classifier, splits, extractor):
     assert m["slot_exact_match"] >= 0.95
     assert min(v["accuracy"] for v in m["by_language"].values()) >= 0.85
     cfg = classifier.model.config
-    assert cfg["heldout"]["accuracy"] == pytest.approx(m["accuracy"], abs=0.005)  # what training measured
+    if cfg.get("generator_version") == GENERATOR_VERSION:  # the held-out set training measured on
+        assert cfg["heldout"]["accuracy"] == pytest.approx(m["accuracy"], abs=0.005)
 
 
 @pytest.mark.parametrize("text,label", [

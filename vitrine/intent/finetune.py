@@ -29,7 +29,7 @@ from vitrine.intent.model import EOS, MEMBERS_DIR, UNK, Encoded, IntentModel, re
 
 log = logging.getLogger(__name__)
 
-FINETUNE_DEFAULTS: dict[str, Any] = {"train_per_label": 1500, "epochs": 2, "lr": 5e-4, "batch_size": 64,
+FINETUNE_DEFAULTS: dict[str, Any] = {"train_per_label": 2000, "epochs": 2, "lr": 5e-4, "batch_size": 64,
                                      "token_dropout": 0.2, "label_smoothing": 0.05, "warmup": 0.06,
                                      "weight_decay": 0.01}
 
@@ -58,7 +58,7 @@ def grow_vocabulary(model: IntentModel, new_ids: Sequence[int]) -> IntentModel:
 
 def finetune_members(base: str | Path, out: Path, *, only: Sequence[int] | None = None, seed: int = 0,
                      source: Path | None = None, cache_dir: Path | None = None, extra_titles: Sequence[str] = (),
-                     **overrides: Any) -> list[dict[str, Any]]:
+                     draw_seed: int | None = None, **overrides: Any) -> list[dict[str, Any]]:
     """Fine-tune the members of the ensemble at ``base`` (all, or those in ``only``) on a fresh
     draw of the generator (its seed offset, so the draw is new) and save them under ``out/parts``."""
     import torch  # noqa: PLC0415
@@ -75,7 +75,7 @@ def finetune_members(base: str | Path, out: Path, *, only: Sequence[int] | None 
     if extra_titles:
         terms = terms.with_titles(extra_titles)
     tok = qtok.load_tokenizer(cache_dir)
-    draw_seed = seed + 100  # a draw none of the members was trained on
+    draw_seed = seed + 100 if draw_seed is None else draw_seed  # a draw none of the members was trained on
     done = []
     for m in todo:
         t0 = time.time()

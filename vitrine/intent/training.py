@@ -26,7 +26,9 @@ from vitrine.errors import InvalidInput
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
 from vitrine.intent.generator import (
+    GENERATOR_VERSION,
     Example,
+    QueryGenerator,
     Terms,
     catalogue_terms,
     make_member_splits,
@@ -74,9 +76,15 @@ def default_source() -> Path:
 
 def heldout_examples(source: Path | None = None, seed: int = 0, per_label: int = DEFAULTS["test_per_label"],
                      train_per_label: int = DEFAULTS["train_per_label"], members: int = 1,
-                     train_seed: int | None = None) -> tuple[list[Example], Terms]:
-    """The held-out evaluation queries exactly as training made them (same seed, sizes, members)."""
+                     train_seed: int | None = None, dropped: Sequence[str] | None = None,
+                     ) -> tuple[list[Example], Terms]:
+    """The held-out evaluation queries exactly as training made them (same seed, sizes, members).
+    ``dropped``: the held-out texts training recorded as also being training texts (then the
+    training draws need not be generated again)."""
     terms = catalogue_terms(source or default_source())
+    if dropped is not None:
+        gone = set(dropped)
+        return [e for e in QueryGenerator(terms, "test", seed).generate(per_label) if e.text not in gone], terms
     _, test = make_splits(terms, train_per_label=train_per_label, test_per_label=per_label, seed=seed,
                           members=members, train_seed=train_seed)
     return test, terms
@@ -399,9 +407,12 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
 
 
 def assemble_members(out: Path | None = None, *, source: Path | None = None, cache_dir: Path | None = None,
-                     extra_titles: Sequence[str] = (), heldout: bool = True) -> dict[str, Any]:
+                     extra_titles: Sequence[str] = (), heldout: bool = True,
+                     train_texts: set[str] | None = None) -> dict[str, Any]:
     """Ship the members trained by several ``train_intent(only=...)`` runs into ``out``: measure
-    the ensemble exactly as one run would (validation, held-out queries, titles, taxonomy leaves)."""
+    the ensemble exactly as one run would (validation, held-out queries, titles, taxonomy leaves).
+    ``train_texts``: the members' casefolded training texts when known (else the training draws
+    are generated again to find them)."""
     t0 = time.time()
     out = Path(out) if out else WEIGHTS_DIR / DEFAULT_WEIGHTS
     parts = sorted((d for d in (out / PARTS_DIR).iterdir() if d.is_dir()), key=lambda d: int(d.name))
@@ -414,11 +425,18 @@ def assemble_members(out: Path | None = None, *, source: Path | None = None, cac
     terms = catalogue_terms(Path(source) if source else default_source())
     if extra_titles:
         terms = terms.with_titles(extra_titles)
-    trains, test = make_member_splits(terms, train_per_label=int(cfg["train_per_label"]),
-                                      test_per_label=int(cfg["test_per_label"]), seed=seed, members=members,
-                                      train_seed=cfg.get("train_seed"))
-    val = make_val(terms, per_label=int(tr["val_per_label"]), seed=seed,
-                   exclude={e.text.casefold() for train in trains for e in train})
+    if train_texts is None:
+        tseed = int(cfg.get("train_seed", seed))
+        train_texts = {e.text.casefold() for m in range(members)
+                       for e in QueryGenerator(terms, "train", tseed, member=m).generate(int(cfg["train_per_label"]))}
+    full = QueryGenerator(terms, "test", seed).generate(int(cfg["test_per_label"]))
+    test = [e for e in full if e.text.casefold() not in train_texts]
+    # the held-out texts that are also training texts: recorded, so that measuring again needs no
+    # replay of the training draws (heldout_examples)
+    models[0].config["heldout_dropped"] = sorted({e.text for e in full if e.text.casefold() in train_texts})
+    trains = [[] for _ in range(members)]
+    models[0].config["train_queries"] = int(cfg["train_per_label"]) * len(LABELS)
+    val = make_val(terms, per_label=int(tr["val_per_label"]), seed=seed, exclude=train_texts)
     tok = qtok.load_tokenizer(cache_dir)
     fitted = [(m, IntentClassifier(m, tok), int(m.config["best_epoch"]), m.config.pop("history", []),
                len(m.keep_ids)) for m in models]
@@ -454,6 +472,7 @@ def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], tes
     extractor = SlotExtractor(terms.vocabulary())
     val_m = evaluate(clf, val, extractor)
     model.config["members"] = members
+    model.config["generator_version"] = GENERATOR_VERSION
     model.config["ensemble"] = [f"{MEMBERS_DIR}/{m}" for m in range(1, members)]
     model.config["best_epoch"] = best_epoch
     model.config["val"] = {"accuracy": val_m["accuracy"], "macro_f1": val_m["macro_f1"],
@@ -481,7 +500,8 @@ def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], tes
     summary = {
         "out": _display(out), "seed": seed, "epochs": epochs, "init_from": str(init_from) if init_from else None,
         "config": model.config.get("config_name"), "members": members, "parameters": model.n_parameters(),
-        "kept_token_ids": n_keep, "train_queries": len(trains[0]), "val_queries": len(val),
+        "kept_token_ids": n_keep, "train_queries": len(trains[0]) or model.config.get("train_queries"),
+        "val_queries": len(val),
         "heldout_queries": len(test),
         "heldout_brands": sum(1 for b in terms.brands if held_out_value(b)),
         "heldout_article_types": sum(1 for t in terms.types if held_out_value(t)),
@@ -527,7 +547,8 @@ def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path |
     test, terms = heldout_examples(source, seed=int(cfg.get("seed", 0)),
                                    per_label=int(cfg.get("test_per_label", DEFAULTS["test_per_label"])),
                                    train_per_label=int(cfg.get("train_per_label", DEFAULTS["train_per_label"])),
-                                   members=int(cfg.get("members", 1)), train_seed=cfg.get("train_seed"))
+                                   members=int(cfg.get("members", 1)), train_seed=cfg.get("train_seed"),
+                                   dropped=cfg.get("heldout_dropped"))
     t0 = time.perf_counter()
     result = evaluate(clf, test, SlotExtractor(terms.vocabulary()))
     results = clf.predict_batch([e.text for e in test])

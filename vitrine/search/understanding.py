@@ -222,7 +222,7 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
         a = answer(text)
         p.answer = AfterSalesAnswer(**a.as_dict())
         return p
-    if engine.settings.intent_slot_filters and p.slots:
+    if engine.slot_filters_on() and p.slots:
         _slot_filters(engine, req, p)
     return p
 

@@ -200,6 +200,10 @@ class Engine:
         s = self.settings
         return s.intent_slot_filters and (s.calibration == "off" or self.calibration.slot_filters)
 
+    def set_calibration(self, cal: calibration.Calibration) -> None:
+        """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
+        self._calibration, self._calibration_seq = cal, self.records.recent_seq()
+
     def reload_calibration(self) -> calibration.Calibration:
         """Read the data dir's tuned settings again (after `vitrine tune` wrote them)."""
         self._calibration = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,19 @@ def maybe_tune_after_ingest(engine: Any) -> None:
     run_tune(engine, None)
 
 
+def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: bool, **kw: Any) -> dict[str, Any]:
+    """`vitrine train gate --data DIR` (vitrine/evals/gate_training.py)."""
+    from vitrine.evals.gate_training import train_on_data  # noqa: PLC0415
+    from vitrine.search.engine import Engine  # noqa: PLC0415
+
+    engine = Engine.open(make_settings(data_dir=data_dir))
+    try:
+        target = out if out is not None else Path(data_dir) / "adapters" / f"{kind}-{int(time.time())}"
+        return train_on_data(engine, target, kind=kind, install=install, **kw)
+    finally:
+        engine.close()
+
+
 @main.command("tune")
 @data_option
 @model_options
@@ -62,3 +76,47 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, **model: Any) -
         run_tune(engine, report_dir, seed=seed)
     finally:
         engine.close()
+
+
+# -- the leave-domain-out protocol's aligner training (vitrine/evals/domain_shift.py) -------------
+DOMAIN_SHIFT_EPOCHS = 10  # 2 shared cores: ~10 epochs of the MLP on ~13k pairs, early-stopped on val
+
+
+def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, *, kind: str = "mlp",
+                          epochs: int = DOMAIN_SHIFT_EPOCHS, seed: int = 0) -> Path:
+    """An aligner trained by the encoders' training code on the bundled catalogue's ``rows`` only
+    (their train split; early-stopped on their val split; no augmented views, to fit 2 cores)."""
+    from vitrine.cli.training import build_pairs, features_encoder, tune_fuse_weight  # noqa: PLC0415
+    from vitrine.encoders.adapters import create_adapter  # noqa: PLC0415
+    from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter  # noqa: PLC0415
+    from vitrine.evals.datasets import Catalog  # noqa: PLC0415
+
+    if (out / "config.json").is_file():  # trained by an earlier run of the protocol
+        return out
+    seed_everything(seed)
+    full = Catalog.load()
+    catalog = Catalog(source=full.source, rows=rows, splits=full.splits)
+    encoder = features_encoder(settings)
+    train, _ = build_pairs(catalog, encoder, "train", queries=True, seed=seed, progress=False)
+    val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed, progress=False)
+    adapter = create_adapter(kind, image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim, dim=256,
+                             hidden=512, towers_key=encoder.towers.key, model=settings.model, name=f"{kind}-{out.parent.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    train_adapter(adapter, train, val, TrainConfig(epochs=epochs, patience=3, seed=seed), progress=False,
+                  log_path=out / "train_log.jsonl")
+    if kind != "moe":
+        adapter.config["fuse_image_weight"] = tune_fuse_weight(adapter, catalog, encoder)["best"]
+    adapter.save_pretrained(out)
+    return out
+
+
+def domain_shift_command(settings: Any, work_dir: Path, n_attr: int, retrain: bool) -> dict[str, Any]:
+    from vitrine.evals.datasets import Catalog  # noqa: PLC0415
+    from vitrine.evals.domain_shift import domain_shift  # noqa: PLC0415
+    from vitrine.index.graph import GraphData  # noqa: PLC0415
+
+    full = Catalog.load()
+    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
+    return domain_shift(settings, full.rows, full.splits, full.photo,
+                        lambda rows, out: train_aligner_on_rows(settings, rows, out), work_dir,
+                        n_attr=n_attr, n_words=max(1, n_attr // 2), brand_fn=brands.from_title, retrain=retrain)

@@ -51,7 +51,8 @@ class PseudoQuery:
                 "relevant": self.relevant, "source": self.source}
 
 
-def _split(key: str, heldout: float, salt: str) -> str:
+def split_of(key: str, heldout: float, salt: str) -> str:
+    """fit or heldout, by a hash of ``key``: a share ``heldout`` lands held out."""
     h = int(hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return "heldout" if h < heldout else "fit"
 
@@ -77,7 +78,7 @@ def facet_keys(docs: Sequence[Mapping[str, Any]], max_values: int = 60, min_shar
     return sorted(out)
 
 
-def _title_variant(title: str, rng: random.Random) -> str | None:
+def title_variant(title: str, rng: random.Random) -> str | None:
     words = _WORD.findall(title)
     if len(words) < 3:
         return None
@@ -122,11 +123,11 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
         if n >= counts["title"]:
             break
         d = docs[i]
-        text = _title_variant(str(d["title"]), rng)
+        text = title_variant(str(d["title"]), rng)
         if text is None:
             continue
         same = by_title[str(d["title"]).casefold()]
-        out.append(PseudoQuery("title", {p: 1.0 for p in same}, _split(str(d["id"]), heldout, salt),
+        out.append(PseudoQuery("title", {p: 1.0 for p in same}, split_of(str(d["id"]), heldout, salt),
                                text=text, source=str(d["id"])))
         n += 1
 
@@ -134,7 +135,7 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     leaves = [c for c, ids in by_leaf.items() if len(ids) <= max_relevant]
     rng.shuffle(leaves)
     for leaf in leaves[:counts["category"]]:
-        out.append(PseudoQuery("category", {p: 1.0 for p in by_leaf[leaf]}, _split("c:" + leaf, heldout, salt),
+        out.append(PseudoQuery("category", {p: 1.0 for p in by_leaf[leaf]}, split_of("c:" + leaf, heldout, salt),
                                text=leaf, source=leaf))
 
     # brand + type
@@ -143,7 +144,7 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     for brand, leaf in pairs[:counts["brand_type"]]:
         text = leaf if brand.casefold() in leaf.casefold() else f"{brand} {leaf}"
         out.append(PseudoQuery("brand_type", {p: 1.0 for p in by_brand_leaf[(brand, leaf)]},
-                               _split(f"b:{brand}|{leaf}", heldout, salt), text=text, source=f"{brand}|{leaf}"))
+                               split_of(f"b:{brand}|{leaf}", heldout, salt), text=text, source=f"{brand}|{leaf}"))
 
     # facet values + category leaf
     keys = facet_keys(docs)
@@ -169,14 +170,14 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
             text = " ".join([*words, leaf])
             key = "a:" + "|".join(f"{k}={v}" for k, v in vals) + "|" + leaf
             out.append(PseudoQuery("attributes", {p: 1.0 for p in combos[(vals, leaf)]},
-                                   _split(key, heldout, salt), text=text.lower() if rng.random() < 0.5 else text,
+                                   split_of(key, heldout, salt), text=text.lower() if rng.random() < 0.5 else text,
                                    source=key, meta={"facets": dict(vals)}))
 
     # photos as queries
     photo_ids = [str(p) for p in with_photo]
     rng.shuffle(photo_ids)
     for pid in photo_ids[:counts["photo"]]:
-        out.append(PseudoQuery("photo", {pid: 1.0}, _split(pid, heldout, salt), photo_of=pid, source=pid))
+        out.append(PseudoQuery("photo", {pid: 1.0}, split_of(pid, heldout, salt), photo_of=pid, source=pid))
     return out
 
 

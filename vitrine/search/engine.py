@@ -725,6 +725,14 @@ class Engine:
                                deadline=time.perf_counter() + self.settings.fusion_timeout_ms / 1000)
         except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
             log.warning("hybrid fusion skipped for this search: %s", e)
+            if set(qv) == {"text"} and self.settings.calibration != "off":
+                try:  # a text query falls back to the floor, not below it
+                    nq = native.query_vector(self, text)  # type: ignore[arg-type]
+                    if nq is not None:
+                        scored, vs, _, terms = fusion.native_rank(self, nq, k, allowed)
+                        return scored, vs, ["fusion"], terms
+                except Exception as e2:  # noqa: BLE001
+                    log.warning("native fallback failed too: %s", e2)
             scored = self._rank(dict(qv), k, allowed)
             from vitrine.index.graph import QueryTerms  # noqa: PLC0415
 

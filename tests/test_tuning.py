@@ -169,3 +169,28 @@ def test_stale_tuning_is_ignored(tuned_dir, settings_factory, encoder, tmp_path)
     # a file for another model is ignored too
     other = calibration.load(copy, eng.records.__class__(copy / "records.sqlite"), eng.store_id, "other-model", 1.0)
     assert other.source.startswith("stale")
+
+
+@pytest.mark.slow
+def test_train_gate_on_data_installs_by_hot_swap(tuned_dir, settings_factory, encoder, tmp_path):
+    import shutil
+
+    from vitrine.evals.gate_training import catalogue_pairs, train_on_data
+
+    d, _ = tuned_dir
+    copy = tmp_path / "gate"
+    shutil.copytree(d, copy)
+    eng = Engine(settings_factory(copy), encoder)
+    try:
+        train, val, info = catalogue_pairs(eng)
+        assert info["train_products"] + info["heldout_products"] == info["products_with_photos"] == 240
+        assert len(train.image) == info["train_products"] and len(val.image) == info["heldout_products"]
+        # every pseudo-query's own product carries its key: it is a positive of its query
+        assert (train.product_keys[train.query_subset, train.query_rows] == train.query_key).all()
+        before = eng.model_key
+        summary = train_on_data(eng, tmp_path / "adapter", epochs=2, patience=1, retune=True)
+        assert (tmp_path / "adapter" / "config.json").is_file()
+        assert summary["swap"]["switched"] and eng.model_key != before
+        assert eng.calibration.source == "tuned" and eng.calibration.model_key == eng.model_key
+    finally:
+        eng.close()

@@ -686,6 +686,10 @@ class Engine:
                 self.search(SearchRequest(text=text, k=5))
             except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
                 log.warning("warm-up search %r failed: %s", text, e)
+        try:  # text queries at the floor skip BM25; queries with a photo still use it
+            self.records.bm25_scores("warm up")
+        except Exception as e:  # noqa: BLE001
+            log.warning("warm-up BM25 failed: %s", e)
         took = time.perf_counter() - t0
         log.info("warmed up in %.2fs", took)
         return took

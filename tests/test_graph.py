@@ -22,15 +22,16 @@ from vitrine.index.graph import (
     norm_key,
 )
 from vitrine.ingest.catalog import ingest_file
+from vitrine import resources
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
 from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted, graph_candidate_ids
 from vitrine.search.models import Filters, SearchRequest
 
-from conftest import REPO, SOURCE
+from conftest import SOURCE
 
-GRAPH_DIR = REPO / "data" / "graph"
-TAXONOMY = REPO / "data" / "taxonomy" / "google-product-taxonomy.en-US.txt"
+GRAPH_DIR = resources.graph_dir()
+TAXONOMY = resources.taxonomy_file()
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,17 @@ from vitrine.cli import main
 OUT = Path("bench-results")
 
 
+BENCH_EXTRA = ("matplotlib", "aiohttp")  # pyproject.toml's `bench` extra
+
+
 def _bench():  # noqa: ANN202
-    try:
-        import vitrine_bench  # noqa: F401
-    except ImportError as e:  # pragma: no cover
-        raise click.ClickException("benchmarks need the vitrine_bench package from a Vitrine checkout") from e
+    """Fail with what to install when the benchmarks' dependencies are missing."""
+    from importlib.util import find_spec
+
+    missing = [m for m in ("vitrine_bench", *BENCH_EXTRA) if find_spec(m) is None]
+    if missing:
+        raise click.ClickException(f"benchmarks need {', '.join(missing)}: pip install 'vitrine[bench]' "
+                                   "(in a checkout: pip install -e '.[bench]')")
 
 
 @main.group()

@@ -132,21 +132,10 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
 
 
 def attribute_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
-    """Attribute queries seeded by ``split``'s products ("men black casual shoes"); relevant =
-    every catalogue product matching all the attributes named. Brands come from the knowledge
-    graph's learned lexicon (multi-word brands included)."""
-    from vitrine.evals.attribute_queries import eval_queries
-    from vitrine.index.graph import GraphData
-    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+    """Attribute queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
+    from vitrine.evals import catalogue_queries
 
-    source = bundled_dir()
-    rows = read_styles(source)
-    splits = read_splits(source)
-    if split not in set(splits.values()):
-        raise click.BadParameter(f"unknown split {split!r}; use train, val or test", param_hint="--split")
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
-    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
-    return eval_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+    return catalogue_queries.attribute_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
 
 
 @main.command("make-queries")
@@ -173,16 +162,10 @@ def make_queries(kind: str, split: str, n: int, seed: int, out: Path) -> None:
 
 
 def title_word_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
-    from vitrine.evals.word_queries import word_queries
-    from vitrine.index.graph import GraphData
-    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+    """Exact-word queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
+    from vitrine.evals import catalogue_queries
 
-    source = bundled_dir()
-    rows = read_styles(source)
-    splits = read_splits(source)
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
-    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
-    return word_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+    return catalogue_queries.title_word_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
 
 
 def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_out: Path | None,
@@ -219,13 +202,16 @@ def _intent_eval(json_out: Path | None) -> None:
                               min_confidence=settings.intent_min_confidence)
     result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
                          "slot_exact_match": result["slot_exact_match"],
-                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"]}
+                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"],
+                         "heldout_taxonomy_leaves_search_rate": result["heldout_taxonomy_leaves"]["search_rate"]}
     text = json.dumps(result, indent=2, ensure_ascii=False)
     click.echo(text)
     click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
                f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']}); held-out catalogue "
                f"titles sent to search {result['heldout_titles']['search_rate']:.4f} "
-               f"(n={result['heldout_titles']['n']})", err=True)
+               f"(n={result['heldout_titles']['n']}); held-out taxonomy leaves sent to search "
+               f"{result['heldout_taxonomy_leaves']['search_rate']:.4f} (n={result['heldout_taxonomy_leaves']['n']})",
+               err=True)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(text + "\n")

@@ -66,7 +66,10 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for tuning.md/.json/.png (default: DATA/tuning-report)")
 @click.option("--seed", type=int, default=0, show_default=True, help="Pseudo-query sampling seed")
-def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, **model: Any) -> None:
+@click.option("--intent", "intent_members", type=int, default=0, show_default=True,
+              help="Also retrain the intent classifier with this catalogue's titles, with this many members "
+                   "(0: no; ~6 min of one core per member), into DATA/intent-model")
+def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, intent_members: int, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
     from vitrine.search.engine import Engine  # noqa: PLC0415
@@ -74,6 +77,15 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, **model: Any) -
     engine = Engine.open(make_settings(data_dir=data_dir, **model))
     try:
         run_tune(engine, report_dir, seed=seed)
+        if intent_members:
+            from vitrine.intent.tuning import catalogue_titles, tune_intent  # noqa: PLC0415
+
+            out = Path(data_dir) / "intent-model"
+            titles = catalogue_titles(r.doc for r in engine.records.iter_rows(with_vectors=False))
+            summary = tune_intent(titles, out, members=intent_members, cache_dir=engine.settings.cache_dir, seed=seed)
+            click.echo(f"intent classifier with {len(titles)} catalogue titles: {out} "
+                       f"(serve it with VITRINE_INTENT_MODEL={out}); held-out: "
+                       f"{ {k: v for k, v in summary.items() if isinstance(v, (int, float))} }", err=True)
     finally:
         engine.close()
 

@@ -27,12 +27,12 @@ import os
 import re
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from vitrine.index import symbolic
+from vitrine.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,7 @@ class _Tokenizer:
 
     def __init__(self) -> None:
         self._local = threading.local()
-        self._words: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._words: LRU[tuple[str, ...]] = LRU(50_000)
 
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
@@ -70,19 +69,14 @@ class _Tokenizer:
 
     def word(self, w: str) -> tuple[str, ...]:
         """The tokens FTS5 makes of one query word (cached)."""
-        with self._lock:
-            hit = self._words.get(w)
-            if hit is not None:
-                self._words.move_to_end(w)
-                return hit
+        hit = self._words.get(w)
+        if hit is not None:
+            return hit
         c = self._conn()
         c.execute("DELETE FROM t")
         c.execute("INSERT INTO t(rowid, title) VALUES (1, ?)", (w,))
         toks = tuple(term for (term,) in c.execute("SELECT term FROM tv ORDER BY offset"))
-        with self._lock:
-            self._words[w] = toks
-            while len(self._words) > 50_000:
-                self._words.popitem(last=False)
+        self._words.put(w, toks)
         return toks
 
 

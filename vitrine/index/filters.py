@@ -102,9 +102,6 @@ class FilterIndex:
             return None
         return np.fromiter(sorted(result), dtype=np.int64, count=len(result))
 
-    def values_of(self, iid: int) -> dict[str, tuple[str, ...]]:
-        return dict(self._values.get(iid, {}))
-
     def facet(self, field: str) -> Counter[str]:
         """Display value -> number of products, for one field."""
         with self._lock:

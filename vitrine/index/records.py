@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index import symbolic
 from vitrine.index.bm25 import MemoryBM25
@@ -362,13 +363,7 @@ class ImageStore:
         path = self.path_for(key)
         if path.exists():
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
 
     def get(self, key: str) -> bytes | None:
         try:

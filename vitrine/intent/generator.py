@@ -31,6 +31,9 @@ from typing import Any
 
 from vitrine.bundled import read_styles
 from vitrine.intent.slots import SLOT_FIELDS, SlotExtractor, Vocabulary, key_norm, learn_brands, lexicon
+from vitrine.intent.taxonomy import OTHER_BRANDS as OTHER_BRANDS_POOL
+from vitrine.intent.taxonomy import shopper_form, taxonomy_names, taxonomy_phrase
+from vitrine.intent.typos import typo
 
 LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
 TEMPLATES_PATH = Path(__file__).with_name("data") / "templates.json"
@@ -43,7 +46,13 @@ SPLITS = ("train", "val", "test")
 # them a model learns that product words inside a sentence mean search and sends a bare phrase
 # or a title with a cue-like word ("cross-back", "return") to another intent.
 BARE_SEARCH_SHARE = 0.2
-BARE_TITLE_SHARE = 0.4  # of those, a real catalogue title rather than a generated phrase
+BARE_TITLE_SHARE = 0.3  # of those, a real catalogue title rather than a generated phrase
+BARE_TAXONOMY_SHARE = 0.4  # of those, a product phrase over a category of Google's taxonomy (any domain)
+# Share of the product phrases inside every intent's templates that name a category of another
+# domain (Google's taxonomy): the model must learn the template, not the domain.
+TAXONOMY_SHARE = 0.25
+EXTRA_TITLE_SHARE = 0.5  # of the titles drawn, a tuned catalogue's own (when it gives any)
+TAXONOMY_PAIR_SHARE = 0.2  # of the compared pairs ("dewalt vs makita drill")
 # Share of training titles whose brand is swapped for an invented name: shoppers type brands the
 # catalogue vocabulary never had, and a name-like run of unfamiliar subwords must not read as a cue.
 PSEUDO_BRAND_SHARE = 0.35
@@ -151,6 +160,16 @@ class Terms:
     colours: list[str]
     genders: list[str]
     titles: list[tuple[str, str]] = field(default_factory=list)  # (title, article type)
+    taxonomy: bool = True  # product phrases over Google's taxonomy (every domain) beside the catalogue's
+    extra_titles: list[str] = field(default_factory=list)  # a shop's own titles, added at tune time
+
+    def with_titles(self, titles: Sequence[str]) -> "Terms":
+        """These terms plus another catalogue's titles: half of the titles the training queries
+        use (bare searches and the product inside every intent's templates) are then drawn from
+        them. How a shop's own product names join the training queries at tune time."""
+        extra = [" ".join(t.split()) for t in titles if t and t.strip()]
+        return Terms(self.brands, self.types, self.generic, self.colours, self.genders, self.titles,
+                     self.taxonomy, self.extra_titles + extra)
 
     def vocabulary(self) -> Vocabulary:
         return Vocabulary.of(self.brands, self.types + self.generic, self.colours, self.genders)
@@ -277,6 +296,11 @@ class QueryGenerator:
         self.templates = template_sets(split)
         self.compositional = compositional_templates() if split == "train" else {}
         self.prices = PRICE_FORMS["test" if split == "test" else "train"]
+        # Google's taxonomy: training and validation use its non-leaf names and the training half
+        # of its leaves; the held-out queries draw half their categories from the other leaves.
+        tax = taxonomy_names() if terms.taxonomy else None
+        self.taxonomy = list(tax.train) if tax else []
+        self.taxonomy_held = list(tax.heldout_leaves) if tax and split == "test" else []
         # Real catalogue titles as product phrases (training only; their slots are not labelled):
         # product words far beyond the slot vocabulary. Held-out brands and types stay out.
         held_b = [key_norm(b) for b in self.held_brands]
@@ -284,6 +308,9 @@ class QueryGenerator:
         self.titles = [] if split != "train" else [
             t for t, at in terms.titles
             if at not in held_t and not any(key_norm(t).startswith(b + " ") for b in held_b)]
+        self.extra_titles = list(terms.extra_titles) if split == "train" else []
+        if self.extra_titles and not self.titles:
+            self.titles = list(self.extra_titles)
         # title -> its brand prefix (longest known brand it starts with), for pseudo-brand swaps
         by_len = sorted(self.brands, key=len, reverse=True)
         self._title_brand = {t: next((b for b in by_len if t.casefold().startswith(b.casefold() + " ")), "")
@@ -293,11 +320,24 @@ class QueryGenerator:
     def _title(self) -> str:
         """A real catalogue title, sometimes lowercased, sometimes with an invented brand."""
         rng = self.rng
+        if self.extra_titles and rng.random() < EXTRA_TITLE_SHARE:
+            title = rng.choice(self.extra_titles)
+            return title.lower() if rng.random() < 0.5 else title
         title = rng.choice(self.titles)
         brand = self._title_brand.get(title, "")
         if brand and rng.random() < PSEUDO_BRAND_SHARE:
             title = pseudo_brand(rng) + title[len(brand):]
         return title.lower() if rng.random() < 0.5 else title
+
+    def _pick_taxonomy(self) -> str:
+        if self.taxonomy_held and self.rng.random() < 0.5:
+            return self.rng.choice(self.taxonomy_held)
+        return self.rng.choice(self.taxonomy)
+
+    def taxonomy_product(self) -> str:
+        """A product phrase over a taxonomy category (any domain); its slots are not labelled."""
+        return taxonomy_phrase(self._pick_taxonomy(), self.rng, self._typo, self.brands, pseudo_brand,
+                               self._pick_taxonomy)
 
     def _pick_brand(self) -> str:
         if self.split == "test" and self.held_brands and self.rng.random() < 0.5:
@@ -337,6 +377,8 @@ class QueryGenerator:
                 return rng.choice(OTHER_PRODUCTS["zh" if zh else "en"]), {}
             if r < 0.25 and self.titles:
                 return self._title(), {"_unlabelled": ["title"]}
+            if 0.25 <= r < 0.25 + TAXONOMY_SHARE and self.taxonomy and (not zh or rng.random() < 0.5):
+                return self.taxonomy_product(), {"_unlabelled": ["taxonomy"]}
         text, slots = self._product(zh, brand=brand, category=category, no_category=no_category)
         r = rng.random()
         if not zh and rng.random() < 0.2:
@@ -434,14 +476,21 @@ class QueryGenerator:
         comp = self.compositional.get(label) if lang == "en" else None
         tpl = rng.choice(comp) if comp and rng.random() < 0.35 else rng.choice(self.templates[label][lang])
         if label == "search" and self.split == "train" and rng.random() < BARE_SEARCH_SHARE:
-            if self.titles and rng.random() < BARE_TITLE_SHARE:
+            r = rng.random()
+            if self.titles and r < BARE_TITLE_SHARE:
                 return Example(self._title(), label, None, lang, f"{self.split}:{label}:{lang}:<title>")
+            if self.taxonomy and r < BARE_TITLE_SHARE + BARE_TAXONOMY_SHARE:
+                text = self._render([(self.taxonomy_product(), "slot")], False)
+                return Example(text, label, None, "en", f"{self.split}:{label}:en:<taxonomy>")
             tpl = "{P}"
         gold: dict[str, Any] = {}
         segs: list[tuple[str, str]] = []  # (text, kind) kind: lit | slot | price
         pos = 0
         shared_cat: str | None = None
         brands_pair: list[str] = []
+        # a compared pair of another domain ("dewalt vs makita cordless drill"): slots unlabelled
+        tax_pair = shopper_form(self._pick_taxonomy(), rng, self._typo) if (
+            self.taxonomy and "{PA}" in tpl and rng.random() < TAXONOMY_PAIR_SHARE) else None
         for m in _PLACEHOLDER.finditer(tpl):
             if m.start() > pos:
                 segs.append((tpl[pos:m.start()], "lit"))
@@ -452,6 +501,10 @@ class QueryGenerator:
             text, slots = "", {}
             if ph == "P":
                 text, slots = self.product(pzh)
+            elif ph in ("PA", "PB") and tax_pair is not None:
+                brand = rng.choice(OTHER_BRANDS_POOL) if rng.random() < 0.5 else pseudo_brand(rng).lower()
+                text = brand if ph == "PB" and rng.random() < 0.4 else f"{brand} {tax_pair}"
+                slots = {"_unlabelled": ["taxonomy"]}
             elif ph in ("PA", "PB"):
                 if shared_cat is None:
                     shared_cat = self._pick_type()
@@ -501,16 +554,7 @@ class QueryGenerator:
         return Example(text, label, slots_out, lang, f"{self.split}:{label}:{lang}:{tpl}")
 
     def _typo(self, w: str) -> str:
-        rng = self.rng
-        i = rng.randrange(1, len(w) - 1)
-        op = rng.random()
-        if op < 0.3:
-            return w[:i] + w[i + 1] + w[i] + w[i + 2:]
-        if op < 0.55:
-            return w[:i] + w[i + 1:]
-        if op < 0.8:
-            return w[:i] + w[i] + w[i:]
-        return w[:i] + rng.choice(KEYBOARD) + w[i + 1:]
+        return typo(w, self.rng)
 
     def _render(self, segs: list[tuple[str, str]], zh: bool) -> str:
         rng = self.rng
@@ -637,13 +681,6 @@ def template_literal_slots(vocab: Vocabulary) -> dict[str, dict[str, Any]]:
                     if vals:
                         bad[t] = vals
     return bad
-
-
-def write_jsonl(examples: Sequence[Example], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for e in examples:
-            f.write(json.dumps(e.to_json(), ensure_ascii=False) + "\n")
 
 
 def read_jsonl(path: Path) -> Iterator[Example]:

@@ -50,6 +50,7 @@ from vitrine.intent.model import (
     load_arch_config,
 )
 from vitrine.intent.slots import SlotExtractor, slots_equal
+from vitrine.intent.taxonomy import heldout_leaf_queries
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
 # distill_weight: an auxiliary loss (weight) that makes the classifier's pooled state predict the
 # MiniLM sentence embedding of each English training query (through a linear map used in training
 # only): sentence meaning from a pretrained encoder, for phrasings the templates never had.
+PARTS_DIR = "parts"  # members trained by separate processes, before assemble_members ships them
 HPARAM_KEYS = ("weight_decay", "warmup", "token_dropout", "label_smoothing", "distill_weight")
 
 
@@ -134,6 +136,32 @@ def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, ba
     return {"n": n, "search_rate": round(1 - len(wrong) / n, 4) if n else float("nan"), "errors_sample": wrong[:15]}
 
 
+def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size: int = 128) -> dict[str, Any]:
+    """Share of Google-taxonomy leaves no training query had, typed as a shopper would (English,
+    lower-cased, a third with a typo), that the deployed rule sends to search; overall and per
+    top-level domain of the taxonomy."""
+    from vitrine.intent.taxonomy import taxonomy_paths  # noqa: PLC0415
+
+    pairs = heldout_leaf_queries(seed)
+    results = []
+    for i in range(0, len(pairs), batch_size):
+        results += classifier.predict_batch([q for q, _ in pairs[i:i + batch_size]])
+    root: dict[str, str] = {}
+    for path in taxonomy_paths():
+        root.setdefault(path[-1], path[0])
+    errors = [{"text": q, "leaf": leaf, "label": r.label, "p": round(r.scores[r.label], 3)}
+              for (q, leaf), r in zip(pairs, results) if r.label != "search"]
+    by_domain: dict[str, list[int]] = {}
+    for (_, leaf), r in zip(pairs, results):
+        n_ok = by_domain.setdefault(root.get(leaf, "?"), [0, 0])
+        n_ok[0] += 1
+        n_ok[1] += r.label == "search"
+    n = len(pairs)
+    return {"n": n, "search_rate": round(1 - len(errors) / n, 4) if n else float("nan"),
+            "by_domain": {d: {"n": k, "search_rate": round(ok / k, 4)} for d, (k, ok) in sorted(by_domain.items())},
+            "labels_of_errors": dict(Counter(e["label"] for e in errors)), "errors_sample": errors[:40]}
+
+
 def _length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffled batches of similar length (less padding): shuffle, sort within chunks of 50
     batches by length, cut, shuffle the batches."""
@@ -163,7 +191,8 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
                  test_per_label: int = DEFAULTS["test_per_label"], batch_size: int = DEFAULTS["batch_size"],
                  lr: float = DEFAULTS["lr"], val_per_label: int = DEFAULTS["val_per_label"],
                  hparams: dict[str, float] | None = None, heldout: bool = True, threads: int = 1,
-                 progress: bool = True, members: int = DEFAULTS["members"]) -> dict[str, Any]:
+                 progress: bool = True, members: int = DEFAULTS["members"],
+                 extra_titles: Sequence[str] = (), only: Sequence[int] | None = None) -> dict[str, Any]:
     """Train the intent classifier and write it to ``out`` (default: the shipped weights folder).
 
     The epoch with the best validation macro-F1 (validation templates never trained on) is kept.
@@ -176,7 +205,11 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
     0.912 and five ~0.92 (chosen on validation); held-out catalogue titles read as searches rose
     from ~0.9 (one) to ~0.98 (three).
     ``threads``: torch threads while training (1 by default: as fast for a model this small, the
-    same result on any machine, and kind to a shared CPU)."""
+    same result on any machine, and kind to a shared CPU).
+    ``extra_titles``: a catalogue's own product titles, added to the training queries as bare
+    searches and as the product inside every intent's templates (see :func:`vitrine.intent.tuning.tune_intent`).
+    ``only``: train just these members into ``out/parts/<i>`` (several processes can share the
+    members of one ensemble); :func:`assemble_members` then measures and ships the ensemble."""
     import torch  # noqa: PLC0415
 
     before = torch.get_num_threads()
@@ -185,7 +218,7 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
         return _train(out, init_from, seed, epochs, source=source, cache_dir=cache_dir, config=config,
                       train_per_label=train_per_label, test_per_label=test_per_label, batch_size=batch_size,
                       lr=lr, val_per_label=val_per_label, hparams=hparams or {}, heldout=heldout,
-                      progress=progress, members=members)
+                      progress=progress, members=members, extra_titles=extra_titles, only=only)
     finally:
         torch.set_num_threads(before)
 
@@ -193,7 +226,8 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
 def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, source: Path | None,
            cache_dir: Path | None, config: str, train_per_label: int, test_per_label: int, batch_size: int,
            lr: float, val_per_label: int, hparams: dict[str, float], heldout: bool,
-           progress: bool, members: int) -> dict[str, Any]:
+           progress: bool, members: int, extra_titles: Sequence[str] = (),
+           only: Sequence[int] | None = None) -> dict[str, Any]:
     import torch  # noqa: PLC0415
     from vitrine.progress import progress_bar  # noqa: PLC0415
 
@@ -210,6 +244,8 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         raise InvalidInput(f"{len(template_overlap())} templates are shared by the train, val and test sets")
     source = Path(source) if source else default_source()
     terms = catalogue_terms(source)
+    if extra_titles:
+        terms = terms.with_titles(extra_titles)
     trains, test = make_member_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label,
                                       seed=seed, members=members)
     train_texts = {e.text.casefold() for train in trains for e in train}
@@ -234,7 +270,11 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         from vitrine.intent.embed_init import english_word_ids  # noqa: PLC0415
 
         extra_ids = set(english_word_ids(ranks, extra_rank))
-    distills = _distill_targets(trains) if hp["distill_weight"] > 0 else [None] * members
+    todo = sorted(set(only)) if only is not None else list(range(members))
+    if any(not 0 <= m < members for m in todo):
+        raise InvalidInput(f"members to train must be in 0..{members - 1}")
+    targets = _distill_targets([trains[m] for m in todo]) if hp["distill_weight"] > 0 else [None] * len(todo)
+    distills: dict[int, Any] = dict(zip(todo, targets))
 
     def fit(member: int, train: list[Example], out_m: Path) -> tuple[IntentModel, IntentClassifier, int, list[Any], int]:
         """One member: its vocabulary, model and training; the epoch with the best validation
@@ -343,7 +383,60 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         net.eval()
         return model, clf, best[1], history, len(keep)
 
+    if only is not None:  # a share of the members: each saved under out/parts/<i>, no ensemble yet
+        done = []
+        for m in todo:
+            mm, mclf, mbest, mhist, _ = fit(m, trains[m], out / PARTS_DIR / str(m))
+            mv = evaluate(mclf, val)
+            mm.config.update(best_epoch=mbest, history=mhist, members=members,
+                             val={"accuracy": mv["accuracy"], "macro_f1": mv["macro_f1"]})
+            mm.save_pretrained(out / PARTS_DIR / str(m))
+            done.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"]})
+        return {"parts": done, "seconds": round(time.time() - t0, 1)}
     fitted = [fit(m, trains[m], out if m == 0 else staging / str(m)) for m in range(members)]
+    return _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed, epochs=epochs,
+                 init_from=init_from, heldout=heldout, extra_titles=extra_titles, tok=tok, t0=t0)
+
+
+def assemble_members(out: Path | None = None, *, source: Path | None = None, cache_dir: Path | None = None,
+                     extra_titles: Sequence[str] = (), heldout: bool = True) -> dict[str, Any]:
+    """Ship the members trained by several ``train_intent(only=...)`` runs into ``out``: measure
+    the ensemble exactly as one run would (validation, held-out queries, titles, taxonomy leaves)."""
+    t0 = time.time()
+    out = Path(out) if out else WEIGHTS_DIR / DEFAULT_WEIGHTS
+    parts = sorted((d for d in (out / PARTS_DIR).iterdir() if d.is_dir()), key=lambda d: int(d.name))
+    models = [IntentModel.from_pretrained(d) for d in parts]
+    cfg = models[0].config if models else {}
+    seed, members = int(cfg.get("seed", 0)), int(cfg.get("members", 0))
+    if not models or [int(m.config["member"]) for m in models] != list(range(members)):
+        raise InvalidInput(f"{out / PARTS_DIR} must hold the members 0..{members - 1} of one training")
+    tr = cfg["training"]
+    terms = catalogue_terms(Path(source) if source else default_source())
+    if extra_titles:
+        terms = terms.with_titles(extra_titles)
+    trains, test = make_member_splits(terms, train_per_label=int(cfg["train_per_label"]),
+                                      test_per_label=int(cfg["test_per_label"]), seed=seed, members=members)
+    val = make_val(terms, per_label=int(tr["val_per_label"]), seed=seed,
+                   exclude={e.text.casefold() for train in trains for e in train})
+    tok = qtok.load_tokenizer(cache_dir)
+    fitted = [(m, IntentClassifier(m, tok), int(m.config["best_epoch"]), m.config.pop("history", []),
+               len(m.keep_ids)) for m in models]
+    staging = out / f"{MEMBERS_DIR}.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    summary = _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed,
+                    epochs=int(tr["epochs"]), init_from=None, heldout=heldout, extra_titles=extra_titles,
+                    tok=tok, t0=t0)
+    shutil.rmtree(out / PARTS_DIR, ignore_errors=True)
+    return summary
+
+
+def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], test: list[Example],
+          trains: list[list[Example]], seed: int, epochs: int, init_from: Path | None, heldout: bool,
+          extra_titles: Sequence[str], tok: Any, t0: float) -> dict[str, Any]:
+    """Measure the ensemble of the fitted members and write it to ``out`` (the first member at
+    ``out``, the others under ``out/members/<i>``) with its summary."""
+    members = len(fitted)
+    staging = out / f"{MEMBERS_DIR}.new"
     member_val = []
     for m, (_, mclf, mbest, _, _) in enumerate(fitted):
         mv = evaluate(mclf, val)  # each member alone, for the record
@@ -366,6 +459,10 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     titles = title_search_rate(clf, heldout_titles(terms, seed=seed))
     model.config["heldout_titles"] = {k: titles[k] for k in ("n", "search_rate")}
     log.info("held-out catalogue titles sent to search: %.4f of %d", titles["search_rate"], titles["n"])
+    leaves = leaf_search_rate(clf, seed)
+    model.config["heldout_taxonomy_leaves"] = {k: leaves[k] for k in ("n", "search_rate")}
+    model.config["extra_titles"] = len(extra_titles)
+    log.info("held-out taxonomy leaves sent to search: %.4f of %d", leaves["search_rate"], leaves["n"])
     for m, (mm, _, mbest, _, _) in enumerate(fitted[1:], start=1):
         mm.config["val"] = {"accuracy": member_val[m]["val_accuracy"], "macro_f1": member_val[m]["val_macro_f1"]}
         mm.config["best_epoch"] = mbest
@@ -376,7 +473,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     model.save_pretrained(out)
     summary = {
         "out": _display(out), "seed": seed, "epochs": epochs, "init_from": str(init_from) if init_from else None,
-        "config": arch["config_name"], "members": members, "parameters": model.n_parameters(),
+        "config": model.config.get("config_name"), "members": members, "parameters": model.n_parameters(),
         "kept_token_ids": n_keep, "train_queries": len(trains[0]), "val_queries": len(val),
         "heldout_queries": len(test),
         "heldout_brands": sum(1 for b in terms.brands if held_out_value(b)),
@@ -386,14 +483,16 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         "val": {k: v for k, v in val_m.items() if k != "errors_sample"}, "val_errors_sample": val_m["errors_sample"],
         "heldout": {k: v for k, v in held.items() if k != "errors_sample"} if heldout else None,
         "heldout_titles": titles,
-        "weights_bytes": sum(f.stat().st_size for f in out.rglob("model.safetensors")),
+        "heldout_taxonomy_leaves": leaves,
+        "weights_bytes": sum(f.stat().st_size for f in [out / "model.safetensors",
+                                                          *(out / MEMBERS_DIR).glob("*/model.safetensors")]),
         "seconds": round(time.time() - t0, 1),
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 def _distill_targets(trains: Sequence[Sequence[Example]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per member: MiniLM sentence embeddings of its English training queries (zero rows and
+    """Per member given: MiniLM sentence embeddings of its English training queries (zero rows and
     ``False`` for the others: MiniLM is an English model). One MiniLM pass over the distinct texts."""
     from vitrine.intent.embed_init import minilm_vectors  # noqa: PLC0415
 
@@ -430,6 +529,7 @@ def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path |
                                "macro_f1": eff["macro_f1"],
                                "fallbacks": sum(not r.confident for r in results)}
     result["heldout_titles"] = title_search_rate(clf, heldout_titles(terms, seed=int(cfg.get("seed", 0))))
+    result["heldout_taxonomy_leaves"] = leaf_search_rate(clf, seed=int(cfg.get("seed", 0)))
     result["seconds"] = round(time.perf_counter() - t0, 2)
     result["weights"] = str(weights)
     result["heldout"] = {"templates": "test set of data/templates.json", "brands_held_out":

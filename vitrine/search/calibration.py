@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vitrine.index.records import RecordStore
-from vitrine.index.vectors import atomic_write_bytes
+from vitrine.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

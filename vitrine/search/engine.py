@@ -514,6 +514,16 @@ class Engine:
             self._dirty = True
             return applied
 
+    @property
+    def needs_snapshot(self) -> bool:
+        """Whether the indexes changed since the last snapshot version."""
+        return self._dirty
+
+    def wait_for_writes(self) -> None:
+        """Return once the write (or snapshot) in flight, if any, has finished."""
+        with self._write_lock:
+            pass
+
     def save(self) -> bool:
         """Publish a snapshot version of the indexes (vectors + graph, with the change sequence
         number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False

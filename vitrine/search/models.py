@@ -29,7 +29,7 @@ def _clean(s: str) -> str:
 
 
 class Product(BaseModel):
-    """One catalogue record (DESIGN.md). Unknown top-level fields become attributes."""
+    """One catalogue record (docs/design.md). Unknown top-level fields become attributes."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 

@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from vitrine import resources
+
 
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "vitrine"
 
-
-_REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 
 # Hybrid ranking signals (vitrine/search/fusion.py) and their default weights, tuned on the val
 # split's attribute and exact-word queries by `vitrine bench fusion` (README, "Knowledge graph").
@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     device: str = Field("auto", description="auto | cpu | cuda")
     image_height: int | None = Field(None, ge=16, le=1024, description="Override the tower's input height.")
     image_width: int | None = Field(None, ge=16, le=1024, description="Override the tower's input width.")
-    encode_batch_size: int = Field(64, ge=1, le=4096)
+    encode_batch_size: int = Field(64, ge=1, le=4096, description="Products encoded per forward when ingesting.")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: all cores).")
 
     # -- query fast path (vitrine/encoders/queries.py; measured in bench-results/fastpath.md) ------
@@ -75,14 +75,14 @@ class Settings(BaseSettings):
                                     "later ones wait their turn, first come first served. 0: no limit (the "
                                     "server's thread pool, 40).")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
-    nprobe: int = Field(16, ge=1)
-    ef_search: int = Field(128, ge=1)
+    nprobe: int = Field(16, ge=1, description="IVF indexes: lists searched per query (recall vs speed).")
+    ef_search: int = Field(128, ge=1, description="HNSW indexes: search breadth per query (recall vs speed).")
     query_image_weight: float = Field(
         0.5, ge=0.0, le=1.0, description="Weight of the photo when a query has both photo and text."
     )
     candidate_multiplier: int = Field(4, ge=1, le=100, description="Over-fetch factor for multi-signal ranking.")
-    default_k: int = Field(10, ge=1)
-    max_k: int = Field(100, ge=1, le=10_000)
+    default_k: int = Field(10, ge=1, description="Results per search when the request gives no k.")
+    max_k: int = Field(100, ge=1, le=10_000, description="Most results one search may ask for.")
 
     # -- hybrid ranking: vectors + BM25 + knowledge graph -----------------------------------------
     fusion: Literal["rrf", "weighted", "off"] = Field(
@@ -109,10 +109,11 @@ class Settings(BaseSettings):
     tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
                                         "an ingest (tune's cost grows with the catalogue: ~1 min at 20k products "
                                         "on 2 cores).")
-    graph_dir: Path = Field(_REPO_DATA / "graph", description="Graph data: category mapping, complements, "
-                                                              "colour rules, vocabulary, brand lexicon.")
-    taxonomy_file: Path = Field(_REPO_DATA / "taxonomy" / "google-product-taxonomy.en-US.txt",
-                                description="Google's product taxonomy (the category backbone).")
+    graph_dir: Path = Field(default_factory=resources.graph_dir,
+                            description="Graph data: category mapping, complements, colour rules, vocabulary, "
+                                        "brand lexicon (default: shipped in the package).")
+    taxonomy_file: Path = Field(default_factory=resources.taxonomy_file,
+                                description="Google's product taxonomy, the category backbone (default: shipped).")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
 
     # -- query intent (vitrine/intent; vitrine/search/understanding.py) ------------------------------
@@ -132,18 +133,19 @@ class Settings(BaseSettings):
                                 "(most accurate), 1 = the first only (less accurate, a little less CPU per query).")
 
     # -- input limits ---------------------------------------------------------------------------
-    max_image_bytes: int = Field(10_000_000, ge=1024)
-    max_image_pixels: int = Field(40_000_000, ge=1024)
-    max_text_chars: int = Field(1000, ge=1)
-    max_body_bytes: int = Field(16_000_000, ge=1024)
-    fetch_timeout_s: float = Field(10.0, gt=0)
+    max_image_bytes: int = Field(10_000_000, ge=1024, description="Largest photo accepted, in bytes.")
+    max_image_pixels: int = Field(40_000_000, ge=1024, description="Largest photo accepted, in pixels "
+                                  "(decompression bombs are refused).")
+    max_text_chars: int = Field(1000, ge=1, description="Longest query text accepted.")
+    max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="Timeout of fetching a photo URL.")
 
     # -- service ----------------------------------------------------------------------------------
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="Address the API binds.")
+    port: int = Field(8000, ge=0, le=65535, description="Port the API listens on.")
     api_key: SecretStr | None = Field(None, description="Required for writes (PUT/DELETE /products).")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")
     workers: int = Field(1, ge=1, le=64, description="API worker processes (`vitrine serve`). One Python process "
                          "tops out near one core (the interpreter lock); each worker loads the models and "
                          "follows the data dir (follow_s), so a write through one is seen by all. Hot swap "
@@ -189,20 +191,22 @@ class Settings(BaseSettings):
     kafka_dlq_topic: str | None = Field(None, description="Dead-letter topic (default: <topic>.dlq).")
     kafka_partitions: int = Field(6, ge=1, description="Partitions of topics Vitrine creates itself.")
     kafka_replication: int = Field(1, ge=1, description="Replication factor of topics Vitrine creates.")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How clients talk to the brokers.")
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism (SASL_PLAINTEXT, SASL_SSL).")
+    kafka_sasl_username: str | None = Field(None, description="SASL user name.")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password.")
     kafka_ssl_cafile: Path | None = Field(None, description="CA bundle to verify the brokers (SSL, SASL_SSL).")
     kafka_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")
     kafka_ssl_keyfile: Path | None = Field(None, description="Client private key (mutual TLS).")
-    kafka_ssl_check_hostname: bool = True
+    kafka_ssl_check_hostname: bool = Field(True, description="Check the brokers' certificate host names.")
     kafka_session_timeout_ms: int = Field(6000, ge=500, description="Group session timeout: how fast a dead "
                                                                     "worker's partitions move to the others.")
     kafka_max_poll_interval_ms: int = Field(120_000, ge=1000, description="Longest one batch may take before "
                                                                           "the group drops the worker.")
     kafka_batch_size: int = Field(64, ge=1, le=10_000, description="Most events one ingest batch applies.")
-    kafka_poll_timeout_ms: int = Field(500, ge=10, le=60_000)
+    kafka_poll_timeout_ms: int = Field(500, ge=10, le=60_000, description="How long one poll waits for events.")
     kafka_snapshot_interval_s: float = Field(60.0, ge=0, description="Index snapshot cadence of a worker "
                                                                       "(0: after every batch).")
     kafka_photo_root: Path | None = Field(None, description="Folder that local photo paths in events resolve "

@@ -45,11 +45,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, ModelError, StorageError, SwapRefused, VitrineError
 from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import Snapshot
-from vitrine.index.vectors import VectorIndex, atomic_write_bytes
+from vitrine.index.vectors import VectorIndex
 from vitrine.progress import progress_bar
 from vitrine.search.models import Product
 

@@ -33,7 +33,6 @@ from vitrine.evals.attribute_queries import eval_queries
 from vitrine.evals.metrics import mean_metrics
 from vitrine.evals.tuning import tune
 from vitrine.evals.word_queries import word_queries
-from vitrine.ingest.fashion import to_record
 from vitrine.search.engine import Engine, ProductInput, build_encoder, product_text
 from vitrine.search.models import Product, SearchRequest
 from vitrine.search.settings import Settings
@@ -58,11 +57,19 @@ def domain_queries(rows: list[dict[str, str]], n_attr: int, n_words: int, brand_
     return qs
 
 
+def _record(row: dict[str, str]) -> dict[str, Any]:
+    """A bundled-catalogue row as a product record (as `vitrine convert-fashion` writes it)."""
+    attrs = {"gender": row["gender"], "colour": row["baseColour"], "season": row["season"], "year": row["year"],
+             "usage": row["usage"], "articleType": row["articleType"]}
+    return {"id": row["id"], "title": row["productDisplayName"],
+            "category": [row["masterCategory"], row["subCategory"], row["articleType"]],
+            "attributes": {k: v for k, v in attrs.items() if v and v != "NA"}}
+
+
 def _ingest(engine: Engine, rows: list[dict[str, str]], photo: Callable[[str], bytes] | None) -> None:
     items = []
     for r in rows:
-        rec = to_record(r, "")
-        rec.pop("image", None)
+        rec = _record(r)
         items.append(ProductInput(Product.model_validate(rec), image=photo(r["id"]) if photo else None))
     for s in range(0, len(items), 512):
         engine.upsert(items[s:s + 512])

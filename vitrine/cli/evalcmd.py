@@ -42,7 +42,7 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
                    "moe-dk=moe@dynamic_k=true@dynamic_threshold=0.7); the ConSE and text-tower baselines "
                    "are always in")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="--protocol ablation: write gate_ablation.md/.json/.png here")
+              help="--protocol ablation: write gate_ablation.md/.json/.png here (domain-shift: domain-shift.md/...)")
 @model_options
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
@@ -72,6 +72,10 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         if json_out:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(text + "\n")
+        if report_dir:
+            from vitrine.evals.domain_shift import write_report
+
+            write_report(result, report_dir)
         return
     if protocol == "intent":  # the intent classifier on its held-out queries (no data dir needed)
         _intent_eval(json_out)

@@ -146,3 +146,53 @@ def domain_shift(base: Settings, rows: list[dict[str, str]], splits: dict[str, s
         result["domains"][d] = entry
     result["meets_bar"] = all(e["meets_bar"] for e in result["domains"].values())
     return result
+
+
+def write_report(result: dict[str, Any], out_dir: Path, name: str = "domain-shift") -> list[Path]:
+    """``name``.md, .json and .png: nDCG@10 / R@10 / MRR@10 per held-out domain and system."""
+    import json  # noqa: PLC0415
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"]
+    paths[0].write_text(json.dumps(result, indent=2) + "\n")
+    lines = ["# Leave-domain-out: each master category served as a new catalogue", "",
+             f"Aligner retrained without the domain: {result.get('aligner_retrained')}. "
+             f"Bar (vitrine >= text_tower on nDCG@10 in every domain, both catalogues): "
+             f"**{'met' if result.get('meets_bar') else 'NOT met'}**.", "",
+             "| domain | catalogue | products | queries | system | nDCG@10 | R@10 | MRR@10 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for d, e in result["domains"].items():
+        for label, block in (("photos", e), ("text-only", e["text_only"])):
+            for system in ("vitrine", "text_tower", "bm25"):
+                m = block[system]
+                lines.append(f"| {d} | {label} | {e['products']} | {e['queries']} | {system} | {m['nDCG@10']:.4f} | "
+                             f"{m['R@10']:.4f} | {m['MRR@10']:.4f} |")
+    lines += ["", "Tuning chosen per catalogue (held-out pseudo-query objective):", ""]
+    for d, e in result["domains"].items():
+        for label, block in (("photos", e), ("text-only", e["text_only"])):
+            t = block["tuning"]
+            lines.append(f"- {d} / {label}: {'accepted' if t['accepted'] else 'floor kept'} `{t['weights']}`, "
+                         f"slot filters {'on' if t['slot_filters'] else 'off'}; held-out {t['heldout']}")
+    paths[1].write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+
+        doms = list(result["domains"])
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        for ax, (label, get) in zip(axes, (("photos", lambda e: e), ("text-only", lambda e: e["text_only"]))):
+            for i, system in enumerate(("vitrine", "text_tower", "bm25")):
+                ax.bar([j + i * 0.27 for j in range(len(doms))],
+                       [get(result["domains"][d])[system]["nDCG@10"] for d in doms], 0.27, label=system)
+            ax.set_xticks([j + 0.27 for j in range(len(doms))], doms, fontsize=8)
+            ax.set_title(f"held-out domain, {label} catalogue")
+        axes[0].set_ylabel("nDCG@10")
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(paths[2], dpi=100)
+        plt.close(fig)
+    except ImportError:  # pragma: no cover
+        paths.pop()
+    return paths

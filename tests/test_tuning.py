@@ -198,3 +198,17 @@ def test_train_gate_on_data_installs_by_hot_swap(tuned_dir, settings_factory, en
             assert eng.calibration.source == "tuned"
     finally:
         eng.close()
+
+
+def test_domain_shift_systems_on_an_untuned_catalogue(engine, subset_rows):
+    """On an untuned catalogue Vitrine's text ranking is the text tower's: the protocol's
+    ``vitrine`` and ``text_tower`` figures agree (the floor), and every figure is a mean of
+    per-query metrics."""
+    from vitrine.evals.domain_shift import domain_queries, evaluate_catalogue
+
+    queries = domain_queries(subset_rows, 20, 10, brand_fn=lambda t: t.split()[0] if t else None)
+    assert {q["kind"] for q in queries} == {"attr", "words"}
+    res = evaluate_catalogue(engine, queries)
+    assert res["vitrine"]["nDCG@10"] == pytest.approx(res["text_tower"]["nDCG@10"], abs=0.02)
+    for system in ("vitrine", "text_tower", "bm25"):
+        assert 0.0 <= res[system]["nDCG@10"] <= 1.0 and set(res["by_kind"]) == {"attr", "words"}

@@ -84,7 +84,7 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
             return f"{d.get('brand')}|{_leaf(d)}" if d.get("brand") else None
         facets = q.meta.get("facets") or {}
         attrs = d.get("attributes") or {}
-        vals = [str(attrs.get(k, "")).strip() for k in sorted(facets)]
+        vals = [str((d.get("brand") if k == "brand" else attrs.get(k)) or "").strip() for k in sorted(facets)]
         return "|".join(vals) + "|" + _leaf(d) if all(vals) else None
 
     local = {int(i): j for j, i in enumerate(tr)}

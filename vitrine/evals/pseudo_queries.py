@@ -7,8 +7,8 @@ and `vitrine train gate --data` make their own, from what every product record s
   a product name); relevant: that product (and any with the same title);
 - ``category``: a category name (the leaf of a category path); relevant: the products under it;
 - ``brand_type``: brand + category leaf ("Acme drills"); relevant: that brand's products there;
-- ``attributes``: one or two facet values + category leaf ("blue men tshirts"); relevant: the
-  products with all of them. Facets are the attribute keys with a few repeated string values
+- ``attributes``: one or two facet values (or the brand) + category leaf ("blue men tshirts");
+  relevant: the products with all of them. Facets are the attribute keys with a few repeated string values
   (learned from the catalogue, not a fashion list);
 - ``photo``: a product's photo (where there are photos); relevant: that product.
 
@@ -91,6 +91,29 @@ def title_variant(title: str, rng: random.Random) -> str | None:
     return None if text.casefold() == title.casefold() else text.lower() if rng.random() < 0.5 else text
 
 
+def inflect(word: str, rng: random.Random) -> str:
+    """A category name as a shopper may type it: half the time its last word's plural ``s``
+    dropped or added ("tshirt", "heel", "sofas")."""
+    if rng.random() < 0.5:
+        return word
+    head, _, last = word.rpartition(" ")
+    last = last[:-1] if last.endswith("s") and len(last) > 3 else last + "s"
+    return f"{head} {last}".strip()
+
+
+def phrase(values: list[str], leaf: str, rng: random.Random) -> str:
+    """Facet values and a category name in one of a few orders shoppers use ("blue shirts",
+    "shirts blue", "shirts in blue", "blue shirts for men")."""
+    form = rng.randrange(4)
+    if form == 0 or not values:
+        return " ".join([*values, leaf])
+    if form == 1:
+        return " ".join([leaf, *values])
+    if form == 2:
+        return f"{' '.join([leaf, *values[:-1]])} in {values[-1]}"
+    return f"{' '.join([*values[:-1], leaf])} for {values[-1]}"
+
+
 def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int] | None = None,
              heldout: float = 0.4, seed: int = 0, with_photo: Iterable[str] = (),
              max_relevant: int = 500) -> list[PseudoQuery]:
@@ -136,13 +159,14 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     rng.shuffle(leaves)
     for leaf in leaves[:counts["category"]]:
         out.append(PseudoQuery("category", {p: 1.0 for p in by_leaf[leaf]}, split_of("c:" + leaf, heldout, salt),
-                               text=leaf, source=leaf))
+                               text=inflect(leaf, rng), source=leaf))
 
     # brand + type
     pairs = [k for k, ids in by_brand_leaf.items() if len(ids) <= max_relevant]
     rng.shuffle(pairs)
     for brand, leaf in pairs[:counts["brand_type"]]:
-        text = leaf if brand.casefold() in leaf.casefold() else f"{brand} {leaf}"
+        leaf_text = inflect(leaf, rng)
+        text = leaf_text if brand.casefold() in leaf.casefold() else f"{brand} {leaf_text}"
         out.append(PseudoQuery("brand_type", {p: 1.0 for p in by_brand_leaf[(brand, leaf)]},
                                split_of(f"b:{brand}|{leaf}", heldout, salt), text=text, source=f"{brand}|{leaf}"))
 
@@ -153,6 +177,8 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
         for d in docs:
             leaf = _leaf(d)
             attrs = {k: str(v).strip() for k, v in (d.get("attributes") or {}).items() if k in keys and isinstance(v, str)}
+            if d.get("brand"):  # the brand combines with facets like one ("acme blue drills")
+                attrs["brand"] = str(d["brand"]).strip()
             attrs = {k: v for k, v in attrs.items() if v and v.casefold() != (leaf or "").casefold()}
             if not leaf or not attrs:
                 continue
@@ -167,7 +193,7 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
         for vals, leaf in cands[:counts["attributes"]]:
             words = [v for _, v in vals]
             rng.shuffle(words)
-            text = " ".join([*words, leaf])
+            text = phrase(words, inflect(leaf, rng), rng)
             key = "a:" + "|".join(f"{k}={v}" for k, v in vals) + "|" + leaf
             out.append(PseudoQuery("attributes", {p: 1.0 for p in combos[(vals, leaf)]},
                                    split_of(key, heldout, salt), text=text.lower() if rng.random() < 0.5 else text,

@@ -175,6 +175,20 @@ def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool) -> 
         engine.set_calibration(cal)
 
 
+def catalogue_docs(engine: Engine) -> list[dict[str, Any]]:
+    """Every live product document with its id; a product without a brand field gets the brand
+    the knowledge graph learned for it (from its title), so brand queries are generated too."""
+    out = []
+    for r in engine.records.iter_rows(with_vectors=False):
+        doc = {**r.doc, "id": r.id}
+        if not doc.get("brand"):
+            facts = engine.graph.facts(int(r.iid))  # type: ignore[arg-type]
+            if facts is not None and facts.brand:
+                doc["brand"] = facts.brand
+        out.append(doc)
+    return out
+
+
 @dataclass
 class TuneResult:
     calibration: calibration.Calibration
@@ -186,7 +200,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
          margin: float = 0.005, slot_queries: int = 150, save: bool = True) -> TuneResult:
     """Fit the catalogue's text ranking (see the module doc); saves it in the data dir."""
     t0 = time.time()
-    docs = [{**r.doc, "id": r.id} for r in engine.records.iter_rows(with_vectors=False)]
+    docs = catalogue_docs(engine)
     version = calibration.catalogue_version(engine.records, engine.store_id)
     queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed) if q.text]
     fit_rows = np.array([i for i, q in enumerate(queries) if q.split == "fit"], dtype=np.int64)

@@ -104,8 +104,12 @@ def test_pseudo_queries_split_by_source():
     assert fit and held and not fit & held
     for q in qs:
         if q.kind == "attributes":
-            assert all(d["attributes"]["colour"] in q.text or d["attributes"]["colour"].lower() in q.text
-                       for d in docs if d["id"] in q.relevant)
+            for d in docs:  # relevant = exactly the products holding every facet value named
+                holds = all((d["brand"] if k == "brand" else d["attributes"].get(k)) == v
+                            for k, v in q.meta["facets"].items()) and q.source.endswith("|" + d["category"][-1])
+                assert holds == (d["id"] in q.relevant), (q.text, d)
+                if holds:
+                    assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
 
 
 def test_tuning_metrics_match_brute_force(engine):

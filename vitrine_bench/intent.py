@@ -41,7 +41,7 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
     cfg = clf.model.config
     test, terms = heldout_examples(seed=int(cfg.get("seed", 0)), per_label=int(cfg.get("test_per_label", 400)),
                                    train_per_label=int(cfg.get("train_per_label", 2500)),
-                                   members=int(cfg.get("members", 1)))
+                                   members=int(cfg.get("members", 1)), train_seed=cfg.get("train_seed"))
     t1 = time.perf_counter()
     ex = SlotExtractor(terms.vocabulary())
     vocab_s = time.perf_counter() - t1

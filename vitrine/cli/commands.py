@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, model_options
+from vitrine.cli import data_option, main, make_settings, model_options, store_option
 from vitrine.cli.kafka import serve_options  # also registers publish/consume
 
 log = logging.getLogger("vitrine")
@@ -40,6 +40,7 @@ def _print_report(report) -> None:  # noqa: ANN001
 @click.argument("catalog", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @data_option
 @model_options
+@store_option
 @click.option("--limit", type=int, default=None, help="Ingest only the first N records")
 @click.option("--batch-size", type=int, default=512, show_default=True)
 def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **model: Any) -> None:
@@ -64,6 +65,7 @@ def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **
 @main.command()
 @data_option
 @model_options
+@store_option
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1)")
 @click.option("--port", type=int, default=None, help="Port (default 8000)")
 @click.option("--workers", type=click.IntRange(1, 64), default=None,

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, model_options
+from vitrine.cli import main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
@@ -44,6 +44,7 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="--protocol ablation: write gate_ablation.md/.json/.png here (domain-shift: domain-shift.md/...)")
 @model_options
+@store_option
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
              use_intent: bool | None, adapters: str, report_dir: Path | None, **model: Any) -> None:

@@ -7,14 +7,16 @@
   values, each product points at its own (edge keys ``brand``, ``colour``, ...);
 - ``category:<key>`` — every name on a product's category path; the leaf is what a product
   ``is_a``; each level points at its parent (``in_group``) and a leaf at the node of Google's
-  product taxonomy it ``maps_to`` (the reviewed mapping ``category_map.csv``);
+  product taxonomy it ``maps_to`` (the reviewed ``category_map.csv``, else the automatic
+  mapping of :mod:`vitrine.index.taxonomy_map`, with its confidence; none below its threshold);
 - ``taxonomy:<id>`` — the Google taxonomy nodes the mapping uses and their ancestors
   (``subcategory_of`` edges): the category backbone;
 - ``complements`` edges between categories (from ``complements.json``: what goes with what,
   per outfit and gender).
 
 The words, brands, colours and reviewed data the graph is built on live in
-:mod:`vitrine.index.vocabulary` (re-exported here). A product's explicit ``brand`` field wins;
+:mod:`vitrine.index.vocabulary` (re-exported here); what it learns from the catalogue (category
+paths, their place on the taxonomy, title brands and colours) in :mod:`vitrine.index.learned`. A product's explicit ``brand`` field wins;
 a title whose brand the lexicon lacks teaches a new one.
 
 The graph is updated in step with the vector index (``upsert``/``delete`` with plain dicts) and
@@ -40,6 +42,7 @@ import numpy as np
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
+from vitrine.index.learned import TitleColours, category_path, learn_title_brands, map_category, premap
 from vitrine.index.vectors import read_verified
 from vitrine.index.vocabulary import (
     ATTR_KEYS,
@@ -54,6 +57,7 @@ from vitrine.index.vocabulary import (
     Outfit,
     QueryTerms,
     learn_brands,
+    leading_brands,
     norm_key,
     plural_variants,
     title_prefix,
@@ -63,7 +67,7 @@ from vitrine.index.vocabulary import (
 __all__ = [
     "ATTRIBUTE_FIELDS", "DATA_FILES", "FORMAT_VERSION", "MAX_PHRASE", "QUERY_FIELDS", "TITLE_GENDER_WORDS",
     "BrandLexicon", "ColourRules", "GraphData", "Outfit", "ProductFacts", "ProductGraph", "QueryTerms",
-    "learn_brands", "norm_key", "title_prefix", "tokenize",
+    "category_path", "learn_brands", "leading_brands", "norm_key", "title_prefix", "tokenize",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,6 +98,7 @@ class ProductGraph:
         self._iid_of: dict[str, int] = {}
         self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
+        self._colour_in: TitleColours | None = None
         self._leaves_cache: dict[str, frozenset[str]] = {}
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
         # product sets computed from the postings (per query terms): dropped on any product change
@@ -130,10 +135,10 @@ class ProductGraph:
             child = n
         return node
 
-    def _category_node(self, name: str, *, leaf: bool = False) -> str:
+    def _category_node(self, name: str, *, leaf: bool = False, path: Sequence[str] | None = None) -> str:
         """The category node of ``name`` (created when new). A leaf (what products are) maps to
-        its Google taxonomy node: the reviewed mapping first, else a taxonomy node of the same
-        name (a catalogue with other categories still gets a backbone where names agree)."""
+        its Google taxonomy node (:func:`~vitrine.index.learned.map_category`); the mapping, with
+        its confidence, is kept on the node and persisted with the graph."""
         key = norm_key(name)
         node = f"category:{key}"
         if node not in self.g:
@@ -141,14 +146,25 @@ class ProductGraph:
             self._vocab = None
             self._categories_changed()
         if leaf and not self.g.nodes[node].get("mapped"):
-            self.g.nodes[node]["mapped"] = True
-            mapped = self.data.category_map.get(key)
-            tid = mapped[0] if mapped is not None else self._taxonomy_by_name(name)
-            if tid is not None and tid in self.data.taxonomy:
-                self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
-                                source="category_map.csv" if mapped is not None else "name match")
+            m = map_category(self.data, name, path or (name,))
+            self.g.nodes[node].update(mapped=True, map=m.as_dict())
+            if m.taxonomy_id is not None and m.taxonomy_id in self.data.taxonomy:
+                self.g.add_edge(node, self._taxonomy_node(m.taxonomy_id), key="maps_to", source=m.source,
+                                confidence=m.confidence)
                 self._categories_changed()
         return node
+
+    def mapping(self) -> list[dict[str, Any]]:
+        """Every leaf category's place on the taxonomy: source, taxonomy id and path, confidence."""
+        out = []
+        with self._lock:
+            for _node, d in self.g.nodes(data=True):
+                m = d.get("map")
+                if d.get("kind") == "category" and m:
+                    tid = m.get("taxonomy_id")
+                    out.append({**m, "taxonomy_path": " > ".join(self.data.taxonomy.get(tid, ())) if tid else None,
+                                "products": len(self._post.get(self.category_node(d["name"]), ()))})
+        return sorted(out, key=lambda m: (-m["products"], m["category"]))
 
     def _categories_changed(self) -> None:
         """The category tree changed: what was derived from it (leaves per group, proximities,
@@ -156,14 +172,6 @@ class ProductGraph:
         self._leaves_cache.clear()
         self._sets_cache.clear()
         self._prox_cache.clear()
-
-    def _taxonomy_by_name(self, name: str) -> int | None:
-        want = plural_variants(name)
-        best = None
-        for tid, path in self.data.taxonomy.items():
-            if norm_key(path[-1]) in want and (best is None or len(path) < len(self.data.taxonomy[best])):
-                best = tid
-        return best
 
     def _build_backbone(self) -> None:
         for _key, (_tid, name) in sorted(self.data.category_map.items()):
@@ -194,16 +202,19 @@ class ProductGraph:
                     return " ".join(str(v).split())
             return None
 
-        path = [str(c) for c in (doc.get("category") or []) if str(c).strip()]
-        if not path and attrs.get("articletype"):
-            path = [str(attrs["articletype"])]
+        path = category_path(doc)
         brand = doc.get("brand")
         if brand:
             brand = self.data.brands.canonical(str(brand))
         elif doc.get("title"):
             brand = self.data.brands.from_title(str(doc["title"]))
+        colour = attr("colour")
+        if colour is None and doc.get("title"):
+            if self._colour_in is None:
+                self._colour_in = TitleColours(self.data)
+            colour = self._colour_in(str(doc["title"]))
         facts = ProductFacts(iid=iid, pid=pid, category=path[-1] if path else None, brand=brand,
-                             colour=attr("colour"), gender=attr("gender"), season=attr("season"),
+                             colour=colour, gender=attr("gender"), season=attr("season"),
                              usage=attr("usage"))
         return facts, path
 
@@ -216,7 +227,7 @@ class ProductGraph:
             self.g.add_node(node, kind="product", iid=iid, **{
                 k: v for k, v in facts.__dict__.items() if k not in ("iid", "pid") and v is not None})
             if facts.category:
-                leaf = self._category_node(facts.category, leaf=True)
+                leaf = self._category_node(facts.category, leaf=True, path=path)
                 self.g.add_edge(node, leaf, key="is_a")
                 self._post.setdefault(leaf, set()).add(iid)
                 child = leaf
@@ -243,7 +254,12 @@ class ProductGraph:
 
     def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
         n = 0
+        items = list(items)
         with self._lock:
+            docs = [doc for _, _, doc in items]
+            premap(self.data, docs, lambda name: bool((self.g.nodes.get(self.category_node(name)) or {}).get("mapped")))
+            if learn_title_brands(self.data, docs):
+                self._vocab = None
             for iid, pid, doc in items:
                 self.upsert(iid, pid, doc)
                 n += 1
@@ -386,7 +402,8 @@ class ProductGraph:
     def category_proximity(self, category: str | None, terms: Iterable[str]) -> float:
         """How close a product's category is to the categories a query names: 0.5 ** (1 + d)
         for taxonomy distance d between their Google nodes (0.5 for two article types on the
-        same node, 0.125 for sibling nodes), 0 beyond 4 hops or without a mapping."""
+        same node, 0.125 for sibling nodes), times the confidence of the less sure of the two
+        mappings (1 for reviewed ones); 0 beyond 4 hops or without a mapping."""
         key = (category, tuple(terms))
         hit = self._prox_cache.get(key)
         if hit is not None:
@@ -400,16 +417,29 @@ class ProductGraph:
         tp = self.taxonomy_of(category)
         if tp is None:
             return 0.0
+        sure = self.mapping_confidence(category)
         best = 0.0
         for t in terms:
-            tax_nodes = {t} if t.startswith("taxonomy:") else {
-                self.taxonomy_of(self.g.nodes[leaf].get("name")) for leaf in self.category_leaves(t)
-                if leaf in self.g}
-            for tn in tax_nodes:
+            tax_nodes = {(t, 1.0)} if t.startswith("taxonomy:") else {
+                (self.taxonomy_of(name), self.mapping_confidence(name)) for name in
+                (self.g.nodes[leaf].get("name") for leaf in self.category_leaves(t) if leaf in self.g)}
+            for tn, c in tax_nodes:
                 d = self.taxonomy_distance(tp, tn)
-                if d is not None and d <= 4:
-                    best = max(best, 0.5 ** (1 + d))
+                if d is not None and d <= 4:  # as sure as the less sure of the two mappings
+                    best = max(best, 0.5 ** (1 + d) * min(sure, c))
         return best
+
+    def mapping_confidence(self, category: str | None) -> float:
+        """How sure the category's place on the taxonomy is (1 for the reviewed mapping)."""
+        if not category:
+            return 0.0
+        node = self.category_node(category)
+        if node not in self.g:
+            return 0.0
+        for _, _, key, d in self.g.out_edges(node, keys=True, data=True):
+            if key == "maps_to":
+                return float(d.get("confidence", 1.0))
+        return 0.0
 
     def category_name(self, node: str) -> str:
         d = self.g.nodes.get(node) or {}
@@ -513,7 +543,7 @@ class ProductGraph:
                     if not hits:
                         continue
                     hits = {h for h in hits if not (h[0] == "brand" and key in self.data.brands.exact_keys
-                                                    and not _written_exactly(raw, h[1]))}
+                                                    and not _written_exactly(raw, h[1])) and self.holds(*h)}
                     if not hits:
                         continue
                     phrase = " ".join(span)
@@ -524,6 +554,20 @@ class ProductGraph:
                 else:
                     i += 1
         return terms
+
+    def holds(self, f: str, value: str) -> bool:
+        """Whether a live product holds this graph value (a category: any leaf under it; a
+        colour: that colour or one of its family). A query term the catalogue does not hold
+        never becomes a graph signal."""
+        if f == "category":
+            return any(self._post.get(leaf) for leaf in self.category_leaves(value))
+        if self._post.get(f"{f}:{norm_key(value)}"):
+            return True
+        if f == "colour":
+            fam = self.data.colours.family_of(value)
+            return fam is not None and fam not in self.data.colours.universal and any(
+                self._post.get(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
+        return False
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> str:
@@ -559,7 +603,10 @@ class ProductGraph:
         kinds = Counter(d.get("kind") for _, d in self.g.nodes(data=True))
         return {"nodes": self.g.number_of_nodes(), "edges": self.g.number_of_edges(), "products": len(self),
                 "brands": kinds.get("brand", 0), "categories": kinds.get("category", 0),
-                "taxonomy_nodes": kinds.get("taxonomy", 0)}
+                "taxonomy_nodes": kinds.get("taxonomy", 0),
+                "categories_mapped": Counter((d.get("map") or {}).get("source") for _, d in self.g.nodes(data=True)
+                                             if d.get("kind") == "category" and d.get("map")
+                                             and self._post.get(self.category_node(d["name"])))}
 
 
 def _written_exactly(words: Sequence[str], brand: str) -> bool:

@@ -72,12 +72,31 @@ class RecordRow:
     deleted: bool = False
 
 
-def _blob(v: np.ndarray | None) -> bytes | None:
+def vector_blob(v: np.ndarray | None) -> bytes | None:
+    """A vector as stored: float32 bytes (None stays None)."""
     return None if v is None else np.asarray(v, dtype=np.float32).tobytes()
 
 
-def _vec(b: bytes | None) -> np.ndarray | None:
+def blob_vector(b: bytes | None) -> np.ndarray | None:
     return None if b is None else np.frombuffer(b, dtype=np.float32).copy()
+
+
+def doc_json(doc: dict[str, Any]) -> str:
+    """A product document as stored (compact JSON, Unicode kept)."""
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def row_from_tuple(r: tuple, with_vectors: bool) -> RecordRow:
+    """A RecordRow from ``iid, id, doc, content_hash, version, image_key, seq, deleted, model_key,
+    vec_fused, vec_image, vec_text[, vec_native]`` (the column order both record stores select)."""
+    iid, pid, doc, h, ver, img, seq, deleted, mk, vf, vi, vt, *rest = r
+    vn = rest[0] if rest else None  # vec_native: the SQLite store keeps it; without it the engine recomputes
+    return RecordRow(
+        id=pid, doc=json.loads(doc) if doc else {}, content_hash=h, version=ver, image_key=img,
+        model_key=mk, iid=iid, seq=seq, deleted=bool(deleted),
+        vectors={"fused": blob_vector(vf), "image": blob_vector(vi), "text": blob_vector(vt),
+                 "native": blob_vector(vn)} if with_vectors else None,
+    )
 
 
 class RecordStore:
@@ -85,6 +104,7 @@ class RecordStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         try:
@@ -171,9 +191,10 @@ class RecordStore:
                          model_key=excluded.model_key, vec_fused=excluded.vec_fused,
                          vec_image=excluded.vec_image, vec_text=excluded.vec_text,
                          vec_native=excluded.vec_native""",
-                    (r.id, json.dumps(r.doc, ensure_ascii=False, separators=(",", ":")), r.content_hash,
+                    (r.id, doc_json(r.doc), r.content_hash,
                      r.version, r.image_key, seq, r.model_key,
-                     _blob(v.get("fused")), _blob(v.get("image")), _blob(v.get("text")), _blob(v.get("native"))),
+                     vector_blob(v.get("fused")), vector_blob(v.get("image")), vector_blob(v.get("text")),
+                     vector_blob(v.get("native"))),
                 )
                 iids.append(int(c.execute("SELECT iid FROM products WHERE id=?", (r.id,)).fetchone()[0]))
                 if self.fts:
@@ -221,15 +242,6 @@ class RecordStore:
         return seq, deleted
 
     # -- reads ------------------------------------------------------------------------------------
-    def _row(self, r: tuple, with_vectors: bool) -> RecordRow:
-        iid, pid, doc, h, ver, img, seq, deleted, mk, vf, vi, vt, vn = r
-        return RecordRow(
-            id=pid, doc=json.loads(doc) if doc else {}, content_hash=h, version=ver, image_key=img,
-            model_key=mk, iid=iid, seq=seq, deleted=bool(deleted),
-            vectors={"fused": _vec(vf), "image": _vec(vi), "text": _vec(vt), "native": _vec(vn)}
-            if with_vectors else None,
-        )
-
     _COLS = "iid, id, doc, content_hash, version, image_key, seq, deleted, model_key"
 
     def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[RecordRow]:
@@ -237,7 +249,7 @@ class RecordStore:
                              else ", NULL, NULL, NULL, NULL")
         with self._lock:
             rows = self._conn.execute(f"SELECT {cols} FROM products WHERE {where}", args).fetchall()
-        return [self._row(r, with_vectors) for r in rows]
+        return [row_from_tuple(r, with_vectors) for r in rows]
 
     def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> RecordRow | None:
         rows = self._select("id=?", (pid,), with_vectors)
@@ -364,6 +376,10 @@ class ImageStore:
         if path.exists():
             return
         atomic_write_bytes(path, data)
+
+    def put_many(self, items: dict[str, bytes]) -> None:
+        for key, data in items.items():
+            self.put(key, data)
 
     def get(self, key: str) -> bytes | None:
         try:

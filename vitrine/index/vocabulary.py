@@ -31,6 +31,9 @@ from vitrine.errors import StorageError
 
 log = logging.getLogger(__name__)
 
+# How the graph is built from the data (mapping, held terms, learned brands and colours): part
+# of the fingerprint, so a graph built by an older version is rebuilt from the records.
+BUILD_VERSION = "graph-build-2"
 DATA_FILES = ("category_map.csv", "complements.json", "colours.json", "vocabulary.json", "brands.json",
               "brand_overrides.json")
 ATTRIBUTE_FIELDS = ("brand", "colour", "gender", "season", "usage")
@@ -42,6 +45,9 @@ TITLE_GENDER_WORDS = frozenset({
     "men", "women", "man", "woman", "boys", "girls", "boy", "girl", "unisex", "kids", "kid's", "men's",
     "women's", "boy's", "girl's", "mens", "womens", "infant", "infants", "baby",
 })
+# Colour names that, in a title, mostly name a material or a finish ("Steel Frame Desk").
+TITLE_NOT_COLOURS = frozenset({"steel", "metallic", "skin", "nude", "multi", "copper", "bronze", "gold", "silver",
+                               "rust", "tan", "coffeebrown", "cream", "olive", "peach", "lime", "camel", "wine"})
 ATTR_KEYS = {
     "colour": ("colour", "color", "basecolour", "basecolor"),
     "gender": ("gender",),
@@ -155,6 +161,37 @@ def learn_brands(titles: Iterable[str], overrides: Mapping[str, Any] | None = No
     return out
 
 
+def leading_brands(titles: Iterable[str], min_count: int = 3, not_brands: Iterable[str] = ()) -> list[str]:
+    """Brands of a catalogue whose titles start with the brand but name no gender ("Sony Bravia
+    55 inch TV", "Herman Miller Aeron Chair"): a first word that starts ``min_count`` titles and
+    never stands later in a title (an adjective such as "Wireless" does); it extends to the next
+    word while every such title continues with that word ("Herman" -> "Herman Miller")."""
+    skip = {norm_key(x) for x in not_brands}
+    toks_of = [t.split() for t in titles]
+    first: Counter[str] = Counter()
+    later: Counter[str] = Counter()
+    for toks in toks_of:
+        if len(toks) < 2:
+            continue
+        first[norm_key(toks[0])] += 1
+        later.update({norm_key(w) for w in toks[1:]})
+    cands = {k for k, c in first.items() if c >= min_count and not later[k] and k and not k.isdigit() and k not in skip}
+    out: dict[str, Counter[str]] = {}
+    for toks in toks_of:
+        if len(toks) < 2 or norm_key(toks[0]) not in cands:
+            continue
+        out.setdefault(norm_key(toks[0]), Counter())[" ".join(toks[:2])] += 1
+    brands = []
+    for k, seconds in sorted(out.items()):
+        phrase, n = seconds.most_common(1)[0]
+        if n == sum(seconds.values()) and len(seconds) == 1 and n >= min_count and \
+                len(phrase.split()) == 2 and phrase.split()[1][:1].isupper():
+            brands.append(phrase)
+        else:
+            brands.append(next(t.split()[0] for t in seconds))
+    return brands
+
+
 class BrandLexicon:
     """Brand names by key; finds the brand a title starts with."""
 
@@ -197,12 +234,14 @@ class ColourRules:
     def __init__(self, spec: Mapping[str, Any] | None = None) -> None:
         spec = spec or {}
         self.family: dict[str, str] = {}
+        self.names: dict[str, str] = {}  # key -> the colour's name: the general colour lexicon
         self.universal: set[str] = set()
         for fam, d in (spec.get("families") or {}).items():
             if d.get("goes_with_all"):
                 self.universal.add(fam)
             for c in d.get("colours") or []:
                 self.family[norm_key(c)] = fam
+                self.names[norm_key(c)] = c
         self.pairs = {frozenset(p) for p in spec.get("compatible_families") or []}
 
     def family_of(self, colour: str | None) -> str | None:
@@ -243,7 +282,28 @@ class GraphData:
     vocabulary: dict[str, Any] = field(default_factory=dict)
     brands: BrandLexicon = field(default_factory=BrandLexicon)
     fingerprint: str = "empty"
+    taxonomy_sha256: str = ""
+    # maps catalogue categories the reviewed mapping lacks (vitrine.index.taxonomy_map); set by
+    # whoever holds the text tower, None: a leaf maps only to a taxonomy node of the same name
+    mapper: Any = None
     _by_path: dict[tuple[str, ...], int] | None = None
+
+    def use_mapper(self, mapper: Any, identity: str) -> None:
+        """Map catalogue categories with ``mapper``; ``identity`` (its tower, threshold, method)
+        joins the fingerprint, so a graph mapped otherwise is rebuilt from the records."""
+        self.mapper = mapper
+        self.fingerprint = hashlib.sha256(f"{self.fingerprint}|{identity}".encode()).hexdigest()
+
+    def colour_words(self) -> dict[str, str]:
+        """Words that name a colour (key -> colour name): the colour rules' names and the
+        vocabulary's colour synonyms, less words that name a material more often than a colour
+        in product titles."""
+        out = {k: v for k, v in self.colours.names.items() if k not in TITLE_NOT_COLOURS}
+        for value, syns in (self.vocabulary.get("colour") or {}).items():
+            for w in [value, *syns]:
+                if norm_key(w) not in TITLE_NOT_COLOURS:
+                    out.setdefault(norm_key(w), value)
+        return out
 
     def path_index(self) -> dict[tuple[str, ...], int]:
         if self._by_path is None or len(self._by_path) != len(self.taxonomy):
@@ -262,6 +322,7 @@ class GraphData:
         if taxonomy_file and Path(taxonomy_file).is_file():
             raw = Path(taxonomy_file).read_bytes()
             h.update(raw)
+            data.taxonomy_sha256 = hashlib.sha256(raw).hexdigest()
             for line in raw.decode("utf-8").splitlines():
                 if not line.strip() or line.startswith("#"):
                     continue
@@ -312,6 +373,7 @@ class GraphData:
         ov = read_json("brand_overrides.json")
         data.brands = BrandLexicon(brands.get("brands") or [], ov.get("query_exact_case") or [],
                                    ov.get("not_brands") or [])
+        h.update(BUILD_VERSION.encode())
         data.fingerprint = h.hexdigest()
         return data
 

@@ -622,21 +622,24 @@ def heldout_titles(terms: Terms, n: int = 600, seed: int = 0) -> list[str]:
 
 
 def make_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
-                seed: int = 0, members: int = 1) -> tuple[list[Example], list[Example]]:
+                seed: int = 0, members: int = 1, train_seed: int | None = None) -> tuple[list[Example], list[Example]]:
     """The training queries (of the first ensemble member) and the held-out queries (no shared
     template, held-out vocabulary absent from training, no text of any member's training)."""
     trains, test = make_member_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label,
-                                      seed=seed, members=members)
+                                      seed=seed, members=members, train_seed=train_seed)
     return trains[0], test
 
 
 def make_member_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
-                       seed: int = 0, members: int = 1) -> tuple[list[list[Example]], list[Example]]:
+                       seed: int = 0, members: int = 1,
+                       train_seed: int | None = None) -> tuple[list[list[Example]], list[Example]]:
     """Each ensemble member's training queries (its own draw from the training templates and
-    vocabulary) and the held-out queries, none of which is any member's training text."""
+    vocabulary) and the held-out queries, none of which is any member's training text.
+    ``train_seed``: the training draw's seed when it is not ``seed`` (a fine-tuning draw)."""
     if members < 1:
         raise ValueError("members must be at least 1")
-    trains = [QueryGenerator(terms, "train", seed, member=m).generate(train_per_label) for m in range(members)]
+    tseed = seed if train_seed is None else train_seed
+    trains = [QueryGenerator(terms, "train", tseed, member=m).generate(train_per_label) for m in range(members)]
     texts = {e.text.casefold() for train in trains for e in train}
     test = [e for e in QueryGenerator(terms, "test", seed).generate(test_per_label) if e.text.casefold() not in texts]
     return trains, test

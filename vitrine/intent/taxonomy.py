@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from vitrine.errors import InvalidInput
+from vitrine import resources
 
-TAXONOMY_NAME = "google-product-taxonomy.en-US.txt"
 LEAF_SALT = "vitrine-intent-taxonomy-v1"
 LEAF_TRAIN_PERCENT = 50  # share of the taxonomy's leaves the generator may use (the rest: measurement)
 
@@ -70,13 +69,8 @@ class TaxonomyNames:
 
 
 def taxonomy_file() -> Path:
-    """Google's taxonomy file shipped with Vitrine (``data/taxonomy`` of this checkout or the package)."""
-    here = Path(__file__).resolve()
-    for root in (here.parents[1], here.parents[2], Path.cwd()):
-        for d in (root / "data" / "taxonomy", root / "taxonomy"):
-            if (d / TAXONOMY_NAME).is_file():
-                return d / TAXONOMY_NAME
-    raise InvalidInput(f"Google's product taxonomy ({TAXONOMY_NAME}) is not here; run from a Vitrine checkout")
+    """Google's taxonomy file shipped with Vitrine (package data, ``vitrine/resources/taxonomy``)."""
+    return resources.taxonomy_file()
 
 
 @lru_cache(maxsize=4)

@@ -74,11 +74,11 @@ def default_source() -> Path:
 
 def heldout_examples(source: Path | None = None, seed: int = 0, per_label: int = DEFAULTS["test_per_label"],
                      train_per_label: int = DEFAULTS["train_per_label"], members: int = 1,
-                     ) -> tuple[list[Example], Terms]:
+                     train_seed: int | None = None) -> tuple[list[Example], Terms]:
     """The held-out evaluation queries exactly as training made them (same seed, sizes, members)."""
     terms = catalogue_terms(source or default_source())
     _, test = make_splits(terms, train_per_label=train_per_label, test_per_label=per_label, seed=seed,
-                          members=members)
+                          members=members, train_seed=train_seed)
     return test, terms
 
 
@@ -415,33 +415,40 @@ def assemble_members(out: Path | None = None, *, source: Path | None = None, cac
     if extra_titles:
         terms = terms.with_titles(extra_titles)
     trains, test = make_member_splits(terms, train_per_label=int(cfg["train_per_label"]),
-                                      test_per_label=int(cfg["test_per_label"]), seed=seed, members=members)
+                                      test_per_label=int(cfg["test_per_label"]), seed=seed, members=members,
+                                      train_seed=cfg.get("train_seed"))
     val = make_val(terms, per_label=int(tr["val_per_label"]), seed=seed,
                    exclude={e.text.casefold() for train in trains for e in train})
     tok = qtok.load_tokenizer(cache_dir)
     fitted = [(m, IntentClassifier(m, tok), int(m.config["best_epoch"]), m.config.pop("history", []),
                len(m.keep_ids)) for m in models]
+    member_val = [{"member": i, "best_epoch": int(m.config["best_epoch"]),  # measured when each was trained
+                   "val_accuracy": m.config.get("val", {}).get("accuracy"),
+                   "val_macro_f1": m.config.get("val", {}).get("macro_f1")} for i, m in enumerate(models)]
     staging = out / f"{MEMBERS_DIR}.new"
     shutil.rmtree(staging, ignore_errors=True)
     summary = _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed,
                     epochs=int(tr["epochs"]), init_from=None, heldout=heldout, extra_titles=extra_titles,
-                    tok=tok, t0=t0)
+                    tok=tok, t0=t0, member_val=member_val)
     shutil.rmtree(out / PARTS_DIR, ignore_errors=True)
     return summary
 
 
 def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], test: list[Example],
           trains: list[list[Example]], seed: int, epochs: int, init_from: Path | None, heldout: bool,
-          extra_titles: Sequence[str], tok: Any, t0: float) -> dict[str, Any]:
+          extra_titles: Sequence[str], tok: Any, t0: float,
+          member_val: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Measure the ensemble of the fitted members and write it to ``out`` (the first member at
-    ``out``, the others under ``out/members/<i>``) with its summary."""
+    ``out``, the others under ``out/members/<i>``) with its summary. ``member_val``: each member's
+    own validation figures when already measured."""
     members = len(fitted)
     staging = out / f"{MEMBERS_DIR}.new"
-    member_val = []
-    for m, (_, mclf, mbest, _, _) in enumerate(fitted):
-        mv = evaluate(mclf, val)  # each member alone, for the record
-        member_val.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"],
-                           "val_macro_f1": mv["macro_f1"]})
+    if member_val is None:
+        member_val = []
+        for m, (_, mclf, mbest, _, _) in enumerate(fitted):
+            mv = evaluate(mclf, val)  # each member alone, for the record
+            member_val.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"],
+                               "val_macro_f1": mv["macro_f1"]})
     model, clf, best_epoch, history, n_keep = fitted[0]
     clf.members = [f[1] for f in fitted[1:]]  # probabilities averaged over the members
     extractor = SlotExtractor(terms.vocabulary())
@@ -520,7 +527,7 @@ def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path |
     test, terms = heldout_examples(source, seed=int(cfg.get("seed", 0)),
                                    per_label=int(cfg.get("test_per_label", DEFAULTS["test_per_label"])),
                                    train_per_label=int(cfg.get("train_per_label", DEFAULTS["train_per_label"])),
-                                   members=int(cfg.get("members", 1)))
+                                   members=int(cfg.get("members", 1)), train_seed=cfg.get("train_seed"))
     t0 = time.perf_counter()
     result = evaluate(clf, test, SlotExtractor(terms.vocabulary()))
     results = clf.predict_batch([e.text for e in test])

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitrine.index.records import RecordStore
 from vitrine.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -80,9 +79,10 @@ def floor(reason: str = "floor") -> Calibration:
     return Calibration(source=reason)
 
 
-def catalogue_version(records: RecordStore, store_id: str) -> dict[str, Any]:
+def catalogue_version(records: Any, store_id: str) -> dict[str, Any]:
     """The catalogue a calibration is fitted on: store identity, change sequence, size, digest."""
-    return {"store_id": store_id, "seq": records.seq, "count": records.count(), "digest": records.content_digest()}
+    digest = getattr(records, "content_digest", None)
+    return {"store_id": store_id, "seq": records.seq, "count": records.count(), "digest": digest() if digest else None}
 
 
 def path(data_dir: Path) -> Path:
@@ -96,7 +96,7 @@ def save(data_dir: Path, cal: Calibration) -> Path:
     return p
 
 
-def staleness(cal: Calibration, records: RecordStore, store_id: str, model_key: str,
+def staleness(cal: Calibration, records: Any, store_id: str, model_key: str,
               max_drift: float) -> str | None:
     """Why a tuned calibration no longer fits this catalogue and model (None: it does)."""
     cat = cal.catalogue
@@ -109,14 +109,15 @@ def staleness(cal: Calibration, records: RecordStore, store_id: str, model_key: 
         return "fitted on a newer copy of the records"
     if seq == records.seq:
         return None
-    moved = records.changed_since(seq)
+    changed = getattr(records, "changed_since", None)  # a store without it: the size change bounds it below
+    moved = changed(seq) if changed is not None else abs(records.count() - int(cat.get("count", 0)))
     count = max(1, records.count())
     if moved > max_drift * count:
         return f"{moved} of {count} products changed since it was fitted (more than {max_drift:.0%})"
     return None
 
 
-def load(data_dir: Path, records: RecordStore, store_id: str, model_key: str, max_drift: float) -> Calibration:
+def load(data_dir: Path, records: Any, store_id: str, model_key: str, max_drift: float) -> Calibration:
     """The data dir's tuned calibration if it fits this catalogue and model, else the floor
     (its ``source`` saying why)."""
     p = path(data_dir)

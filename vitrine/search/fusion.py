@@ -243,14 +243,15 @@ def _in_time(deadline: float | None) -> None:
 
 def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int,
                allowed: np.ndarray | None, *, signals: Iterable[str] | None = None,
-               terms: QueryTerms | None = None, deadline: float | None = None,
+               terms: QueryTerms | None = None, deadline: float | None = None, depth: int | None = None,
                native_q: np.ndarray | None = None) -> Pool:
     """Candidates from the vectors (shared space, and the native one with ``native_q``), BM25
-    and the graph, each with every signal. ``deadline`` is checked before each stage (a running
-    stage is not interrupted): past it, TimeoutError."""
+    and the graph, each with every signal (``depth``: each retriever's top that many; default
+    from ``k``). ``deadline`` is checked before each stage (a running stage is not interrupted):
+    past it, TimeoutError."""
     s = engine.settings
     signals = set(s.fusion_signals if signals is None else signals)
-    n = max(s.fusion_candidates, k * s.candidate_multiplier)
+    n = depth if depth is not None else max(s.fusion_candidates, k * s.candidate_multiplier)
     _in_time(deadline)
     found = [_vector_ids(engine, qv, n, allowed)]
     if native_q is not None and (allowed is None or len(allowed)):
@@ -407,27 +408,28 @@ def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float 
 
 
 def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: int,
-         allowed: np.ndarray | None, *, deadline: float | None = None
+         allowed: np.ndarray | None, *, deadline: float | None = None, depth: int | None = None
          ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The engine's ranking for a query: hybrid when it has words and fusion is on, else the
     plain vector ranking. Returns (iid, score, signals) best first, the vector score of each,
     the degraded components and the graph terms the query named. ``deadline`` (a
-    ``time.perf_counter()`` value): past it, between two stages, TimeoutError."""
+    ``time.perf_counter()`` value): past it, between two stages, TimeoutError. ``depth``: rank
+    each retriever's top ``depth`` and return the whole pool's ranking, not only the top ``k``."""
     s = engine.settings
     weights, nq, degraded = text_weights(engine, qv, text)
     if not text or s.fusion == "off" or (weights is None and not s.fusion_signals):
-        scored = engine._rank(dict(qv), k, allowed)
+        scored = engine._rank(dict(qv), depth or k, allowed)
         return scored, {i: sc for i, sc, _ in scored}, degraded, QueryTerms()
     if allowed is not None and len(allowed) == 0:
         return [], {}, degraded, QueryTerms()
     if weights is not None and nq is not None and {n for n, w in weights.items() if w} <= {"native"}:
-        return native_rank(engine, nq, k, allowed)  # the floor: the text tower's own cosine ranking
-    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, native_q=nq)
+        return native_rank(engine, nq, depth or k, allowed)  # the floor: the text tower's own cosine ranking
+    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, depth=depth, native_q=nq)
     pool.degraded = degraded + pool.degraded
     method = "weighted" if weights is not None else s.fusion
     if weights is None:
         weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
-    ranked = fuse(pool, method, weights=weights, rrf_k=s.rrf_k, limit=k)
+    ranked = fuse(pool, method, weights=weights, rrf_k=s.rrf_k, limit=None if depth else k)
     rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted
     out: Ranked = [(iid, score, {**pool.vector_parts(r), **contrib}) for r, (iid, score, contrib) in zip(rows, ranked)]
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms

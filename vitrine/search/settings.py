@@ -18,6 +18,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from vitrine import resources
 
 
+TAXONOMY_VECTORS_FILE = "google-product-taxonomy.en-US.minilm.safetensors"
+
+
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "vitrine"
 
@@ -40,6 +43,9 @@ class Settings(BaseSettings):
     # -- where things live ------------------------------------------------------------------
     data_dir: Path = Field(Path(".vitrine/data"), description="Data dir: records, photos, index snapshots.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Backbone feature cache.")
+    store: str | None = Field(None, description="Record store: empty for SQLite in the data dir (one host), or a "
+                              "postgresql://user:password@host:port/db URL shared by API replicas and ingest workers "
+                              "on any hosts; the data dir then holds only rebuildable things (docs/postgresql.md).")
 
     # -- models -------------------------------------------------------------------------------
     model: str = Field("effnetlite2-minilm", description="Tower config name/folder or open_clip architecture.")
@@ -74,6 +80,9 @@ class Settings(BaseSettings):
     search_concurrency: int = Field(0, ge=0, le=1024, description="Searches one API process runs at once; "
                                     "later ones wait their turn, first come first served. 0: no limit (the "
                                     "server's thread pool, 40).")
+    vector_backend: Literal["faiss", "pgvector"] = Field(
+        "faiss", description="Where vectors are searched: FAISS in each process (index_factory), or pgvector's HNSW "
+                             "index in the PostgreSQL store (needs store=postgresql://...; docs/postgresql.md).")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1, description="IVF indexes: lists searched per query (recall vs speed).")
     ef_search: int = Field(128, ge=1, description="HNSW indexes: search breadth per query (recall vs speed).")
@@ -82,7 +91,14 @@ class Settings(BaseSettings):
     )
     candidate_multiplier: int = Field(4, ge=1, le=100, description="Over-fetch factor for multi-signal ranking.")
     default_k: int = Field(10, ge=1, description="Results per search when the request gives no k.")
-    max_k: int = Field(100, ge=1, le=10_000, description="Most results one search may ask for.")
+    max_k: int = Field(100, ge=1, le=10_000, description="Deepest result a search may ask for (offset + k); "
+                                                          "it bounds the candidate pool a search ranks.")
+    relevance_floor: float = Field(
+        0.81, ge=0.0, le=1.0, description="Sorted and faceted searches count, sort and facet only the candidates "
+        "scoring at least this fraction of the query's top score (tuned on val queries: "
+        "bench-results/relevance_floor.md).")
+    typo_tolerance: bool = Field(True, description="BM25 scores a query word no product holds as its closest "
+                                                   "catalogue word (1 edit from 4 letters, 2 from 8).")
 
     # -- hybrid ranking: vectors + BM25 + knowledge graph -----------------------------------------
     fusion: Literal["rrf", "weighted", "off"] = Field(
@@ -114,6 +130,13 @@ class Settings(BaseSettings):
                                         "brand lexicon (default: shipped in the package).")
     taxonomy_file: Path = Field(default_factory=resources.taxonomy_file,
                                 description="Google's product taxonomy, the category backbone (default: shipped).")
+    taxonomy_vectors_file: Path = Field(
+        default_factory=lambda: resources.resource_path("taxonomy", TAXONOMY_VECTORS_FILE),
+        description="The text tower's vectors of the taxonomy's paths (made by `vitrine graph embed-taxonomy`; "
+                    "default: shipped); recomputed once when missing or made by another tower.")
+    taxonomy_map_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="Confidence below which a catalogue category stays off Google's "
+                                         "taxonomy (its own node, no taxonomy proximity); docs/graph.md.")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
 
     # -- query intent (vitrine/intent; vitrine/search/understanding.py) ------------------------------
@@ -124,6 +147,9 @@ class Settings(BaseSettings):
                                          "query is treated as a plain search.")
     intent_timeout_ms: float = Field(300.0, gt=0, description="Classifier time budget; past it the search "
                                                               "runs without intent (degraded: intent).")
+    intent_answer_only_confidence: float = Field(0.9, ge=0.0, le=1.0, description="An after-sales query shows "
+                                                 "its answer instead of products only at this probability or "
+                                                 "above; under it, the answer comes with the products.")
     intent_slot_filters: bool = Field(True, description="Turn the slots a query names (brand, category, colour, "
                                                         "gender, price) into filters.")
     intent_vocab_refresh_s: float = Field(10.0, ge=0, description="Most often the slot vocabulary is rebuilt "
@@ -151,7 +177,8 @@ class Settings(BaseSettings):
                          "follows the data dir (follow_s), so a write through one is seen by all. Hot swap "
                          "needs a single worker.")
     follow_s: float = Field(0.0, ge=0, description="The API picks up other processes' writes to its data dir this "
-                                                   "often (0: never; 1 s when workers > 1).")
+                                                   "often (0: never; 1 s when workers > 1; 0.5 s with a "
+                                                   "PostgreSQL store).")
     tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
 

@@ -66,7 +66,8 @@ INDEX_FIELDS = ("fused", "image")
 class SwapRequest(BaseModel):
     """What to swap in. Unset fields keep the live value."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"adapter": "moe", "dry_run": True}, {"snapshot": "v000012"}]})
 
     model: str | None = Field(None, max_length=1000, description="Tower config name/folder")
     adapter: str | None = Field(None, max_length=1000, description="Adapter name or folder")
@@ -88,6 +89,10 @@ class Check(BaseModel):
 
 
 class SwapReport(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "accepted": True, "switched": True, "dry_run": False, "reason": "every canary check passed",
+        "live": {"model_key": "effnet-minilm+mlp"}, "candidate": {"model_key": "effnet-minilm+moe"}}]})
+
     accepted: bool = Field(description="The candidate passed every check (and, unless dry_run, now serves)")
     switched: bool = False
     dry_run: bool = False

@@ -1,5 +1,8 @@
 """FastAPI service: search, products, photos, health, metrics, and the browser UI.
 
+Every route lives under ``/v1``; the unversioned paths of before are kept as aliases (left out
+of the OpenAPI schema, which documents ``/v1``).
+
 :func:`create_app` assembles the API from APIRouter modules (vitrine/web/routes/), their
 dependencies (vitrine/web/deps.py), the middleware and the error handlers. Models load in the
 lifespan (never at import). Domain errors become HTTP errors here and only here, all in one JSON
@@ -28,6 +31,7 @@ from vitrine.web.routes import ROUTERS
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+API_PREFIX = "/v1"
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None, *,
@@ -47,9 +51,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
     app.state.settings = settings
     app.state.metrics = metrics
     app.add_middleware(RequestTimeout, limit_for=lambda path: settings.admin_timeout_s
-                       if path.startswith("/admin/") else settings.request_timeout_s)
-    app.add_middleware(ContentTypeGuard, json_prefixes=("/search", "/compare", "/products/", "/admin/"),
-                       multipart_paths=("/search/image",))
+                       if path.startswith(("/admin/", f"{API_PREFIX}/admin/")) else settings.request_timeout_s)
+    json_paths = ("/search", "/compare", "/products/", "/admin/")
+    app.add_middleware(ContentTypeGuard, json_prefixes=(*json_paths, *(API_PREFIX + p for p in json_paths)),
+                       multipart_paths=("/search/image", f"{API_PREFIX}/search/image"))
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"])
@@ -57,7 +62,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     install_handlers(app)
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, prefix=API_PREFIX)
+        app.include_router(router, include_in_schema=False)  # the unversioned paths: aliases of /v1
     _mount_ui(app)
     return app
 

@@ -75,9 +75,12 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
 ALWAYS = (405, 413, 415, 422, 500, 503, 504)
 
 
-def errors_for(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for these error statuses (plus those any route can answer)."""
+def errors_for(*statuses: int, ok: Any = None, ok_type: str = "application/json") -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error statuses (plus those any route can answer); ``ok``:
+    an example of the success answer, for routes without a response model that carries one."""
     out: dict[int | str, dict[str, Any]] = {}
+    if ok is not None:
+        out[200] = {"content": {ok_type: {"example": ok}}}
     for st in sorted(set(statuses) | set(ALWAYS)):
         code, what, example = _ERRORS[st]
         out[st] = {"model": ErrorBody, "description": f"`{code}`: {what}",

@@ -48,7 +48,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
         log.info("serving %d products from %s", len(eng), settings.data_dir)
         snapshots = asyncio.create_task(_snapshot_loop(eng, settings.snapshot_interval_s)) \
             if settings.snapshot_interval_s > 0 else None
-        follow_s = settings.follow_s or (1.0 if settings.workers > 1 else 0.0)
+        follow_s = settings.follow_s or (0.5 if settings.store else 1.0 if settings.workers > 1 else 0.0)
         follower = asyncio.create_task(_follow_loop(eng, follow_s)) if follow_s > 0 else None
         try:
             yield

@@ -31,14 +31,16 @@ def admin_swap(req: SwapRequest, engine: EngineDep, settings: SettingsDep, metri
     return report
 
 
-@router.get("/snapshots", responses=errors_for(401))
+@router.get("/snapshots", responses=errors_for(401, ok={
+    "current": "v000012", "versions": [{"name": "v000012", "seq": 20873, "count": 20873}], "partial": [],
+    "recovery": {}}))
 def admin_snapshots(engine: EngineDep) -> dict[str, Any]:
     """Stored snapshot versions (newest first), the one serving, and what start-up recovered."""
     return {"current": engine.snapshot_version, "versions": [v.summary() for v in engine.snapshots.versions()],
             "partial": [p.name for p in engine.snapshots.partials()], "recovery": engine.recovery}
 
 
-@router.post("/snapshot", responses=errors_for(401))
+@router.post("/snapshot", responses=errors_for(401, ok={"saved": True, "version": "v000013"}))
 def admin_snapshot(engine: EngineDep) -> dict[str, Any]:
     """Publish a snapshot version of the indexes now (when they changed since the last one)."""
     saved = engine.save()

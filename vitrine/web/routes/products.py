@@ -44,7 +44,8 @@ def compare(req: CompareRequest, engine: EngineDep) -> CompareResponse:
     return engine.compare_text(req.text or "")
 
 
-@router.put("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(401))
+@router.put("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(
+    401, ok={"id": "15970", "upserted": 1, "unchanged": 0, "stale": 0}))
 def put_product(pid: str, product: Product, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     """Create or replace a product (needs X-API-Key). The photo comes as `image_b64`."""
     if product.id != pid:
@@ -59,7 +60,8 @@ def put_product(pid: str, product: Product, engine: EngineDep, settings: Setting
     return {"id": pid, "upserted": report.upserted, "unchanged": report.unchanged, "stale": report.stale}
 
 
-@router.delete("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(401, 404))
+@router.delete("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(
+    401, 404, ok={"id": "15970", "deleted": True}))
 def delete_product(pid: str, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     """Delete a product (needs X-API-Key)."""
     if engine.delete([pid]) == 0:
@@ -69,7 +71,8 @@ def delete_product(pid: str, engine: EngineDep, settings: SettingsDep) -> dict[s
     return {"id": pid, "deleted": True}
 
 
-@router.get("/images/{key}", response_class=FileResponse, responses=errors_for(404))
+@router.get("/images/{key}", response_class=FileResponse, responses=errors_for(
+    404, ok="(the photo's bytes)", ok_type="image/jpeg"))
 def image(key: str, engine: EngineDep) -> FileResponse:
     """A product photo by its content key (immutable: cached for a year)."""
     try:

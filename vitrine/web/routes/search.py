@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from vitrine.errors import InvalidImage, InvalidInput, TooLarge
-from vitrine.search.models import FacetsResponse, Filters, SearchRequest, SearchResponse
+from vitrine.search.models import FacetField, FacetsResponse, Filters, SearchRequest, SearchResponse, SortOrder
 from vitrine.web.deps import EngineDep, MetricsDep, SettingsDep, json_response
 from vitrine.web.errors import errors_for
 
@@ -44,7 +44,11 @@ async def search_image(
     request: Request,
     file: Annotated[UploadFile, File(description="The photo (JPEG, PNG, WEBP, GIF, BMP)")],
     text: Annotated[str | None, Form()] = None,
-    k: Annotated[int, Form(ge=1)] = 10,
+    k: Annotated[int, Form(ge=1, description="Results per page")] = 10,
+    offset: Annotated[int, Form(ge=0, description="Results to skip")] = 0,
+    sort: Annotated[SortOrder, Form(description="relevance, price_asc, price_desc or newest")] = "relevance",
+    facets: Annotated[list[FacetField] | None, Form(description="Fields to count (repeatable)")] = None,
+    highlight: Annotated[bool, Form()] = False,
     filters: Annotated[str | None, Form(description="Filters as a JSON object")] = None,
     explain: Annotated[bool, Form()] = False,
 ) -> Response:
@@ -61,7 +65,11 @@ async def search_image(
             flt = Filters.model_validate(json.loads(filters))
         except (json.JSONDecodeError, ValidationError) as e:
             raise InvalidInput(f"filters must be a JSON object of known filter fields: {e}") from e
-    req = SearchRequest(text=text, k=k, filters=flt, explain=explain)
+    try:
+        req = SearchRequest(text=text, k=k, offset=offset, sort=sort, facets=facets or [], highlight=highlight,
+                            filters=flt, explain=explain)
+    except ValidationError as e:
+        raise InvalidInput(f"invalid search: {e}") from e
     res = await _searching(request, functools.partial(engine.search, image=data), req)
     metrics.observe_search(res, "image")
     return json_response(res)

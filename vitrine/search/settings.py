@@ -123,8 +123,8 @@ class Settings(BaseSettings):
     tune_after_ingest: bool = Field(True, description="Run `vitrine tune` after `vitrine ingest` when it is cheap "
                                     "(catalogue of at most tune_auto_max_products products).")
     tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
-                                        "an ingest (tune's cost grows with the catalogue: ~1 min at 20k products "
-                                        "on 2 cores).")
+                                        "an ingest (tune's cost grows with the catalogue: 3-4 min at 20k products "
+                                        "on 2 busy cores).")
     graph_dir: Path = Field(default_factory=resources.graph_dir,
                             description="Graph data: category mapping, complements, colour rules, vocabulary, "
                                         "brand lexicon (default: shipped in the package).")

@@ -112,6 +112,38 @@ def test_pseudo_queries_split_by_source():
                     assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
 
 
+def test_attribute_pseudo_queries_name_up_to_three_facets_and_every_holder_is_relevant():
+    """Attribute pseudo-queries as the attribute protocol defines relevance: every product that
+    holds all the named facet values (in that category), checked against brute force over the
+    catalogue; one, two and three values named about as often."""
+    colours, genders, usages = ("Red", "Blue", "Navy Blue"), ("Men", "Women"), ("Casual", "Formal", "Sports")
+    docs = [{"id": str(i), "title": f"Acme {colours[i % 3]} Shoe {i}", "brand": ("Acme", "Zed")[i % 2],
+             "category": ["Footwear", ("Casual Shoes", "Heels")[(i // 7) % 2]],
+             "attributes": {"colour": colours[i % 3], "gender": genders[(i // 3) % 2], "usage": usages[(i // 5) % 3]}}
+            for i in range(240)]
+    qs = [q for q in pq.generate(docs, counts={"title": 0, "category": 0, "brand_type": 0, "attributes": 90})
+          if q.kind == "attributes"]
+    sizes = [len(q.meta["facets"]) for q in qs]
+    # 20 one-value combinations exist (10 values x 2 leaves): all taken, the rest shared by sizes 2 and 3
+    assert len(qs) == 90 and [sizes.count(n) for n in (1, 2, 3)] == [20, 35, 35]
+    for q in qs:
+        leaf = q.source.rsplit("|", 1)[1]
+        brute = {d["id"] for d in docs if d["category"][-1] == leaf and all(
+            (d["brand"] if k == "brand" else d["attributes"].get(k)) == v for k, v in q.meta["facets"].items())}
+        assert set(q.relevant) == brute and brute, q.text
+        assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
+
+
+def test_slot_check_sees_every_kind():
+    from vitrine.evals.tuning import slot_sample
+
+    qs = [pq.PseudoQuery(kind, {"1": 1.0}, "heldout", text=f"{kind} {i}")
+          for kind, n in (("title", 50), ("category", 4), ("attributes", 30)) for i in range(n)]
+    got = slot_sample(qs, np.arange(len(qs)), 20)
+    kinds = [q.kind for q in got]
+    assert len(got) == 20 and kinds.count("category") == 4 and kinds.count("title") == 8 == kinds.count("attributes")
+
+
 def test_tuning_metrics_match_brute_force(engine):
     from vitrine.evals.tuning import SIGNALS, build_pools, per_query
 

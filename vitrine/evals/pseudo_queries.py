@@ -7,8 +7,9 @@ and `vitrine train gate --data` make their own, from what every product record s
   a product name); relevant: that product (and any with the same title);
 - ``category``: a category name (the leaf of a category path); relevant: the products under it;
 - ``brand_type``: brand + category leaf ("Acme drills"); relevant: that brand's products there;
-- ``attributes``: one or two facet values (or the brand) + category leaf ("blue men tshirts");
-  relevant: the products with all of them. Facets are the attribute keys with a few repeated string values
+- ``attributes``: one, two or three facet values (or the brand) + category leaf ("blue men
+  tshirts", "casual black shoes for men"); relevant: every product holding all of them (as the
+  attribute protocol defines relevance), not only the product the values were read from. Facets are the attribute keys with a few repeated string values
   (learned from the catalogue, not a fashion list);
 - ``photo``: a product's photo (where there are photos); relevant: that product.
 
@@ -20,6 +21,7 @@ Nothing here reads a test split: the queries come from the records alone.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
 from collections import Counter, defaultdict
@@ -114,6 +116,26 @@ def phrase(values: list[str], leaf: str, rng: random.Random) -> str:
     return f"{' '.join([*values[:-1], leaf])} for {values[-1]}"
 
 
+def attribute_sample(combos: Mapping[tuple[tuple[tuple[str, str], ...], str], list[str]], n: int,
+                     max_relevant: int, rng: random.Random) -> list[tuple[tuple[tuple[str, str], ...], str]]:
+    """``n`` facet-value combinations (with a category leaf), as many naming one, two and three
+    values (round-robin over sizes: three-value combinations outnumber the rest, and shoppers name
+    one or two values as often as three), each with 1..``max_relevant`` products."""
+    by_size: dict[int, list[tuple[tuple[tuple[str, str], ...], str]]] = defaultdict(list)
+    for c, ids in combos.items():
+        if 1 <= len(ids) <= max_relevant:
+            by_size[len(c[0])].append(c)
+    lists = [by_size[k] for k in sorted(by_size)]
+    for v in lists:
+        rng.shuffle(v)
+    out: list[tuple[tuple[tuple[str, str], ...], str]] = []
+    for j in range(max((len(v) for v in lists), default=0)):
+        for v in lists:
+            if j < len(v) and len(out) < n:
+                out.append(v[j])
+    return out
+
+
 def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int] | None = None,
              heldout: float = 0.4, seed: int = 0, with_photo: Iterable[str] = (),
              max_relevant: int = 500) -> list[PseudoQuery]:
@@ -183,14 +205,10 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
             if not leaf or not attrs:
                 continue
             items = sorted(attrs.items())
-            for a in items:
-                combos[((a,), leaf)].append(str(d["id"]))
-            for j, a in enumerate(items):
-                for b in items[j + 1:]:
-                    combos[((a, b), leaf)].append(str(d["id"]))
-        cands = [c for c, ids in combos.items() if 1 <= len(ids) <= max_relevant]
-        rng.shuffle(cands)
-        for vals, leaf in cands[:counts["attributes"]]:
+            for size in range(1, min(3, len(items)) + 1):
+                for vals in itertools.combinations(items, size):
+                    combos[(vals, leaf)].append(str(d["id"]))
+        for vals, leaf in attribute_sample(combos, counts["attributes"], max_relevant, rng):
             words = [v for _, v in vals]
             rng.shuffle(words)
             text = phrase(words, inflect(leaf, rng), rng)

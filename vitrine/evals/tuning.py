@@ -10,8 +10,9 @@
    ranks (same signals, same tie order), vectorised over all pools at once.
 4. The guard: the fitted mix is accepted only if it beats native-only (the floor) on the
    held-out queries by ``margin``; otherwise the floor stays.
-5. Slot filters: held-out queries searched end to end through the engine, with the intent
-   classifier's slot filters on and off; on only if that gains on held-out.
+5. Slot filters: held-out queries of every kind (taken round-robin over kinds) searched end to
+   end through the engine, with the intent classifier's slot filters on and off; on only if that
+   gains on held-out, averaged per kind as the fit objective.
 6. The settings are saved in the data dir (vitrine/search/calibration.py, tied to the
    catalogue's version) and a report written: markdown + JSON + plot.
 """
@@ -159,18 +160,36 @@ def usable_signals(pools: Pools) -> tuple[int, ...]:
     return tuple(j for j in range(len(SIGNALS)) if np.abs(pools.x[:, :, j][pools.valid]).max(initial=0.0) > 0)
 
 
-def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool) -> float:
-    """Mean nDCG@10 of held-out queries searched end to end (intent on), slot filters on/off."""
+def slot_sample(queries: list[pq.PseudoQuery], rows: np.ndarray, n: int) -> list[pq.PseudoQuery]:
+    """Up to ``n`` of the queries at ``rows``, taken round-robin over their kinds (in row order
+    within a kind), so that the slot-filter check sees every kind the fit objective averages over
+    (the rows come grouped by kind: a plain prefix would be title queries alone)."""
+    by_kind: dict[str, list[pq.PseudoQuery]] = {}
+    for i in rows:
+        by_kind.setdefault(queries[int(i)].kind, []).append(queries[int(i)])
+    out: list[pq.PseudoQuery] = []
+    lists = list(by_kind.values())
+    for j in range(max((len(v) for v in lists), default=0)):
+        for v in lists:
+            if j < len(v) and len(out) < n:
+                out.append(v[j])
+    return out
+
+
+def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool) -> tuple[float, dict[str, float]]:
+    """nDCG@10 of held-out queries searched end to end (intent on), slot filters on/off: averaged
+    per query kind, then over kinds (as the fit objective), and by kind."""
     from vitrine.evals.metrics import ndcg_at_k  # noqa: PLC0415
 
     cal = engine.calibration
     engine.set_calibration(calibration.Calibration(**{**cal.__dict__, "slot_filters": slots}))
     try:
-        vals = []
+        vals: dict[str, list[float]] = {}
         for q in queries:
             r = engine.search(SearchRequest(text=q.text, k=K, use_intent=True))
-            vals.append(ndcg_at_k([h.id for h in r.results], q.relevant, K))
-        return float(np.mean(vals)) if vals else 0.0
+            vals.setdefault(q.kind, []).append(ndcg_at_k([h.id for h in r.results], q.relevant, K))
+        by_kind = {k: round(float(np.mean(v)), 4) for k, v in sorted(vals.items())}
+        return (float(np.mean([np.mean(v) for v in vals.values()])) if vals else 0.0), by_kind
     finally:
         engine.set_calibration(cal)
 
@@ -234,15 +253,15 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
                                   created=time.time())
     slots: dict[str, Any] = {"tested": False}
     if engine.understanding is not None and engine.settings.intent_slot_filters and slot_queries:
-        sq = [queries[i] for i in ho_rows[:slot_queries]]
+        sq = slot_sample(queries, ho_rows, slot_queries)
         engine.set_calibration(cal)
         try:
-            off, on = _search_ndcg(engine, sq, False), _search_ndcg(engine, sq, True)
+            (off, off_k), (on, on_k) = _search_ndcg(engine, sq, False), _search_ndcg(engine, sq, True)
         finally:
             engine.reload_calibration()
         cal.slot_filters = on > off + margin
         slots = {"tested": True, "queries": len(sq), "nDCG@10_off": round(off, 4), "nDCG@10_on": round(on, 4),
-                 "on": cal.slot_filters}
+                 "on": cal.slot_filters, "by_kind_off": off_k, "by_kind_on": on_k}
     report = {
         "catalogue": version, "model_key": engine.model_key, "products": len(docs),
         "queries": {"total": len(queries), "fit": len(fit_rows), "heldout": len(ho_rows),

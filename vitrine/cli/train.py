@@ -85,6 +85,9 @@ def train() -> None:
               help="Chance that a training row sees one of the augmented views instead of its photo")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override an adapter config value, e.g. --set dropout=0.3 (repeatable; JSON values)")
+@click.option("--degraded-share", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
+              help="Share of the training photos that get the degraded views (gray, tiny, invert, tight<N>): "
+                   "their features cost as much to compute as the photos'")
 @click.option("--gumbel-tau", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="MoE: straight-through Gumbel-softmax routing at this temperature while training; 0 = noisy top-k")
 @click.option("--route-kl", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
@@ -92,7 +95,8 @@ def train() -> None:
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
                lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
-               ema: float, views: str, view_prob: float, overrides: tuple[str, ...], gumbel_tau: float,
+               ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
+               gumbel_tau: float,
                route_kl: float) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
@@ -108,7 +112,7 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
         hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, balance_weight=balance_weight,
         balance=balance, bias_rate=bias_rate, queries=queries, seed=seed,
         patience=patience, name=name, ema_decay=ema, overrides=_parse_overrides(overrides),
-        views=_parse_views(views), view_prob=view_prob,
+        views=_parse_views(views), view_prob=view_prob, degraded_share=degraded_share,
         train_options={"gumbel_tau": gumbel_tau, "route_kl_weight": route_kl},
     )
     click.echo(json.dumps(result, indent=2))
@@ -217,11 +221,13 @@ def hard_negative_rows(rows: list[dict[str, str]], subset: np.ndarray, per_row: 
 
 
 def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, queries: bool, seed: int,
-                progress: bool = True, views: tuple[str, ...] = ()) -> tuple[PairSet, np.ndarray]:
+                progress: bool = True, views: tuple[str, ...] = (), degraded_share: float = 1.0,
+                ) -> tuple[PairSet, np.ndarray]:
     """A split's (photo, title) pairs as a :class:`PairSet` (with the photo views' features and,
     with ``queries``, attribute pseudo-queries) and the catalogue rows they come from."""
     import numpy as np
 
+    from vitrine.encoders.images import is_degraded_view
     from vitrine.encoders.train import PairSet
     from vitrine.evals import attribute_queries as aq
 
@@ -231,7 +237,9 @@ def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, que
     image_views = None
     if views:
         log.info("augmented photo views %s of %d photos (cached after the first run)", ",".join(views), len(rows_idx))
-        image_views = catalog.view_features(encoder, views, rows_idx, progress=progress)
+        image_views = catalog.view_features(encoder, views, rows_idx, progress=progress,
+                                            shares={v: degraded_share for v in views if is_degraded_view(v)},
+                                            seed=seed)
     ps = PairSet(image=img_f[rows_idx], text=txt_f[rows_idx], group=groups, image_views=image_views)
     if queries:
         local = {int(r): j for j, r in enumerate(rows_idx)}
@@ -301,7 +309,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        name: str | None, balance_weight: float = 0.05, balance: str = "bias",
                        bias_rate: float = 0.01, overrides: dict[str, Any] | None = None,
                        ema_decay: float = 0.0, views: tuple[str, ...] = DEFAULT_VIEWS,
-                       view_prob: float = DEFAULT_VIEW_PROB, train_options: dict[str, Any] | None = None,
+                       view_prob: float = DEFAULT_VIEW_PROB, degraded_share: float = 1.0, train_options: dict[str, Any] | None = None,
                        ) -> dict[str, Any]:
     """Train one adapter on the bundled (or ``source``) catalogue's train split, early-stopped on
     val; writes it to ``out`` (default: the shipped weights folder of ``name`` or ``kind``).
@@ -318,7 +326,8 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     catalog = Catalog.load(source)
     log.info("computing backbone features for %d products (cached after the first run)", len(catalog.rows))
     use_queries = queries and kind in ("mlp", "moe")
-    train, _ = build_pairs(catalog, encoder, "train", queries=use_queries, seed=seed, views=views)
+    train, _ = build_pairs(catalog, encoder, "train", queries=use_queries, seed=seed, views=views,
+                           degraded_share=degraded_share)
     val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed)
     cfg_adapter: dict[str, Any] = {
         "image_dim": encoder.towers.image_dim, "text_dim": encoder.towers.text_dim, "dim": dim,
@@ -348,7 +357,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
         "val": result.history[result.best_epoch] if result.best_epoch >= 0 else {},
         "fuse_image_weight": tuning["best"], "train_pairs": len(train.image),
         "pseudo_queries": int(len(train.query_rows)) if train.query_rows is not None else 0,
-        "photo_views": list(views), "view_prob": view_prob if views else 0.0,
+        "photo_views": list(views), "view_prob": view_prob if views else 0.0, "degraded_share": degraded_share,
         "seconds": round(time.time() - t0, 1),
     }
     if hasattr(adapter, "routing_stats"):

@@ -143,6 +143,13 @@ VIEW_PATTERN = re.compile(r"^(flip|gray|tiny|invert|center|crop\d{1,3}|tight\d{1
 #: The degraded views the gate trains on besides ``flip`` and ``crop<N>``.
 DEGRADED_VIEWS: tuple[str, ...] = ("gray", "tiny", "invert", "tight1")
 
+
+
+def is_degraded_view(view: str) -> bool:
+    """Whether ``view`` degrades the photo (a colour, size or framing no catalogue photo has)."""
+    return view in ("gray", "tiny", "invert", "center") or view.startswith("tight")
+
+
 #: Longest side of the ``tiny`` view, in pixels.
 TINY_SIDE = 32
 

@@ -49,7 +49,7 @@ class PairSet:
     query_key: np.ndarray | None = None
     product_keys: np.ndarray | None = None
     hard_negatives: np.ndarray | None = None
-    image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos
+    image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos (NaN rows: none)
 
     def __post_init__(self) -> None:
         if not (len(self.image) == len(self.text) == len(self.group)):
@@ -165,7 +165,10 @@ def train_adapter(
         q_key = torch.from_numpy(train.query_key).to(dev)
         p_keys = torch.from_numpy(train.product_keys).to(dev)
     hard = torch.from_numpy(train.hard_negatives).to(dev) if train.hard_negatives is not None else None
-    views = torch.from_numpy(train.image_views).to(dev) if train.image_views is not None else None
+    views = view_ok = None
+    if train.image_views is not None:  # a view may exist for some rows only (NaN rows): they keep their photo
+        view_ok = torch.from_numpy(~np.isnan(train.image_views).any(-1)).to(dev)
+        views = torch.from_numpy(np.nan_to_num(train.image_views)).to(dev)
 
     params = [p for p in adapter.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -215,6 +218,7 @@ def train_adapter(
                     # Feature-level augmentation: some rows see an augmented view of their photo.
                     v = torch.randint(0, len(views), (len(idx),), generator=gen).to(dev)
                     use = (torch.rand(len(idx), generator=gen) < cfg.view_prob).to(dev)
+                    use = use & view_ok[v, idx]
                     bi = torch.where(use[:, None], views[v, idx], bi)
                 if cfg.modality_dropout > 0:
                     hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout

@@ -281,8 +281,18 @@ def test_moe_learns_to_align_real_catalogue_features(trained_moe):
     m, before, res, img, txt, val = trained_moe
     after = evaluate_pairs(m, val)
     assert after["MRR@10"] > max(0.25, 2 * before), (before, after)  # chance MRR@10 among 60 is ~0.05
-    stats = m.routing_stats(torch.from_numpy(img), torch.from_numpy(txt))
+    stats = m.routing_stats(torch.from_numpy(img), torch.from_numpy(txt), pairs=True)
     assert not stats["dead_experts"], stats
+    # the shipped gate's figures, checked against brute force
+    with torch.inference_mode():
+        pi, pt = m(torch.from_numpy(img), None).image, m(None, torch.from_numpy(txt)).text
+        assert stats["pair_cosine"] == pytest.approx(float((pi * pt).sum(-1).mean()), abs=1e-3)
+        zi, zt = m._lone_logits(torch.from_numpy(img), None, 512), m._lone_logits(None, torch.from_numpy(txt), 512)
+    p, q = torch.softmax(zi, -1), torch.softmax(zt, -1)
+    kl = 0.5 * ((p * (p / q).log()).sum(-1) + (q * (q / p).log()).sum(-1)).mean()
+    assert stats["route_kl"] == pytest.approx(float(kl), abs=1e-3)
+    load = np.array(stats["load"]) * stats["experts"]
+    assert stats["utilisation_variance"] == pytest.approx(float(load.var()), abs=1e-3)
     assert res.best_epoch >= 0 and m.config["train"]["val_score"] == pytest.approx(res.best_score)
 
 
@@ -298,7 +308,7 @@ def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
     embedders = load_embedders(encoder, ["mlp", f"tiny-moe={tmp_path / 'm'}"])
     result = run_ablation(encoder, catalog, embedders, split=split, n_attr=40)
     rows = {r["name"]: r for r in result["rows"]}
-    assert list(rows) == ["none (ConSE)", "text tower alone", "mlp", "tiny-moe"]
+    assert list(rows) == ["mlp", "none (ConSE)", "text tower alone", "tiny-moe"]  # the first adapter leads
     for r in rows.values():
         assert all(0.0 <= v <= 1.0 for v in r["metrics"].values())
     assert rows["text tower alone"]["metrics"] == {"textonly_attr_nDCG@10": rows["none (ConSE)"]["metrics"][
@@ -306,7 +316,7 @@ def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
     assert rows["mlp"]["metrics"]["kagl_R@10"] > rows["none (ConSE)"]["metrics"]["kagl_R@10"]
     assert rows["tiny-moe"]["routing"]["experts"] == 4
     # brute force: KAGL R@10 of the MLP (titles of the split -> every photo; relevant = same title)
-    mlp = embedders[2]
+    mlp = embedders[0]
     img_f, txt_f = catalog.features(encoder, progress=False)
     gal, q = mlp.image(img_f), mlp.text(txt_f[catalog.split_mask(split)])
     titles = np.array(catalog.titles)
@@ -343,6 +353,18 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
         light = fallback.light_query_vectors(eng, row["productDisplayName"], None)
         routed = eng.query_vectors(row["productDisplayName"], None)
         assert float(light["text"] @ routed["text"]) > 0.5  # same space, without the router
+
+        # Break the routing: the router raises. The search still answers, by the light path, marked
+        # degraded; a photo alone too (the light path needs no words).
+        def broken(*a, **kw):  # noqa: ANN002, ANN003
+            raise RuntimeError("router produced NaN weights")
+
+        eng.encoder.adapter.router.forward = broken
+        resp = eng.search(SearchRequest(text=row["productDisplayName"] + " strap", k=5))
+        assert resp.degraded == ["gate"] and resp.results
+        photo = (SOURCE / "images" / f"{row['id']}.jpg").read_bytes()
+        resp = eng.search(SearchRequest(k=3), image=photo)
+        assert resp.degraded == ["gate"] and resp.results[0].id == row["id"]  # its own photo, router-free
     finally:
         eng.close()
 

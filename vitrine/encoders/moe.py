@@ -271,12 +271,15 @@ class CrossModalMoE(Adapter):
         return torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1))).squeeze(-1)
 
     def query_mix_logit(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-        """For a query with a photo and words (backbone features, one query per row): the logit
-        of the photo's weight in the blend of its two scores, from the modality gate over the
-        photo and words routed together (each seeing the other)."""
-        out = self(image, text)
-        assert out.image is not None and out.text is not None
-        return self.gate(torch.cat([out.image, out.text, out.image * out.text], dim=-1)).squeeze(-1)
+        """For queries with a photo and words (their shared-space vectors, one query per row, as
+        the engine holds them): the modality gate's logit of the photo's weight in the blend of
+        the two scores (``query_photo_weight`` adds the offset tuned on val)."""
+        return self.gate(torch.cat([image, text, image * text], dim=-1)).squeeze(-1)
+
+    def query_photo_weight(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """The photo's weight per photo + words query: the gate's logit plus ``query_mix_offset``
+        (config: the offset the composed-query protocol tunes on val, docs/models.md)."""
+        return torch.sigmoid(self.query_mix_logit(image, text) + float(self.config.get("query_mix_offset", 0.0)))
 
     def forward(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
         """Both given: one product (or query) per row, each token routed seeing the other."""
@@ -402,7 +405,10 @@ class CrossModalMoE(Adapter):
         entropy (nats), experts never chosen, mean experts per token. With ``pairs`` (row i of
         ``image`` and of ``text`` are one product): ``pairs_sharing_an_expert``, the share of
         products whose photo and title choose at least one common expert (low: the experts split
-        by modality rather than by what the product is)."""
+        by modality rather than by what the product is); ``route_kl``, the mean symmetric KL
+        between a product's photo and title routing distributions; ``pair_cosine``, the mean
+        cosine of a product's photo and title in the shared space. ``utilisation_variance``: the
+        variance of each expert's load relative to an even share (load x experts; 0 = even)."""
         self.eval()
         logits = self._lone_logits(image, text, batch)
         if not len(logits):
@@ -414,6 +420,13 @@ class CrossModalMoE(Adapter):
                 raise ModelError("routing_stats(pairs=True) needs as many photos as texts, one product per row")
             n = len(image)
             extra["pairs_sharing_an_expert"] = round(float((chosen[:n] & chosen[n:]).any(1).float().mean()), 4)
+            lp = F.log_softmax(logits, dim=-1)
+            lp_i, lp_t = lp[:n], lp[n:]
+            kl = 0.5 * ((lp_i.exp() * (lp_i - lp_t)).sum(-1) + (lp_t.exp() * (lp_t - lp_i)).sum(-1))
+            extra["route_kl"] = round(float(kl.mean()), 4)
+            cos = [float((self(image[s:s + batch], None).image * self(None, text[s:s + batch]).text).sum(-1).sum())
+                   for s in range(0, n, batch)]
+            extra["pair_cosine"] = round(sum(cos) / n, 4)
         chosen = chosen.float()
         p = F.softmax(logits, dim=-1)
         entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)
@@ -423,6 +436,7 @@ class CrossModalMoE(Adapter):
             "experts": self.experts_n, "top_k": self.top_k, "dynamic_k": self.dynamic_k, "tokens": int(len(chosen)),
             "load": [round(float(v), 4) for v in load],
             "load_cv": round(float(load.std(unbiased=False)) / mean, 4) if mean > 0 else math.inf,
+            "utilisation_variance": round(float((load * self.experts_n).var(unbiased=False)), 4),
             "entropy": round(float(entropy.mean()), 4),
             "max_entropy": round(math.log(self.experts_n), 4),
             "dead_experts": [i for i, v in enumerate(load.tolist()) if v == 0.0],

@@ -12,9 +12,9 @@ words``. Rows of the report:
 
 - ``photo`` (photo-only) and ``text`` (the words alone): the single-modality baselines;
 - ``served``: the engine's fixed blend today (``Settings.query_image_weight``);
-- ``gate``: the photo weight decided per query by the adapter's modality gate
-  (:meth:`query_photo_weight`), its photo and words routed together; one offset on the gate's
-  logit is tuned on the val split (never on the split reported).
+- ``gate``: the photo weight decided per query by the MoE's modality gate over the photo's and
+  the words' vectors (``query_mix_logit``); one offset on the gate's logit is tuned on the val
+  split (never on the split reported).
 
 Metrics: R@10 (BEIR recall: share of the relevant products in the top 10), P@10, nDCG@10.
 """
@@ -130,10 +130,7 @@ def _query_parts(encoder: MultimodalEncoder, g: _Gallery, qs: list[dict[str, Any
     with torch.inference_mode():
         lone_i = torch.from_numpy(encoder.embed(img_f, None).image)
         lone_t = torch.from_numpy(encoder.embed(None, words_f).text)
-        logit = None
-        if hasattr(adapter, "query_mix_logit"):
-            dev = encoder.towers.device
-            logit = adapter.query_mix_logit(torch.from_numpy(img_f).to(dev), torch.from_numpy(words_f).to(dev)).cpu()
+        logit = adapter.query_mix_logit(lone_i, lone_t) if hasattr(adapter, "query_mix_logit") else None
     return lone_i, lone_t, logit
 
 

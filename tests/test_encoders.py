@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -154,11 +155,24 @@ def test_adapter_errors(tmp_path):
 
 def test_shipped_adapters_load_and_match_towers(encoder):
     shipped = list_shipped_adapters()
-    assert {"linear", "mlp"} <= set(shipped)
-    for name in ("linear", "mlp"):
+    assert {"linear", "mlp", "moe"} <= set(shipped)
+    for name in ("linear", "mlp", "moe"):
         a = load_adapter(name)
         assert a.config["towers_key"] == encoder.towers.key
         assert a.image_dim == encoder.towers.image_dim
+        assert len(a.config["weights_sha256"]) == 64  # pinned: load_adapter checks it
+    assert encoder.adapter.kind == "moe"  # the default aligner is the cross-modal MoE gate
+
+
+def test_shipped_gate_refuses_tampered_weights(tmp_path):
+    from vitrine.encoders.adapters import WEIGHTS_DIR
+
+    d = shutil.copytree(WEIGHTS_DIR / "moe", tmp_path / "moe")
+    data = bytearray((d / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (d / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="checksum"):
+        load_adapter(d)
 
 
 def test_encoder_aligns_titles_with_their_photos(encoder, subset_rows):

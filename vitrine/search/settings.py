@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     query_image_weight: float = Field(
         0.5, ge=0.0, le=1.0, description="Weight of the photo when a query has both photo and text."
     )
+    query_mix: Literal["gate", "fixed"] = Field(
+        "gate", description="Photo + words queries: the aligner's modality gate weighs the photo per query (gate; "
+        "adapters without one use query_image_weight) or always query_image_weight (fixed).")
     candidate_multiplier: int = Field(4, ge=1, le=100, description="Over-fetch factor for multi-signal ranking.")
     default_k: int = Field(10, ge=1)
     max_k: int = Field(100, ge=1, le=10_000)

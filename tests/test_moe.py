@@ -429,3 +429,34 @@ def test_training_on_augmented_views_uses_them():
     assert scores[0.9] < scores[0.0] - 0.1, scores
     with pytest.raises(ValueError):
         PairSet(img, txt, np.arange(128), image_views=noise[:, :64])
+
+
+def test_composed_queries_and_protocol_on_real_features(encoder, subset_rows):
+    """Photo + words naming one changed attribute: the queries' relevant sets are what they say,
+    and the photo-only row matches a brute-force ranking."""
+    from vitrine.evals import composed as C
+    from vitrine.evals.datasets import Catalog
+
+    catalog = Catalog.load(limit_ids={r["id"] for r in subset_rows})
+    qs = C.composed_queries(catalog, "train", n=30, seed=1, min_relevant=1)
+    assert qs and {q["kind"] for q in qs} <= set(C.KINDS)
+    for q in qs:
+        p = catalog.rows[q["row"]]
+        assert q["new"] != q["old"] == C.attribute_value(p, q["kind"]) and q["row"] not in q["relevant"]
+        assert q["words"] == C.words_for(q["kind"], q["new"])
+        want = {j for j, r in enumerate(catalog.rows)
+                if r["articleType"] == p["articleType"] and C.attribute_value(r, q["kind"]) == q["new"]} - {q["row"]}
+        assert set(q["relevant"]) == want
+    result = C.composed_eval(encoder, catalog, split="train", tune_split="train", n=30)
+    assert {"photo", "text"} <= set(result["rows"]) and result["composed"] in result["rows"]
+    # brute force: photo-only R@10 = the photo's vector against every product photo vector
+    img_f, txt_f = catalog.features(encoder, progress=False)
+    qs = C.composed_queries(catalog, "train", n=30, seed=3, has_photo=~np.isnan(img_f).any(1))
+    with torch.inference_mode():
+        gal = encoder.embed(img_f, None).image
+        vs = [encoder.embed(img_f[[q["row"]]], None).image[0] for q in qs]
+    recalls = []
+    for q, v in zip(qs, vs):
+        top = np.argsort(-(gal @ v), kind="stable")[:10]
+        recalls.append(len(set(top.tolist()) & set(q["relevant"])) / len(q["relevant"]))
+    assert result["rows"]["photo"]["R@10"] == pytest.approx(np.mean(recalls), abs=2e-3)

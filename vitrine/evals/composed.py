@@ -110,6 +110,7 @@ def composed_queries(catalog: Catalog, split: str, *, n: int = 400, seed: int = 
 class _Gallery:
     """The catalogue's product vectors as the engine indexes them: photo and fused."""
 
+    @torch.inference_mode()
     def __init__(self, encoder: MultimodalEncoder, catalog: Catalog) -> None:
         img_f, txt_f = catalog.features(encoder, progress=False)
         self.img_f, self.txt_f = img_f, txt_f

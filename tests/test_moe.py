@@ -460,3 +460,32 @@ def test_composed_queries_and_protocol_on_real_features(encoder, subset_rows):
         top = np.argsort(-(gal @ v), kind="stable")[:10]
         recalls.append(len(set(top.tolist()) & set(q["relevant"])) / len(q["relevant"]))
     assert result["rows"]["photo"]["R@10"] == pytest.approx(np.mean(recalls), abs=2e-3)
+
+
+def test_degraded_photo_protocol_on_real_features(encoder, subset_rows, tmp_path):
+    """Same-category P@10 of clean and grayscale photos, checked by brute force, and the report."""
+    from vitrine.evals import degraded as D
+    from vitrine.evals.datasets import Catalog
+
+    catalog = Catalog.load(limit_ids={r["id"] for r in subset_rows})
+    split = max(("train", "val", "test"), key=lambda s: int(catalog.split_mask(s).sum()))
+    result = D.degraded_eval(encoder, catalog, ["mlp"], split=split, degradations=("gray",), progress=False)
+    m = result["rows"][0]["metrics"]
+    assert set(m) == {"clean", "gray"} and all(0.0 <= v <= 1.0 for d in m.values() for v in d.values())
+    from vitrine.encoders.adapters import load_adapter
+
+    mlp = load_adapter("mlp")
+    img_f, _ = catalog.features(encoder, progress=False)
+    with torch.inference_mode():
+        vec = mlp(torch.from_numpy(img_f), None).image.numpy()
+    types = np.array([r["articleType"] for r in catalog.rows])
+    precisions = []
+    for q in np.flatnonzero(catalog.split_mask(split)):
+        sims = vec @ vec[q]
+        sims[q] = -np.inf  # its own product left out
+        top = np.argsort(-sims, kind="stable")[:10]
+        precisions.append(float((types[top] == types[q]).mean()))
+    assert m["clean"]["articleType"] == pytest.approx(np.mean(precisions), abs=2e-3)
+    paths = D.write_report(result, tmp_path)
+    assert [p.name for p in paths] == ["degraded.md", "degraded.json", "degraded.png"]
+    assert "| mlp |" in paths[0].read_text()

@@ -33,7 +33,8 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
                    "(default from settings)")
 @click.option("--signals", default=None, help="Signals fused with the vectors: bm25,graph | bm25 | graph | none")
 @click.option("--n", "n_queries", type=int, default=None,
-              help="Queries for --protocol attr (default 500) or anchors for --protocol complements (default 200)")
+              help="Queries for --protocol attr (default 500) or composed (400), anchors for --protocol complements "
+                   "(default 200), photos for --protocol degraded (default: every photo of the split)")
 @click.option("--intent/--no-intent", "use_intent", default=None,
               help="Query intent + slot filters in the searches (default from settings)")
 @click.option("--adapters", default=None,

@@ -27,7 +27,7 @@ def composed_or_degraded(protocol: str, settings: Any, *, split: str, n: int | N
         from vitrine.evals.degraded import degraded_eval, write_report
 
         try:
-            result = degraded_eval(encoder, catalog, adapters, split=split)
+            result = degraded_eval(encoder, catalog, adapters, split=split, limit=n)
         except VitrineError as e:
             raise click.BadParameter(str(e), param_hint="--adapters") from e
         paths = write_report(result, report_dir) if report_dir else []

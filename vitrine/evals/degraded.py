@@ -55,13 +55,17 @@ def same_category_precision(queries: np.ndarray, query_rows: np.ndarray, gallery
 
 
 def degraded_eval(encoder: MultimodalEncoder, catalog: Catalog, adapters: Sequence[str], *, split: str = "test",
-                  degradations: Sequence[str] = DEGRADATIONS, k: int = 10, progress: bool = True) -> dict[str, Any]:
-    """Same-category P@k of the split's photos, clean and per degradation, for each adapter
-    (shipped names or folders; ``name=path`` labels one)."""
+                  degradations: Sequence[str] = DEGRADATIONS, k: int = 10, limit: int | None = None,
+                  progress: bool = True) -> dict[str, Any]:
+    """Same-category P@k of the split's photos (the first ``limit`` of them in catalogue order,
+    or all), clean and per degradation, for each adapter (shipped names or folders;
+    ``name=path`` labels one)."""
     img_f, _ = catalog.features(encoder, progress=progress)
     has_img = ~np.isnan(img_f).any(1)
     gallery_rows = np.flatnonzero(has_img)
     q_rows = np.flatnonzero(catalog.split_mask(split) & has_img)
+    if limit:
+        q_rows = q_rows[:limit]
     photos = [catalog.photo(catalog.ids[int(r)]) for r in q_rows]
     views = {"clean": img_f[q_rows]}
     for d in degradations:

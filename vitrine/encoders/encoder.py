@@ -255,7 +255,6 @@ class MultimodalEncoder:
         return out
 
     # -- shared space ----------------------------------------------------------------------
-    @torch.inference_mode()
     def query_photo_weight(self, image_vec: np.ndarray, text_vec: np.ndarray, default: float) -> float:
         """The photo's weight for a query with a photo and words (their shared-space vectors): the
         adapter's per-query choice when it makes one (the MoE's modality gate), else ``default``."""
@@ -267,6 +266,7 @@ class MultimodalEncoder:
                    torch.from_numpy(np.asarray(text_vec, dtype=np.float32)[None]))
         return float(w[0])
 
+    @torch.inference_mode()
     def embed(self, image_feats: np.ndarray | None, text_feats: np.ndarray | None) -> Embeddings:
         """Adapter over backbone features. Rows whose image features are NaN count as no photo."""
         if image_feats is None and text_feats is None:

@@ -155,19 +155,18 @@ def test_adapter_errors(tmp_path):
 
 def test_shipped_adapters_load_and_match_towers(encoder):
     shipped = list_shipped_adapters()
-    assert {"linear", "mlp", "moe"} <= set(shipped)
-    for name in ("linear", "mlp", "moe"):
+    assert {"linear", "mlp"} <= set(shipped)
+    for name in shipped:
         a = load_adapter(name)
         assert a.config["towers_key"] == encoder.towers.key
         assert a.image_dim == encoder.towers.image_dim
         assert len(a.config["weights_sha256"]) == 64  # pinned: load_adapter checks it
-    assert encoder.adapter.kind == "moe"  # the default aligner is the cross-modal MoE gate
 
 
-def test_shipped_gate_refuses_tampered_weights(tmp_path):
+def test_shipped_adapters_refuse_tampered_weights(tmp_path):
     from vitrine.encoders.adapters import WEIGHTS_DIR
 
-    d = shutil.copytree(WEIGHTS_DIR / "moe", tmp_path / "moe")
+    d = shutil.copytree(WEIGHTS_DIR / "mlp", tmp_path / "mlp")
     data = bytearray((d / "model.safetensors").read_bytes())
     data[-1] ^= 1
     (d / "model.safetensors").write_bytes(bytes(data))

@@ -134,7 +134,7 @@ def test_writes_need_the_api_key(write_client, subset_rows):
 
 def test_openapi_lists_the_endpoints(client):
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/search", "/search/image", "/products/{pid}", "/health", "/metrics"} <= set(paths)
+    assert {"/v1/search", "/v1/search/image", "/v1/products/{pid}", "/v1/health", "/v1/metrics"} <= set(paths)
 
 
 def test_search_concurrency_lets_that_many_searches_run_at_once(fresh_engine):

@@ -68,7 +68,7 @@ def write_schema(engine, settings_factory, encoder, tmp_path_factory):
     app = create_app(engine=eng)
     app.state.engine = eng
     yield schemathesis.openapi.from_asgi("/openapi.json", app).include(
-        method=["PUT", "DELETE", "POST"], path_regex=r"^/(products/\{pid\}|admin/snapshot)$")
+        method=["PUT", "DELETE", "POST"], path_regex=r"^/v1/(products/\{pid\}|admin/snapshot)$")
     eng.records.close()
 
 
@@ -106,7 +106,7 @@ def test_fuzz_the_api_over_the_session_engine(read_schema):
 def test_fuzz_writes_and_admin_with_the_key(write_schema):
     per_op = fuzz(write_schema, {"X-API-Key": KEY}, 70, "write")
     print("schemathesis cases per operation (with the key):", per_op)
-    assert set(per_op) == {"PUT /products/{pid}", "DELETE /products/{pid}", "POST /admin/snapshot"}
+    assert set(per_op) == {"PUT /v1/products/{pid}", "DELETE /v1/products/{pid}", "POST /v1/admin/snapshot"}
 
 
 def test_fuzz_ran_over_a_thousand_cases_without_a_server_error():

@@ -22,15 +22,16 @@ from vitrine.index.graph import (
     norm_key,
 )
 from vitrine.ingest.catalog import ingest_file
+from vitrine import resources
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
 from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted, graph_candidate_ids
 from vitrine.search.models import Filters, SearchRequest
 
-from conftest import REPO, SOURCE
+from conftest import SOURCE
 
-GRAPH_DIR = REPO / "data" / "graph"
-TAXONOMY = REPO / "data" / "taxonomy" / "google-product-taxonomy.en-US.txt"
+GRAPH_DIR = resources.graph_dir()
+TAXONOMY = resources.taxonomy_file()
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +268,11 @@ def test_bm25_is_transactional_with_the_records(fresh_engine, catalog_dir):
 
 
 def test_hybrid_search_uses_and_explains_every_signal(engine):
-    res = engine.search(SearchRequest(text="puma sports shoes for men", k=5, explain=True))
+    engine.settings.calibration = "off"  # the configured fusion weights (an untuned catalogue ranks at the floor)
+    try:
+        res = engine.search(SearchRequest(text="puma sports shoes for men", k=5, explain=True))
+    finally:
+        engine.settings.calibration = "auto"
     assert not {"graph", "bm25"} & set(res.degraded)
     assert res.query["graph_terms"]["brand"] == ["puma"]
     top = res.results[0]

@@ -178,8 +178,9 @@ def test_writes_and_admin_actions_need_the_key(fresh_engine, method, path, body)
 
 
 def test_the_key_is_compared_in_constant_time():
-    src = (REPO / "vitrine" / "web" / "app.py").read_text()
-    fn = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == "require_key")
+    src = (REPO / "vitrine" / "web" / "deps.py").read_text()
+    fn = next(n for n in ast.walk(ast.parse(src))
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "require_key")
     calls = {ast.unparse(c.func) for c in ast.walk(fn) if isinstance(c, ast.Call)}
     assert "hmac.compare_digest" in calls
     assert not any(isinstance(c, ast.Compare) and any(isinstance(o, (ast.Eq, ast.NotEq)) for o in c.ops)

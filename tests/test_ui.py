@@ -70,7 +70,7 @@ def base_url(engine):
     server = uvicorn.Server(uvicorn.Config(create_app(engine=engine), log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.time() + 30
+    deadline = time.time() + 600  # the lifespan warms the engine up first (slow on a busy machine)
     while not server.started:
         assert thread.is_alive() and time.time() < deadline, "uvicorn did not start"
         time.sleep(0.05)
@@ -307,6 +307,48 @@ def test_filter_chips_narrow_every_card(page, api):
         shown = page.eval_on_selector_all("#filters .chip-btn[data-field='colour']",
                                           "els => els.map(e => e.dataset.value)")
         assert {f["value"] for f in facets} <= set(shown)
+
+
+def test_more_results_sort_and_facet_counts_from_the_response(page, api):
+    """The UI asks for facets and highlights, shows the API's counts on its chips, pages with
+    "More results" (the next page of the same order, no duplicates) and sorts."""
+    query = next(q for q in ("men", "shirt", "shoes", "women", "black") if api.post(
+        "/v1/search", json={"text": q, "k": 24, "facets": ["gender"]}).json()["total"] > 24)
+    req = type_query(page, query)
+    assert req["facets"] == ["gender", "category", "colour"] and req["highlight"] is True and req["k"] == 24
+    want = api.post("/v1/search", json=req).json()
+    # the chips' counts are the response's facet counts (among every matching product)
+    checked = 0
+    for f in ("gender", "category", "colour"):
+        for fv in want["facets"][f]:
+            chip = page.locator(f"#filters .chip-btn[data-field='{f}'][data-value='{fv['value']}']")
+            if chip.count() and fv["count"] < want["total"]:  # a value that would narrow the results
+                assert chip.get_attribute("title").startswith(f"{fv['count']} matching"), (f, fv)
+                checked += 1
+    assert checked
+    assert f"of {'' if want['total_exact'] else 'about '}{want['total']:,} results" in page.inner_text("#status")
+    # "More results": the next page, appended
+    first_page = card_ids(page)
+    with page.expect_response(is_search) as info:
+        page.get_by_role("button", name="More results").click()
+    nxt = info.value.request.post_data_json
+    assert nxt["offset"] == 24 and nxt["text"] == query
+    page.wait_for_function("document.querySelectorAll('#results .card').length > 24")
+    both = card_ids(page)
+    assert both[:24] == first_page and len(set(both)) == len(both)
+    assert both[24:] == [h["id"] for h in api.post("/v1/search", json=nxt).json()["results"]]
+    # highlighted words are <mark> elements, built from the API's spans
+    marks = page.eval_on_selector_all("#results .card-title mark", "els => els.map(e => e.textContent)")
+    assert marks and all(m.casefold().startswith(query[:3]) for m in marks), marks
+    shot(page, "06-more-results")
+    # a sort order: the request says it, the address keeps it
+    before = renders(page)
+    with page.expect_response(is_search) as info:
+        page.select_option("#sort", "newest")
+    wait_render(page, before, "sort newest")
+    assert info.value.request.post_data_json["sort"] == "newest" and "sort=newest" in page.evaluate("location.hash")
+    assert card_ids(page) == [h["id"] for h in api.post("/v1/search", json=info.value.request.post_data_json)
+                              .json()["results"]]
 
 
 def test_product_page_shows_recommendations(page, api):

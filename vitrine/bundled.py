@@ -1,6 +1,11 @@
-"""The catalogue bundled with Vitrine: ``data/fashion-small`` (see ``data/README.md``).
+"""The catalogues bundled with Vitrine, and how to read them.
 
-A leaf module (it imports nothing else of Vitrine's but its errors), so every layer that needs
+- :func:`bundled_dir`: the full catalogue, ``data/fashion-small`` of a source checkout (see
+  ``data/README.md``; 20,873 products), for training and evals. Not in the wheel.
+- :func:`demo_dir`: the demo catalogue shipped in the package (``vitrine/resources/demo``;
+  2,000 products covering every article type), what ``vitrine demo`` builds from.
+
+A leaf module (it imports nothing else of Vitrine's but its errors and resources), so every layer that needs
 the bundled data — ingest's converter, evals' protocols, intent's query generator — reads it
 the same way without depending on each other.
 
@@ -15,6 +20,7 @@ import csv
 import logging
 from pathlib import Path
 
+from vitrine import resources
 from vitrine.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -23,14 +29,20 @@ COLUMNS = ["id", "gender", "masterCategory", "subCategory", "articleType", "base
            "usage", "productDisplayName"]
 
 
+def demo_dir() -> Path:
+    """The demo catalogue shipped in the package (``styles.csv``, ``splits.csv``, ``images/``)."""
+    return resources.demo_dir()
+
+
 def bundled_dir() -> Path:
-    """``data/fashion-small`` of this checkout."""
+    """``data/fashion-small`` of this checkout (or of the working directory): the full catalogue."""
     for root in (Path(__file__).resolve().parents[1], Path.cwd()):
         d = root / "data" / "fashion-small"
         if (d / "styles.csv").is_file():
             return d
-    raise InvalidInput("the bundled catalogue (data/fashion-small) is not here; run from a Vitrine checkout "
-                       "or pass the catalogue folder explicitly")
+    raise InvalidInput("the full catalogue (data/fashion-small) is not here: it lives in a Vitrine source "
+                       "checkout (run from there), or pass the catalogue folder explicitly; the installed "
+                       "package ships the demo catalogue only")
 
 
 def read_styles(source: Path) -> list[dict[str, str]]:

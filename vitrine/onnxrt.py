@@ -24,8 +24,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -35,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitrine.atomic import atomic_path
 from vitrine.errors import MissingExtra, ModelError
 
 log = logging.getLogger(__name__)
@@ -104,18 +103,13 @@ class OnnxModule:
         restore = prepare() if prepare is not None else None
         try:
             if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
-                os.close(fd)
                 try:
-                    with torch.no_grad(), warnings.catch_warnings():
+                    with atomic_path(path, fsync=False) as tmp, torch.no_grad(), warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # tracer notes on shapes the probes check below
-                        torch.onnx.export(module, tuple(example), tmp, input_names=list(input_names),
+                        torch.onnx.export(module, tuple(example), str(tmp), input_names=list(input_names),
                                           output_names=["out"], dynamic_axes=dynamic_axes, opset_version=17,
                                           dynamo=False)
-                    os.replace(tmp, path)
                 except Exception as e:
-                    Path(tmp).unlink(missing_ok=True)
                     raise ModelError(f"ONNX export of {key} failed: {e}") from e
             out = cls(path, input_names, threads=threads)
             worst = 0.0
@@ -155,19 +149,15 @@ class OnnxModule:
         path = self.path.parent / f"{digest}.int8.onnx"
         t0 = time.perf_counter()
         if not path.exists():
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
-            os.close(fd)
             try:
                 graph = onnx.load(str(self.path))
                 weights = {i.name for i in graph.graph.initializer}
                 keep = [n.name for n in graph.graph.node if n.op_type == "MatMul" and exclude(n, weights)]
-                with warnings.catch_warnings():
+                with atomic_path(path, fsync=False) as tmp, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    quantize_dynamic(str(self.path), tmp, weight_type=QuantType.QInt8, per_channel=True,
+                    quantize_dynamic(str(self.path), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
                                      op_types_to_quantize=["MatMul"], nodes_to_exclude=keep)
-                os.replace(tmp, path)
             except Exception as e:
-                Path(tmp).unlink(missing_ok=True)
                 raise ModelError(f"int8 quantisation of {key} failed: {e}") from e
         out = OnnxModule(path, self.input_names, threads=threads)
         worst = 1.0

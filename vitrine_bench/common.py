@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
+
+from vitrine.client import ApiError, Client, RetryPolicy, Unreachable
 
 
 def machine() -> dict[str, Any]:
@@ -162,9 +163,10 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: flo
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return Server(proc, url)
-        except httpx.HTTPError:
+            with Client(url, timeout=2, retry=RetryPolicy(attempts=1)) as c:
+                c.health()
+            return Server(proc, url)
+        except (ApiError, Unreachable):
             pass
         time.sleep(0.5)
     proc.kill()

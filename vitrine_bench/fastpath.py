@@ -237,8 +237,8 @@ def _precision_encoder(enc: Any, precision: str, runtime: str = "torch", cache_d
 
 def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:  # noqa: ANN001
     from vitrine import onnxrt
-    from vitrine.cli.evalcmd import attribute_queries
     from vitrine.evals import protocols as P
+    from vitrine.evals.catalogue_queries import attribute_queries
     from vitrine.evals.datasets import Catalog, EvalQuery
     from vitrine.search.engine import Engine
     from vitrine.search.settings import Settings
@@ -247,7 +247,7 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
     engine = Engine.open(settings)
     catalog = Catalog.load()
     present = set(engine.records.ids())
-    qs = attribute_queries(settings, "test", n_attr)
+    qs = attribute_queries(settings.graph_dir, settings.taxonomy_file, "test", n_attr)
     evq = [EvalQuery(qid=q["qid"], text=q["text"], image=None,
                      relevant={i: 1.0 for i in q["relevant"] if i in present}) for q in qs]
     evq = [q for q in evq if q.relevant]

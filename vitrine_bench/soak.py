@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from vitrine.client import Client
 from vitrine_bench.common import Report, Server, pct, start_server
 
 KEY = "soak-key"
@@ -132,7 +133,8 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 600.0, cli
     samples: list[dict[str, Any]] = []
     load = Load(srv.url, pool, n_soak_ids, seed)
     try:
-        health0 = httpx.get(srv.url + "/health", timeout=30).json()
+        with Client(srv.url, timeout=30) as vc:
+            health0 = vc.health()
         rep.add("server_start", {k: health0.get(k) for k in ("products", "model", "index", "snapshot", "recovery")})
         threads = [threading.Thread(target=load.client_loop, args=(n,), daemon=True) for n in range(clients)]
         t_start = time.monotonic()
@@ -155,8 +157,8 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 600.0, cli
         load.stop.set()
         for t in threads:
             t.join(60)
-        health1 = httpx.get(srv.url + "/health", timeout=30).json()
-        metrics = httpx.get(srv.url + "/metrics", timeout=30).text
+        with Client(srv.url, timeout=30) as vc:
+            health1, metrics = vc.health(), vc.metrics()
     finally:
         if own:
             srv.stop()

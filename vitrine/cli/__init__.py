@@ -74,6 +74,12 @@ def data_option(f):  # noqa: ANN001, ANN201
                         help="Data dir (records, photos, index)")(f)
 
 
+def store_option(f):  # noqa: ANN001, ANN201
+    return click.option("--store", default=None, metavar="URL",
+                         help="Shared record store postgresql://user:pw@host:port/db (default: SQLite in --data; "
+                              "env VITRINE_STORE). --data then holds only rebuildable index snapshots and caches")(f)
+
+
 def model_options(f):  # noqa: ANN001, ANN201
     f = click.option("--adapter", default=None, help="Adapter name or folder (default from settings)")(f)
     f = click.option("--model", default=None, help="Tower config or open_clip architecture")(f)
@@ -83,3 +89,4 @@ def model_options(f):  # noqa: ANN001, ANN201
 
 
 from vitrine.cli import commands  # noqa: E402,F401  (registers the commands)
+from vitrine.cli import storecmd  # noqa: E402,F401  (registers `vitrine store`)

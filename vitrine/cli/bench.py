@@ -6,16 +6,22 @@ from pathlib import Path
 
 import click
 
-from vitrine.cli import main
+from vitrine.cli import main, make_settings
 
 OUT = Path("bench-results")
 
 
+BENCH_EXTRA = ("matplotlib", "aiohttp")  # pyproject.toml's `bench` extra
+
+
 def _bench():  # noqa: ANN202
-    try:
-        import vitrine_bench  # noqa: F401
-    except ImportError as e:  # pragma: no cover
-        raise click.ClickException("benchmarks need the vitrine_bench package from a Vitrine checkout") from e
+    """Fail with what to install when the benchmarks' dependencies are missing."""
+    from importlib.util import find_spec
+
+    missing = [m for m in ("vitrine_bench", *BENCH_EXTRA) if find_spec(m) is None]
+    if missing:
+        raise click.ClickException(f"benchmarks need {', '.join(missing)}: pip install 'vitrine[bench]' "
+                                   "(in a checkout: pip install -e '.[bench]')")
 
 
 @main.group()
@@ -31,7 +37,8 @@ def bench() -> None:
               help="Serve with the query-embedding cache on (repeated queries skip their encode)")
 @click.option("--rates", default="", show_default=True,
               help="Also run each client count paced at these total request rates (per second, comma-separated)")
-@click.option("--mixes", default="text,photo,mixed", show_default=True, help="Query mixes to run")
+@click.option("--mixes", default="text,photo,mixed", show_default=True,
+              help="Query mixes to run: text, text+facets (all facets and highlights), photo, mixed")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="API worker processes of the server under test (vitrine serve --workers)")
 @click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,
@@ -51,6 +58,36 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
                    mixes_wanted=[m.strip() for m in mixes.split(",") if m.strip()], workers=workers,
                    repeats=repeats)
     click.echo(f"report: {path}")
+
+
+@bench.command("typo")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
+@click.option("--queries", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="Exact-word qrels of the test split (vitrine make-queries --kind words --split test)")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_typo(data_dir: Path, queries: Path, out: Path) -> None:
+    """nDCG@10 of exact-word queries with one or two typos, BM25 typo tolerance off and on."""
+    _bench()
+    from vitrine.evals.datasets import load_qrels
+    from vitrine.search.engine import Engine
+    from vitrine_bench import storefront
+
+    click.echo(f"report: {storefront.typo(Engine.open(make_settings(data_dir=data_dir)), load_qrels(queries), out)}")
+
+
+@bench.command("floor")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
+@click.option("--queries", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="Val qrels (vitrine make-queries --split val)")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_floor(data_dir: Path, queries: Path, out: Path) -> None:
+    """The relevance floor of sorted and faceted searches, from val queries."""
+    _bench()
+    from vitrine.evals.datasets import load_qrels
+    from vitrine.search.engine import Engine
+    from vitrine_bench import storefront
+
+    click.echo(f"report: {storefront.floor(Engine.open(make_settings(data_dir=data_dir)), load_qrels(queries), out)}")
 
 
 @bench.command("ingest")
@@ -253,3 +290,32 @@ def bench_soak(data_dir: Path, duration: float, clients: int, sample_s: float, o
 
     path = soak.run(data_dir, out, source=bundled_dir(), duration=duration, clients=clients, sample_s=sample_s)
     click.echo(f"report: {path}")
+
+
+@bench.command("pgvector")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="A SQLite data dir whose vectors are the base and the queries")
+@click.option("--queries", type=int, default=300, show_default=True)
+@click.option("--ef-search", type=int, default=128, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_pgvector(data_dir: Path, queries: int, ef_search: int, out: Path) -> None:
+    """pgvector HNSW (iterative scan) vs FAISS Flat: recall@10, filtered k, latency."""
+    _bench()
+    from vitrine_bench import pgvector
+
+    click.echo(f"report: {pgvector.run(data_dir, out, queries=queries, ef_search=ef_search)}")
+
+
+@bench.command("scaleout")
+@click.option("--n", type=int, default=400, show_default=True, help="Catalogue products (with photos)")
+@click.option("--rate", type=float, default=50.0, show_default=True, help="Writes/s through replica A")
+@click.option("--seconds", type=float, default=20.0, show_default=True, help="How long the writes run")
+@click.option("--load-seconds", type=float, default=15.0, show_default=True, help="Seconds per API latency row")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Closed-loop search clients")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_scaleout(n: int, rate: float, seconds: float, load_seconds: float, concurrency: int, out: Path) -> None:
+    """Replicas on a shared PostgreSQL: follow lag, ingest rate and API p99 vs SQLite."""
+    _bench()
+    from vitrine_bench import scaleout
+
+    click.echo(f"report: {scaleout.run(out, n=n, rate=rate, write_s=seconds, load_s=load_seconds, concurrency=concurrency)}")

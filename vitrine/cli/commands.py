@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, model_options
+from vitrine.cli import data_option, main, make_settings, model_options, store_option
 from vitrine.cli.kafka import serve_options  # also registers publish/consume
 
 log = logging.getLogger("vitrine")
@@ -40,6 +40,7 @@ def _print_report(report) -> None:  # noqa: ANN001
 @click.argument("catalog", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @data_option
 @model_options
+@store_option
 @click.option("--limit", type=int, default=None, help="Ingest only the first N records")
 @click.option("--batch-size", type=int, default=512, show_default=True)
 def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **model: Any) -> None:
@@ -50,6 +51,10 @@ def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **
     engine = _engine(settings)
     try:
         report = ingest_file(engine, catalog, batch_size=batch_size, limit=limit, progress=True)
+        if report.upserted:
+            from vitrine.cli.tune import maybe_tune_after_ingest
+
+            maybe_tune_after_ingest(engine)
     finally:
         engine.close()
     _print_report(report)
@@ -60,6 +65,7 @@ def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **
 @main.command()
 @data_option
 @model_options
+@store_option
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1)")
 @click.option("--port", type=int, default=None, help="Port (default 8000)")
 @click.option("--workers", type=click.IntRange(1, 64), default=None,
@@ -104,30 +110,33 @@ def _serve(settings, *, consume: bool = False, follow: float | None = None) -> N
 @main.command()
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=Path(".vitrine/demo"),
               show_default=True, help="Where the demo data dir is built")
-@click.option("--full", is_flag=True, help="The whole catalogue (20,873 products) instead of a subset")
-@click.option("--limit", type=int, default=4000, show_default=True, help="Subset size when not --full")
+@click.option("--full", is_flag=True, help="The full catalogue of a source checkout (data/fashion-small, 20,873 "
+                                           "products) instead of the shipped demo catalogue (2,000)")
+@click.option("--limit", type=int, default=None, help="A stratified subset of N products of the catalogue")
 @click.option("--host", default=None)
 @click.option("--port", type=int, default=None)
 @click.option("--no-serve", is_flag=True, help="Build the demo data dir and exit")
-def demo(data_dir: Path, full: bool, limit: int, host: str | None, port: int | None, no_serve: bool) -> None:
-    """Build the demo catalogue (once) from the bundled data, then serve API + UI."""
-    from vitrine.ingest.catalog import ingest_file
-    from vitrine.ingest.fashion import bundled_dir, convert, demo_subset
+def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: int | None, no_serve: bool) -> None:
+    """Build the demo data dir (once) from the shipped demo catalogue, then serve API + UI."""
+    from vitrine.ingest.catalog import ingest_records, read_catalog
+    from vitrine.ingest.fashion import bundled_dir, convert, demo_dir, demo_subset
 
     settings = make_settings(data_dir=data_dir, host=host, port=port)
-    source = bundled_dir()
+    source = bundled_dir() if full else demo_dir()
     marker = data_dir / "demo.json"
-    want = "full" if full else f"subset-{limit}"
+    want = ("full" if full else "demo") + (f"-{limit}" if limit else "")
     state = json.loads(marker.read_text()) if marker.is_file() else {}
     if state.get("catalog") != want:
         t0 = time.time()
-        ids = None if full else demo_subset(source, limit)
-        out = source / ("catalog.jsonl" if full else f"catalog-demo-{limit}.jsonl")
-        n = convert(source, out, ids)
+        ids = demo_subset(source, limit) if limit else None
+        # the converted catalogue goes into the data dir (the package folder may be read-only); its
+        # photo paths are relative to the catalogue folder, the only folder ingest reads photos from
+        out = data_dir / "catalog-source.jsonl"
+        n = convert(source, out, ids, photo_base=source)
         click.echo(f"building the demo data dir {data_dir} from {n} bundled products (once)...", err=True)
         engine = _engine(settings)
         try:
-            report = ingest_file(engine, out, progress=True)
+            report = ingest_records(engine, read_catalog(out), source, progress=True, total=n)
         finally:
             engine.close()
         _print_report(report)
@@ -225,4 +234,6 @@ def info(data_dir: Path) -> None:
 
 from vitrine.cli import bench, evalcmd, train  # noqa: E402,F401
 from vitrine.cli import graphcmd  # noqa: E402,F401
+from vitrine.cli import tune  # noqa: E402,F401
 from vitrine.cli import reliability  # noqa: E402,F401
+from vitrine.cli import settingscmd  # noqa: E402,F401

@@ -9,12 +9,12 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, model_options
+from vitrine.cli import main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
-PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation", "composed",
-             "degraded"]
+PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation",
+             "domain-shift", "composed", "degraded"]
 
 
 @main.command("eval")
@@ -44,8 +44,10 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
                    "moe-dk=moe@dynamic_k=true@dynamic_threshold=0.7); the ConSE and text-tower baselines "
                    "are always in")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="--protocol ablation / degraded: write gate_ablation.* / degraded.* (.md/.json/.png) here")
+              help="--protocol ablation / degraded: write gate_ablation.* / degraded.* (.md/.json/.png) here "
+                   "(domain-shift: domain-shift.md/...)")
 @model_options
+@store_option
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
              use_intent: bool | None, adapters: str | None, report_dir: Path | None, **model: Any) -> None:
@@ -62,6 +64,23 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     protocol = protocol or ("qrels" if queries else None)
     if protocol is None:
         raise click.UsageError("give --queries QRELS (with --data) or --protocol")
+    if protocol == "domain-shift":  # leave each domain out, serve it as a new catalogue (docs/tuning.md)
+        import tempfile
+
+        from vitrine.cli.tune import domain_shift_command
+
+        work = data_dir or Path(tempfile.mkdtemp(prefix="vitrine-domain-shift-"))
+        result = domain_shift_command(make_settings(**model), work, n_queries or 200, retrain=True)
+        text = json.dumps(result, indent=2)
+        click.echo(text)
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(text + "\n")
+        if report_dir:
+            from vitrine.evals.domain_shift import write_report
+
+            write_report(result, report_dir)
+        return
     if protocol == "intent":  # the intent classifier on its held-out queries (no data dir needed)
         _intent_eval(json_out)
         return
@@ -131,21 +150,10 @@ def _adapter_list(text: str) -> list[str]:
 
 
 def attribute_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
-    """Attribute queries seeded by ``split``'s products ("men black casual shoes"); relevant =
-    every catalogue product matching all the attributes named. Brands come from the knowledge
-    graph's learned lexicon (multi-word brands included)."""
-    from vitrine.evals.attribute_queries import eval_queries
-    from vitrine.index.graph import GraphData
-    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+    """Attribute queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
+    from vitrine.evals import catalogue_queries
 
-    source = bundled_dir()
-    rows = read_styles(source)
-    splits = read_splits(source)
-    if split not in set(splits.values()):
-        raise click.BadParameter(f"unknown split {split!r}; use train, val or test", param_hint="--split")
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
-    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
-    return eval_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+    return catalogue_queries.attribute_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
 
 
 @main.command("make-queries")
@@ -172,16 +180,10 @@ def make_queries(kind: str, split: str, n: int, seed: int, out: Path) -> None:
 
 
 def title_word_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:
-    from vitrine.evals.word_queries import word_queries
-    from vitrine.index.graph import GraphData
-    from vitrine.ingest.fashion import bundled_dir, read_splits, read_styles
+    """Exact-word queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
+    from vitrine.evals import catalogue_queries
 
-    source = bundled_dir()
-    rows = read_styles(source)
-    splits = read_splits(source)
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
-    seeds = [i for i, r in enumerate(rows) if splits.get(r["id"]) == split]
-    return word_queries(rows, seeds, n=n, seed=seed, brand_fn=brands.from_title)
+    return catalogue_queries.title_word_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
 
 
 def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_out: Path | None,
@@ -218,13 +220,16 @@ def _intent_eval(json_out: Path | None) -> None:
                               min_confidence=settings.intent_min_confidence)
     result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
                          "slot_exact_match": result["slot_exact_match"],
-                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"]}
+                         "heldout_titles_search_rate": result["heldout_titles"]["search_rate"],
+                         "heldout_taxonomy_leaves_search_rate": result["heldout_taxonomy_leaves"]["search_rate"]}
     text = json.dumps(result, indent=2, ensure_ascii=False)
     click.echo(text)
     click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
                f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']}); held-out catalogue "
                f"titles sent to search {result['heldout_titles']['search_rate']:.4f} "
-               f"(n={result['heldout_titles']['n']})", err=True)
+               f"(n={result['heldout_titles']['n']}); held-out taxonomy leaves sent to search "
+               f"{result['heldout_taxonomy_leaves']['search_rate']:.4f} (n={result['heldout_taxonomy_leaves']['n']})",
+               err=True)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(text + "\n")

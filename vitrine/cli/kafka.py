@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, model_options
+from vitrine.cli import main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
@@ -101,6 +101,7 @@ def publish(catalog: Path | None, kafka_topic: str | None, kafka_bootstrap: str 
 @_stream_options
 @click.option("--group", "kafka_group", default=None, help="Consumer group (default from settings)")
 @model_options
+@store_option
 @click.option("--dlq-topic", "kafka_dlq_topic", default=None, help="Dead-letter topic (default <topic>.dlq)")
 @click.option("--batch-size", "kafka_batch_size", type=int, default=None, help="Most events per batch")
 @click.option("--photo-root", "kafka_photo_root", type=click.Path(path_type=Path, file_okay=False), default=None,

@@ -56,7 +56,7 @@ def swap(data_dir: Path | None, url: str | None, api_key: str | None, dry_run: b
 
 
 def _swap_remote(url: str, api_key: str | None, req: Any, timeout: float) -> None:  # noqa: ANN401
-    import httpx
+    from vitrine.client import ApiError, Client, Unreachable
 
     key = api_key
     if key is None:
@@ -65,19 +65,16 @@ def _swap_remote(url: str, api_key: str | None, req: Any, timeout: float) -> Non
     if not key:
         raise click.UsageError("the server's admin actions need its API key: --api-key or VITRINE_API_KEY")
     try:
-        r = httpx.post(url.rstrip("/") + "/admin/swap", json=req.model_dump(exclude_none=True),
-                       headers={"X-API-Key": key}, timeout=timeout)
-    except httpx.HTTPError as e:
+        with Client(url, api_key=key, timeout=timeout) as vc:
+            report = vc.swap(req)
+    except Unreachable as e:
         raise click.ClickException(f"cannot reach {url}: {e}") from e
-    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {"text": r.text}
-    if r.status_code == 200:
-        click.echo(json.dumps(body, indent=2))
-        click.echo(body.get("reason", ""), err=True)
-        return
-    err = body.get("error", {})
-    click.echo(json.dumps(err.get("detail") or body, indent=2))
-    click.echo(f"refused ({r.status_code}): {err.get('message', r.text)}", err=True)
-    sys.exit(3 if r.status_code == 409 else 1)
+    except ApiError as e:
+        click.echo(json.dumps(e.detail if e.detail is not None else {"error": e.message}, indent=2))
+        click.echo(f"refused ({e.status}): {e.message}", err=True)
+        sys.exit(3 if e.status == 409 else 1)
+    click.echo(report.model_dump_json(indent=2))
+    click.echo(report.reason, err=True)
 
 
 @main.command()

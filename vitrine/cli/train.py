@@ -92,12 +92,15 @@ def train() -> None:
               help="MoE: straight-through Gumbel-softmax routing at this temperature while training; 0 = noisy top-k")
 @click.option("--route-kl", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="MoE: weight of a routing-agreement loss (symmetric KL between a product's photo and title routes)")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Train on this ingested data dir's catalogue (its photos + pseudo-queries; early-stops on "
+                   "held-out products), then install it by hot swap and re-tune (docs/tuning.md)")
+@click.option("--no-install", is_flag=True, help="With --data: train and save only")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
-               lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
+               lr: float, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
                ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
-               gumbel_tau: float,
-               route_kl: float) -> None:
+               gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
@@ -106,6 +109,14 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     """
     if hidden is None:
         hidden = DEFAULT_MOE_HIDDEN if kind == "moe" else 512
+    if data_dir is not None:
+        from vitrine.cli.tune import train_gate_on_data
+
+        click.echo(json.dumps(train_gate_on_data(data_dir, kind=kind, out=out, epochs=epochs, patience=patience,
+                                                 batch_size=batch_size, lr=lr, dim=dim, hidden=hidden, seed=seed,
+                                                 install=not no_install, overrides=_parse_overrides(overrides)),
+                              indent=2))
+        return
     settings = make_settings(model=model)
     result = train_gate_command(
         settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,

@@ -1,1 +1,1 @@
-"""Vitrine encoders layer (see DESIGN.md)."""
+"""Vitrine encoders layer (see docs/design.md)."""

@@ -1,4 +1,4 @@
-"""Building blocks of the query fast path: a dynamic micro-batcher and a thread-safe LRU cache.
+"""Building blocks of the query fast path: a dynamic micro-batcher and its LRU cache (:mod:`vitrine.lru`).
 
 ``MicroBatcher`` turns many concurrent single-item calls into a few batched ones. Callers
 ``submit`` an item and wait on a future; one worker thread takes the first queued item, then
@@ -17,67 +17,20 @@ import queue
 import threading
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
+
+from vitrine.lru import LRU
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
-V = TypeVar("V")
 
 
-class LRUCache(Generic[V]):
-    """A bounded least-recently-used map, safe to share between threads. ``size=0`` disables it."""
-
-    def __init__(self, size: int) -> None:
-        if size < 0:
-            raise ValueError("cache size must be >= 0")
-        self.size = size
-        self._data: OrderedDict[Hashable, V] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: Hashable) -> V | None:
-        if self.size == 0:
-            self.misses += 1
-            return None
-        with self._lock:
-            v = self._data.get(key)
-            if v is None:
-                self.misses += 1
-                return None
-            self._data.move_to_end(key)
-            self.hits += 1
-            return v
-
-    def put(self, key: Hashable, value: V) -> None:
-        if self.size == 0:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.size:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, key: Hashable) -> bool:
-        with self._lock:
-            return key in self._data
-
-    def stats(self) -> dict[str, Any]:
-        total = self.hits + self.misses
-        return {"size": len(self._data), "capacity": self.size, "hits": self.hits, "misses": self.misses,
-                "hit_rate": self.hits / total if total else 0.0}
+# The query-embedding cache is the one LRU every layer uses.
+LRUCache = LRU
 
 
 class _Closed:

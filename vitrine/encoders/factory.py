@@ -13,6 +13,7 @@ config pins one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -22,6 +23,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -288,6 +290,30 @@ def _towers_key(name: str, cfg: dict[str, Any], weight_hashes: list[str]) -> str
     return f"{name}-{h.hexdigest()[:16]}"
 
 
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Load a transformers model without its progress bar and its load report.
+
+    The MiniLM package's checkpoint holds a pooler the text tower does not use: transformers
+    reports those keys as UNEXPECTED (expected here: the tower's output is mean-pooled tokens)
+    and draws a progress bar, on every start. Errors still raise; only the chatter goes.
+    """
+    try:
+        from transformers.utils import logging as hf_logging  # noqa: PLC0415
+    except ImportError:  # no transformers: nothing to quiet
+        yield
+        return
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
 def create_towers(
     name: str = DEFAULT_MODEL,
     pretrained: str | os.PathLike[str] | None = None,
@@ -339,7 +365,8 @@ def create_towers(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: never reach for a hub
     try:
-        model = open_clip.create_model(f"local-dir:{folder}", device="cpu", **overrides)
+        with quiet_transformers():
+            model = open_clip.create_model(f"local-dir:{folder}", device="cpu", **overrides)
     except Exception as e:  # open_clip raises a zoo of types
         raise ModelError(f"could not build model {name!r}: {e}") from e
 

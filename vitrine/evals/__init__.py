@@ -1,1 +1,1 @@
-"""Vitrine evals layer (see DESIGN.md)."""
+"""Vitrine evals layer (see docs/design.md)."""

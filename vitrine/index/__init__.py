@@ -1,1 +1,1 @@
-"""Vitrine index layer (see DESIGN.md)."""
+"""Vitrine index layer (see docs/design.md)."""

@@ -16,7 +16,11 @@ gives the same numbers from numpy postings in about a millisecond, without that 
 - it follows the record store's change sequence: products changed since its snapshot are
   re-read (their FTS rows re-tokenised) before a query is answered; a large change rebuilds;
 - a query it cannot answer exactly (a "word" FTS5 splits into several tokens, a phrase)
-  returns None and the caller asks SQLite.
+  returns None and the caller asks SQLite;
+- typo tolerance (``typo_tolerance``, on by default): a query word whose term no product holds
+  scores as its closest catalogue term within the edits its length allows (vitrine/index/fuzzy.py;
+  the most frequent of equally close ones), so "addidas runing shoes" scores as "adidas running
+  shoes". A word the catalogue holds is never corrected.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ import os
 import re
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from vitrine.index import symbolic
+from vitrine.index import fuzzy, symbolic
+from vitrine.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,7 @@ class _Tokenizer:
 
     def __init__(self) -> None:
         self._local = threading.local()
-        self._words: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._words: LRU[tuple[str, ...]] = LRU(50_000)
 
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
@@ -70,24 +73,21 @@ class _Tokenizer:
 
     def word(self, w: str) -> tuple[str, ...]:
         """The tokens FTS5 makes of one query word (cached)."""
-        with self._lock:
-            hit = self._words.get(w)
-            if hit is not None:
-                self._words.move_to_end(w)
-                return hit
+        hit = self._words.get(w)
+        if hit is not None:
+            return hit
         c = self._conn()
         c.execute("DELETE FROM t")
         c.execute("INSERT INTO t(rowid, title) VALUES (1, ?)", (w,))
         toks = tuple(term for (term,) in c.execute("SELECT term FROM tv ORDER BY offset"))
-        with self._lock:
-            self._words[w] = toks
-            while len(self._words) > 50_000:
-                self._words.popitem(last=False)
+        self._words.put(w, toks)
         return toks
 
 
 class MemoryBM25:
     """Exact ``-bm25()`` of FTS5 for OR-of-words queries, over a record store's FTS table."""
+
+    typo_tolerance: bool = True  # Settings.typo_tolerance (the engine sets it for its process)
 
     def __init__(self, path: str | os.PathLike[str], weights: Sequence[float] = symbolic.COLUMN_WEIGHTS) -> None:
         self.path = str(path)
@@ -101,6 +101,8 @@ class MemoryBM25:
         self._len = np.zeros(0, dtype=np.float64)  # tokens per row, by iid
         self._post: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # term -> (iids, weighted tf)
         self._doc_terms: dict[int, tuple[tuple[str, ...], tuple[float, ...]]] = {}
+        self._vocab: list[str] | None = None  # the terms, for typo corrections (built on first use)
+        self._fixes = fuzzy.Corrections()
 
     def close(self) -> None:
         with self._lock:
@@ -141,6 +143,7 @@ class MemoryBM25:
         self._n_rows = n_rows
         self._total = float(self._len.sum())
         self._seq = seq
+        self._vocab_changed()
         log.info("BM25 in memory: %d products, %d terms (seq %d)", n_rows, len(self._post), seq)
 
     def _refresh(self, seq: int) -> None:
@@ -202,6 +205,26 @@ class MemoryBM25:
         self._n_rows = n_rows
         self._total = float(self._len.sum())
         self._seq = now
+        self._vocab_changed()
+
+    def _vocab_changed(self) -> None:
+        self._vocab = None
+        self._fixes.clear()
+
+    def _vocabulary(self) -> list[str]:
+        if self._vocab is None:
+            self._vocab = list(self._post)
+        return self._vocab
+
+    def correct(self, term: str, word: str) -> str | None:
+        """The catalogue term a query word's unknown ``term`` most likely meant (None: none close).
+        ``word`` (the word as typed) sets how many edits are allowed."""
+        edits = fuzzy.max_edits(word)
+        if edits == 0:
+            return None
+        with self._lock:
+            return self._fixes.best(term, edits, self._vocabulary,
+                                    lambda t: float(len(self._post[t][0])) if t in self._post else 0.0)
 
     def sync(self, seq: int) -> None:
         """Make the snapshot reflect the store at change sequence ``seq`` (or later)."""
@@ -225,7 +248,7 @@ class MemoryBM25:
             toks = self._tok.word(w)
             if len(toks) != 1:
                 return None
-            terms.append(toks[0])
+            terms.append((toks[0], w))
         self.sync(seq)
         with self._lock:
             n = self._n_rows
@@ -233,8 +256,11 @@ class MemoryBM25:
                 return {}
             avgdl = self._total / n
             docs, parts = [], []
-            for t in terms:
+            for t, w in terms:
                 post = self._post.get(t)
+                if post is None and self.typo_tolerance:
+                    fixed = self.correct(t, w)
+                    post = self._post.get(fixed) if fixed is not None else None
                 if post is None:
                     continue
                 ids, f = post
@@ -338,3 +364,11 @@ def _arrays(d: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
     fs = np.fromiter(d.values(), dtype=np.float64, count=len(d))
     order = np.argsort(ids, kind="stable")
     return ids[order], fs[order]
+
+
+_SHARED_TOKENIZER = _Tokenizer()
+
+
+def word_terms(word: str) -> tuple[str, ...]:
+    """The FTS5 terms of one word (stemmed, diacritics removed), as BM25 matches them."""
+    return _SHARED_TOKENIZER.word(word)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 import numpy as np
+
+from vitrine.lru import LRU
+
+
+def _n_ids(answer: np.ndarray | None) -> int:
+    return 0 if answer is None else len(answer)
 
 
 class IdSetCache:
@@ -15,25 +20,18 @@ class IdSetCache:
 
     def __init__(self, entries: int = 4096, ids: int = 2_000_000) -> None:
         self.entries, self.ids = entries, ids
-        self._answers: OrderedDict[Hashable, np.ndarray | None] = OrderedDict()
-        self._held = 0
+        self._answers: LRU[np.ndarray | None] = LRU(entries, max_weight=ids, weight=_n_ids, locked=False)
 
     def clear(self) -> None:
         self._answers.clear()
-        self._held = 0
 
     def get(self, key: Hashable, compute: Callable[[], np.ndarray | None]) -> np.ndarray | None:
         """The answer for ``key``, computed once (``compute``) until the next :meth:`clear`; the
         array is made read-only, as every caller with this key shares it."""
-        if key in self._answers:
-            self._answers.move_to_end(key)
-            return self._answers[key]
-        out = compute()
-        if out is not None:
-            out.flags.writeable = False
-            self._held += len(out)
-        self._answers[key] = out
-        while len(self._answers) > self.entries or self._held > self.ids:
-            _, old = self._answers.popitem(last=False)
-            self._held -= 0 if old is None else len(old)
-        return out
+        def frozen() -> np.ndarray | None:
+            out = compute()
+            if out is not None:
+                out.flags.writeable = False
+            return out
+
+        return self._answers.get_or_compute(key, frozen)

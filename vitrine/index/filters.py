@@ -32,6 +32,7 @@ class FilterIndex:
         # (a gender, a category), and one over thousands of products costs a set union and a
         # sort per search.
         self._cache = IdSetCache(entries=4096, ids=2_000_000)  # at most 16 MB of ids
+        self._edges: list[float] | None = None  # price_edges, until a product changes
 
     def __len__(self) -> int:
         return len(self._values)
@@ -40,6 +41,7 @@ class FilterIndex:
         with self._lock:
             self.delete(iid)
             self._cache.clear()
+            self._edges = None
             stored: dict[str, tuple[str, ...]] = {}
             for f in self.fields:
                 vals = tuple(dict.fromkeys(norm_value(v) for v in values.get(f, ()) if str(v).strip()))
@@ -59,6 +61,7 @@ class FilterIndex:
             if not old:
                 return
             self._cache.clear()
+            self._edges = None
             for f, vals in old.items():
                 for v in vals:
                     s = self._postings[f].get(v)
@@ -102,9 +105,6 @@ class FilterIndex:
             return None
         return np.fromiter(sorted(result), dtype=np.int64, count=len(result))
 
-    def values_of(self, iid: int) -> dict[str, tuple[str, ...]]:
-        return dict(self._values.get(iid, {}))
-
     def facet(self, field: str) -> Counter[str]:
         """Display value -> number of products, for one field."""
         with self._lock:
@@ -112,3 +112,44 @@ class FilterIndex:
 
     def has_prices(self) -> bool:
         return bool(self._price)
+
+    def prices(self, iids: Iterable[int]) -> np.ndarray:
+        """The price of each product (NaN where it has none)."""
+        with self._lock:
+            return np.array([self._price.get(int(i), np.nan) for i in iids], dtype=np.float64)
+
+    def counts(self, iids: Iterable[int], field: str) -> Counter[str]:
+        """Display value -> how many of ``iids`` hold it, for one field."""
+        with self._lock:
+            c: Counter[str] = Counter()
+            disp = self._display[field]
+            for i in iids:
+                vals = self._values.get(int(i))
+                if vals:
+                    c.update(vals.get(field, ()))
+            return Counter({disp.get(v, v): n for v, n in c.items()})
+
+    def price_edges(self, buckets: int = 5) -> list[float]:
+        """Price bucket boundaries that fit this catalogue: its price quantiles, rounded to two
+        significant digits (so "1,000-1,500" rather than "987.3-1,512.9"), distinct, ascending."""
+        with self._lock:
+            if self._edges is not None and buckets == 5:
+                return self._edges
+            p = np.fromiter(self._price.values(), dtype=np.float64, count=len(self._price))
+            edges: list[float] = []
+            if len(p):
+                for q in np.quantile(p, [j / buckets for j in range(1, buckets)]).tolist():
+                    e = _round2(q)
+                    if e > 0 and (not edges or e > edges[-1]):
+                        edges.append(e)
+            if buckets == 5:
+                self._edges = edges
+            return edges
+
+
+def _round2(x: float) -> float:
+    """``x`` to two significant digits."""
+    if x <= 0:
+        return 0.0
+    mag = 10 ** (int(np.floor(np.log10(x))) - 1)
+    return float(round(x / mag) * mag)

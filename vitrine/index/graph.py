@@ -7,15 +7,17 @@
   values, each product points at its own (edge keys ``brand``, ``colour``, ...);
 - ``category:<key>`` — every name on a product's category path; the leaf is what a product
   ``is_a``; each level points at its parent (``in_group``) and a leaf at the node of Google's
-  product taxonomy it ``maps_to`` (the reviewed mapping ``category_map.csv``);
+  product taxonomy it ``maps_to`` (the reviewed ``category_map.csv``, else the automatic
+  mapping of :mod:`vitrine.index.taxonomy_map`, with its confidence; none below its threshold);
 - ``taxonomy:<id>`` — the Google taxonomy nodes the mapping uses and their ancestors
   (``subcategory_of`` edges): the category backbone;
 - ``complements`` edges between categories (from ``complements.json``: what goes with what,
   per outfit and gender).
 
-Brands come from the catalogue: a lexicon learned from titles (``learn_brands``; the catalogue's
-titles start with the brand, multi-word brands included) ships as ``brands.json``; a product's
-explicit ``brand`` field wins; a title whose brand the lexicon lacks teaches a new one.
+The words, brands, colours and reviewed data the graph is built on live in
+:mod:`vitrine.index.vocabulary` (re-exported here); what it learns from the catalogue (category
+paths, their place on the taxonomy, title brands and colours) in :mod:`vitrine.index.learned`. A product's explicit ``brand`` field wins;
+a title whose brand the lexicon lacks teaches a new one.
 
 The graph is updated in step with the vector index (``upsert``/``delete`` with plain dicts) and
 persisted as node-link JSON (never pickle) with a SHA-256 the engine's snapshot manifest
@@ -24,342 +26,53 @@ records. This module knows nothing of the search layer.
 
 from __future__ import annotations
 
-import csv
-import functools
 import hashlib
 import json
 import logging
-import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
-from vitrine.index.vectors import atomic_write_bytes, read_verified
+from vitrine.index.learned import TitleColours, category_path, learn_title_brands, map_category, premap
+from vitrine.index.vectors import read_verified
+from vitrine.index.vocabulary import (
+    ATTR_KEYS,
+    ATTRIBUTE_FIELDS,
+    DATA_FILES,
+    MAX_PHRASE,
+    QUERY_FIELDS,
+    TITLE_GENDER_WORDS,
+    BrandLexicon,
+    ColourRules,
+    GraphData,
+    Outfit,
+    QueryTerms,
+    learn_brands,
+    leading_brands,
+    norm_key,
+    plural_variants,
+    title_prefix,
+    tokenize,
+)
+
+__all__ = [
+    "ATTRIBUTE_FIELDS", "DATA_FILES", "FORMAT_VERSION", "MAX_PHRASE", "QUERY_FIELDS", "TITLE_GENDER_WORDS",
+    "BrandLexicon", "ColourRules", "GraphData", "Outfit", "ProductFacts", "ProductGraph", "QueryTerms",
+    "category_path", "learn_brands", "leading_brands", "norm_key", "title_prefix", "tokenize",
+]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-DATA_FILES = ("category_map.csv", "complements.json", "colours.json", "vocabulary.json", "brands.json",
-              "brand_overrides.json")
-ATTRIBUTE_FIELDS = ("brand", "colour", "gender", "season", "usage")
-QUERY_FIELDS = ("category", "brand", "colour", "gender", "usage", "season")
-MAX_PHRASE = 6
-
-# Words that end the brand at the start of a catalogue title ("Nike Men Blue ...").
-TITLE_GENDER_WORDS = frozenset({
-    "men", "women", "man", "woman", "boys", "girls", "boy", "girl", "unisex", "kids", "kid's", "men's",
-    "women's", "boy's", "girl's", "mens", "womens", "infant", "infants", "baby",
-})
-_ATTR_KEYS = {
-    "colour": ("colour", "color", "basecolour", "basecolor"),
-    "gender": ("gender",),
-    "season": ("season",),
-    "usage": ("usage",),
-}
-_TOKEN = re.compile(r"[0-9a-z]+(?:['&.+-][0-9a-z]+)*\.?|[&+]")
-
-
-_NOT_KEY = re.compile(r"[^0-9a-z&+]")
-
-
-@functools.lru_cache(maxsize=65536)  # called for every candidate's facts on every search
-def norm_key(s: str) -> str:
-    """Case, spaces and punctuation ignored: ``U.S. Polo Assn.`` == ``U.S.Polo Assn.``."""
-    return _NOT_KEY.sub("", s.casefold())
-
-
-def tokenize(text: str) -> list[str]:
-    return _TOKEN.findall(text.casefold().replace("\u2019", "'"))
-
-
-def _plural_variants(name: str) -> set[str]:
-    k = norm_key(name)
-    out = {k}
-    if k.endswith("ies") and len(k) > 4:
-        out.add(k[:-3] + "y")
-    if k.endswith("es") and len(k) > 4:
-        out.add(k[:-2])
-    if k.endswith("s") and len(k) > 3:
-        out.add(k[:-1])
-    else:
-        out.add(k + "s")
-    return {v for v in out if v}
-
-
-# -- brands ------------------------------------------------------------------------------------
-def title_prefix(title: str, max_tokens: int = 6) -> str | None:
-    """The words before the first gender word of a title, when that word comes early."""
-    toks = title.split()
-    for i, t in enumerate(toks[: max_tokens + 1]):
-        if t.casefold().strip(".,:;()") in TITLE_GENDER_WORDS:
-            return " ".join(toks[:i]) or None
-    return None
-
-
-def learn_brands(titles: Iterable[str], overrides: Mapping[str, Any] | None = None,
-                 min_count: int = 2) -> list[dict[str, Any]]:
-    """Learn the brand lexicon from catalogue titles.
-
-    A title's brand candidate is the text before its first gender word ("United Colors of
-    Benetton Men ..."). Candidates seen ``min_count`` times are brands; a candidate that extends
-    a shorter brand ("Jockey ZONE", "ADIDAS Originals", "Red Tape Black") is folded into it
-    unless ``overrides['keep']`` names it; ``aliases`` fold other spellings; case, spaces and
-    punctuation never split a brand (keys are :func:`norm_key`).
-    """
-    ov = overrides or {}
-    alias = {norm_key(a): b for a, b in (ov.get("aliases") or {}).items()}
-    not_brands = {norm_key(x) for x in ov.get("not_brands") or []}
-    keep = {norm_key(x) for x in ov.get("keep") or []}
-    counts: Counter[str] = Counter()
-    surface: dict[str, Counter[str]] = {}
-    for t in titles:
-        p = title_prefix(t)
-        if not p:
-            continue
-        k = norm_key(p)
-        if not k or k in not_brands:
-            continue
-        if k in alias:
-            p = alias[k]
-            k = norm_key(p)
-        counts[k] += 1
-        surface.setdefault(k, Counter())[p] += 1
-    for name in ov.get("extra") or []:
-        k = norm_key(name)
-        surface.setdefault(k, Counter()).setdefault(name, 0)
-        counts[k] += 0
-    extra = {norm_key(x) for x in ov.get("extra") or []}
-    cands = {k for k, c in counts.items() if c >= min_count or k in extra}
-    display = {k: (surface[k].most_common(1)[0][0] if surface[k] else k) for k in cands}
-    root: dict[str, str] = {}
-    for k in cands:
-        root[k] = k
-        if k in keep:
-            continue
-        toks = display[k].split()
-        for n in range(1, len(toks)):  # the shortest brand this candidate extends
-            pk = norm_key(" ".join(toks[:n]))
-            if pk in cands and pk != k:
-                root[k] = pk
-                break
-    brands: dict[str, dict[str, Any]] = {}
-    for k in sorted(cands):
-        r = root[k]
-        while root[r] != r:
-            r = root[r]
-        b = brands.setdefault(r, {"name": display[r], "count": 0, "keys": set(), "forms": Counter()})
-        b["count"] += counts[k]
-        b["keys"].add(k)
-        b["forms"].update(surface[k])
-    for a_key, target in alias.items():
-        t = norm_key(target)
-        r = root.get(t, t)
-        if r in brands:
-            brands[r]["keys"].add(a_key)
-    out = []
-    for r, b in sorted(brands.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
-        out.append({"name": b["name"], "count": b["count"], "keys": sorted(b["keys"]),
-                    "forms": [f for f, _ in b["forms"].most_common()]})
-    return out
-
-
-class BrandLexicon:
-    """Brand names by key; finds the brand a title starts with."""
-
-    def __init__(self, brands: Sequence[Mapping[str, Any]] = (), exact_case: Iterable[str] = (),
-                 not_brands: Iterable[str] = ()) -> None:
-        self.by_key: dict[str, str] = {}
-        for b in brands:
-            for k in list(b.get("keys") or []) + [norm_key(b["name"])]:
-                self.by_key.setdefault(k, b["name"])
-        self.exact_case = {x for x in exact_case}
-        self.exact_keys = {norm_key(x) for x in exact_case}
-        self.not_brands = {norm_key(x) for x in not_brands}
-        self.max_tokens = MAX_PHRASE
-
-    def __len__(self) -> int:
-        return len(set(self.by_key.values()))
-
-    def canonical(self, name: str) -> str:
-        return self.by_key.get(norm_key(name), " ".join(name.split()))
-
-    def from_title(self, title: str) -> str | None:
-        toks = title.split()
-        for n in range(min(self.max_tokens, len(toks)), 0, -1):
-            name = self.by_key.get(norm_key(" ".join(toks[:n])))
-            if name:
-                return name
-        p = title_prefix(title, max_tokens=3)
-        if p and norm_key(p) not in self.not_brands:
-            return p
-        return None
-
-    def learn(self, name: str) -> None:
-        self.by_key.setdefault(norm_key(name), name)
-
-
-# -- colours -------------------------------------------------------------------------------------
-class ColourRules:
-    """Colour families and which go together (``colours.json``)."""
-
-    def __init__(self, spec: Mapping[str, Any] | None = None) -> None:
-        spec = spec or {}
-        self.family: dict[str, str] = {}
-        self.universal: set[str] = set()
-        for fam, d in (spec.get("families") or {}).items():
-            if d.get("goes_with_all"):
-                self.universal.add(fam)
-            for c in d.get("colours") or []:
-                self.family[norm_key(c)] = fam
-        self.pairs = {frozenset(p) for p in spec.get("compatible_families") or []}
-
-    def family_of(self, colour: str | None) -> str | None:
-        return self.family.get(norm_key(colour)) if colour else None
-
-    def compatible(self, a: str | None, b: str | None) -> tuple[bool, str]:
-        """Whether two colours go together, and the rule that says so."""
-        if not a or not b or a == "NA" or b == "NA":
-            return True, "colour unknown"
-        fa, fb = self.family_of(a), self.family_of(b)
-        if fa is None or fb is None:
-            return True, "colour unknown"
-        if fa in self.universal or fb in self.universal:
-            return True, "neutral" if "neutral" in (fa, fb) else "metallic"
-        if fa == fb:
-            return (True, "tonal") if fa != "multi" else (False, "clash")
-        if frozenset((fa, fb)) in self.pairs:
-            return True, "pairing"
-        return False, "clash"
-
-
-# -- the reviewed data ---------------------------------------------------------------------------
-@dataclass
-class Outfit:
-    name: str
-    genders: tuple[str, ...]
-    slots: tuple[tuple[str, ...], ...]
-
-
-@dataclass
-class GraphData:
-    """Everything the graph is built on besides the products: taxonomy, mapping, rules, words."""
-
-    taxonomy: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    category_map: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (taxonomy id, name)
-    outfits: list[Outfit] = field(default_factory=list)
-    colours: ColourRules = field(default_factory=ColourRules)
-    vocabulary: dict[str, Any] = field(default_factory=dict)
-    brands: BrandLexicon = field(default_factory=BrandLexicon)
-    fingerprint: str = "empty"
-    _by_path: dict[tuple[str, ...], int] | None = None
-
-    def path_index(self) -> dict[tuple[str, ...], int]:
-        if self._by_path is None or len(self._by_path) != len(self.taxonomy):
-            self._by_path = {p: t for t, p in self.taxonomy.items()}
-        return self._by_path
-
-    @classmethod
-    def load(cls, graph_dir: str | Path | None, taxonomy_file: str | Path | None) -> "GraphData":
-        """Read ``graph_dir`` (the files of ``DATA_FILES``) and Google's taxonomy file.
-
-        A missing folder or file gives an empty part (logged): the graph then has no backbone
-        or rules, and search still works on vectors and words."""
-        data = cls()
-        h = hashlib.sha256()
-        gdir = Path(graph_dir) if graph_dir else None
-        if taxonomy_file and Path(taxonomy_file).is_file():
-            raw = Path(taxonomy_file).read_bytes()
-            h.update(raw)
-            for line in raw.decode("utf-8").splitlines():
-                if not line.strip() or line.startswith("#"):
-                    continue
-                tid, _, path = line.partition(" - ")
-                try:
-                    data.taxonomy[int(tid)] = tuple(p.strip() for p in path.split(">"))
-                except ValueError as e:
-                    raise StorageError(f"{taxonomy_file}: bad taxonomy line {line!r}") from e
-        else:
-            log.warning("Google product taxonomy %s not found: the graph has no category backbone", taxonomy_file)
-        if gdir is None or not gdir.is_dir():
-            log.warning("graph data folder %s not found: no category mapping, complements or brand lexicon", gdir)
-            data.fingerprint = h.hexdigest()
-            return data
-
-        def read(name: str) -> bytes | None:
-            p = gdir / name  # type: ignore[operator]
-            if not p.is_file():
-                log.warning("graph data file %s is missing", p)
-                return None
-            b = p.read_bytes()
-            h.update(name.encode() + b)
-            return b
-
-        def read_json(name: str) -> dict[str, Any]:
-            b = read(name)
-            if b is None:
-                return {}
-            try:
-                return json.loads(b)
-            except json.JSONDecodeError as e:
-                raise StorageError(f"{gdir / name} is not valid JSON: {e}") from e  # type: ignore[operator]
-
-        raw_map = read("category_map.csv")
-        if raw_map is not None:
-            for row in csv.DictReader(raw_map.decode("utf-8").splitlines()):
-                tid = int(row["taxonomy_id"])
-                if data.taxonomy and tid not in data.taxonomy:
-                    raise StorageError(f"category_map.csv maps {row['article_type']!r} to unknown taxonomy id {tid}")
-                data.category_map[norm_key(row["article_type"])] = (tid, row["article_type"])
-        comp = read_json("complements.json")
-        for o in comp.get("outfits") or []:
-            data.outfits.append(Outfit(o["name"], tuple(o.get("genders") or ()),
-                                       tuple(tuple(s) for s in o.get("slots") or ())))
-        data.colours = ColourRules(read_json("colours.json"))
-        data.vocabulary = read_json("vocabulary.json")
-        brands = read_json("brands.json")
-        ov = read_json("brand_overrides.json")
-        data.brands = BrandLexicon(brands.get("brands") or [], ov.get("query_exact_case") or [],
-                                   ov.get("not_brands") or [])
-        data.fingerprint = h.hexdigest()
-        return data
-
-
-# -- query terms -----------------------------------------------------------------------------------
-@dataclass
-class QueryTerms:
-    """Graph values a query names: field -> canonical values (category values are node ids)."""
-
-    values: dict[str, list[str]] = field(default_factory=dict)
-    phrases: dict[str, list[str]] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return any(self.values.values())
-
-    def get(self, f: str) -> list[str]:
-        return self.values.get(f, [])
-
-    def add(self, f: str, value: str, phrase: str) -> None:
-        vals = self.values.setdefault(f, [])
-        if value not in vals:
-            vals.append(value)
-        ph = self.phrases.setdefault(f, [])
-        if phrase not in ph:
-            ph.append(phrase)
-
-    def as_dict(self) -> dict[str, list[str]]:
-        return {f: list(v) for f, v in self.values.items() if v}
-
-    def key(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """The values named, hashable and in a canonical order (phrases aside)."""
-        return tuple(sorted((f, tuple(sorted(v))) for f, v in self.values.items() if v))
 
 
 @dataclass
@@ -385,6 +98,7 @@ class ProductGraph:
         self._iid_of: dict[str, int] = {}
         self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
+        self._colour_in: TitleColours | None = None
         self._leaves_cache: dict[str, frozenset[str]] = {}
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}  # same lifetime
         # product sets computed from the postings (per query terms): dropped on any product change
@@ -421,10 +135,10 @@ class ProductGraph:
             child = n
         return node
 
-    def _category_node(self, name: str, *, leaf: bool = False) -> str:
+    def _category_node(self, name: str, *, leaf: bool = False, path: Sequence[str] | None = None) -> str:
         """The category node of ``name`` (created when new). A leaf (what products are) maps to
-        its Google taxonomy node: the reviewed mapping first, else a taxonomy node of the same
-        name (a catalogue with other categories still gets a backbone where names agree)."""
+        its Google taxonomy node (:func:`~vitrine.index.learned.map_category`); the mapping, with
+        its confidence, is kept on the node and persisted with the graph."""
         key = norm_key(name)
         node = f"category:{key}"
         if node not in self.g:
@@ -432,14 +146,25 @@ class ProductGraph:
             self._vocab = None
             self._categories_changed()
         if leaf and not self.g.nodes[node].get("mapped"):
-            self.g.nodes[node]["mapped"] = True
-            mapped = self.data.category_map.get(key)
-            tid = mapped[0] if mapped is not None else self._taxonomy_by_name(name)
-            if tid is not None and tid in self.data.taxonomy:
-                self.g.add_edge(node, self._taxonomy_node(tid), key="maps_to",
-                                source="category_map.csv" if mapped is not None else "name match")
+            m = map_category(self.data, name, path or (name,))
+            self.g.nodes[node].update(mapped=True, map=m.as_dict())
+            if m.taxonomy_id is not None and m.taxonomy_id in self.data.taxonomy:
+                self.g.add_edge(node, self._taxonomy_node(m.taxonomy_id), key="maps_to", source=m.source,
+                                confidence=m.confidence)
                 self._categories_changed()
         return node
+
+    def mapping(self) -> list[dict[str, Any]]:
+        """Every leaf category's place on the taxonomy: source, taxonomy id and path, confidence."""
+        out = []
+        with self._lock:
+            for _node, d in self.g.nodes(data=True):
+                m = d.get("map")
+                if d.get("kind") == "category" and m:
+                    tid = m.get("taxonomy_id")
+                    out.append({**m, "taxonomy_path": " > ".join(self.data.taxonomy.get(tid, ())) if tid else None,
+                                "products": len(self._post.get(self.category_node(d["name"]), ()))})
+        return sorted(out, key=lambda m: (-m["products"], m["category"]))
 
     def _categories_changed(self) -> None:
         """The category tree changed: what was derived from it (leaves per group, proximities,
@@ -447,14 +172,6 @@ class ProductGraph:
         self._leaves_cache.clear()
         self._sets_cache.clear()
         self._prox_cache.clear()
-
-    def _taxonomy_by_name(self, name: str) -> int | None:
-        want = _plural_variants(name)
-        best = None
-        for tid, path in self.data.taxonomy.items():
-            if norm_key(path[-1]) in want and (best is None or len(path) < len(self.data.taxonomy[best])):
-                best = tid
-        return best
 
     def _build_backbone(self) -> None:
         for _key, (_tid, name) in sorted(self.data.category_map.items()):
@@ -479,22 +196,25 @@ class ProductGraph:
         attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
 
         def attr(f: str) -> str | None:
-            for k in _ATTR_KEYS[f]:
+            for k in ATTR_KEYS[f]:
                 v = attrs.get(k)
                 if v not in (None, "", "NA") and not isinstance(v, list):
                     return " ".join(str(v).split())
             return None
 
-        path = [str(c) for c in (doc.get("category") or []) if str(c).strip()]
-        if not path and attrs.get("articletype"):
-            path = [str(attrs["articletype"])]
+        path = category_path(doc)
         brand = doc.get("brand")
         if brand:
             brand = self.data.brands.canonical(str(brand))
         elif doc.get("title"):
             brand = self.data.brands.from_title(str(doc["title"]))
+        colour = attr("colour")
+        if colour is None and doc.get("title"):
+            if self._colour_in is None:
+                self._colour_in = TitleColours(self.data)
+            colour = self._colour_in(str(doc["title"]))
         facts = ProductFacts(iid=iid, pid=pid, category=path[-1] if path else None, brand=brand,
-                             colour=attr("colour"), gender=attr("gender"), season=attr("season"),
+                             colour=colour, gender=attr("gender"), season=attr("season"),
                              usage=attr("usage"))
         return facts, path
 
@@ -507,7 +227,7 @@ class ProductGraph:
             self.g.add_node(node, kind="product", iid=iid, **{
                 k: v for k, v in facts.__dict__.items() if k not in ("iid", "pid") and v is not None})
             if facts.category:
-                leaf = self._category_node(facts.category, leaf=True)
+                leaf = self._category_node(facts.category, leaf=True, path=path)
                 self.g.add_edge(node, leaf, key="is_a")
                 self._post.setdefault(leaf, set()).add(iid)
                 child = leaf
@@ -534,7 +254,12 @@ class ProductGraph:
 
     def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
         n = 0
+        items = list(items)
         with self._lock:
+            docs = [doc for _, _, doc in items]
+            premap(self.data, docs, lambda name: bool((self.g.nodes.get(self.category_node(name)) or {}).get("mapped")))
+            if learn_title_brands(self.data, docs):
+                self._vocab = None
             for iid, pid, doc in items:
                 self.upsert(iid, pid, doc)
                 n += 1
@@ -677,7 +402,8 @@ class ProductGraph:
     def category_proximity(self, category: str | None, terms: Iterable[str]) -> float:
         """How close a product's category is to the categories a query names: 0.5 ** (1 + d)
         for taxonomy distance d between their Google nodes (0.5 for two article types on the
-        same node, 0.125 for sibling nodes), 0 beyond 4 hops or without a mapping."""
+        same node, 0.125 for sibling nodes), times the confidence of the less sure of the two
+        mappings (1 for reviewed ones); 0 beyond 4 hops or without a mapping."""
         key = (category, tuple(terms))
         hit = self._prox_cache.get(key)
         if hit is not None:
@@ -691,16 +417,29 @@ class ProductGraph:
         tp = self.taxonomy_of(category)
         if tp is None:
             return 0.0
+        sure = self.mapping_confidence(category)
         best = 0.0
         for t in terms:
-            tax_nodes = {t} if t.startswith("taxonomy:") else {
-                self.taxonomy_of(self.g.nodes[leaf].get("name")) for leaf in self.category_leaves(t)
-                if leaf in self.g}
-            for tn in tax_nodes:
+            tax_nodes = {(t, 1.0)} if t.startswith("taxonomy:") else {
+                (self.taxonomy_of(name), self.mapping_confidence(name)) for name in
+                (self.g.nodes[leaf].get("name") for leaf in self.category_leaves(t) if leaf in self.g)}
+            for tn, c in tax_nodes:
                 d = self.taxonomy_distance(tp, tn)
-                if d is not None and d <= 4:
-                    best = max(best, 0.5 ** (1 + d))
+                if d is not None and d <= 4:  # as sure as the less sure of the two mappings
+                    best = max(best, 0.5 ** (1 + d) * min(sure, c))
         return best
+
+    def mapping_confidence(self, category: str | None) -> float:
+        """How sure the category's place on the taxonomy is (1 for the reviewed mapping)."""
+        if not category:
+            return 0.0
+        node = self.category_node(category)
+        if node not in self.g:
+            return 0.0
+        for _, _, key, d in self.g.out_edges(node, keys=True, data=True):
+            if key == "maps_to":
+                return float(d.get("confidence", 1.0))
+        return 0.0
 
     def category_name(self, node: str) -> str:
         d = self.g.nodes.get(node) or {}
@@ -756,12 +495,12 @@ class ProductGraph:
         for node, d in self.g.nodes(data=True):
             kind = d.get("kind")
             if kind == "category":
-                for v in _plural_variants(d["name"]):
+                for v in plural_variants(d["name"]):
                     add(v, "category", node)
             elif kind == "taxonomy":
                 name = d["name"]
                 if "&" not in name and "," not in name and d.get("depth", 9) >= 2:
-                    for v in _plural_variants(name):
+                    for v in plural_variants(name):
                         add(v, "category", node)
             elif kind in ("colour", "gender", "season", "usage"):
                 add(d["name"], kind, d["name"])
@@ -804,7 +543,7 @@ class ProductGraph:
                     if not hits:
                         continue
                     hits = {h for h in hits if not (h[0] == "brand" and key in self.data.brands.exact_keys
-                                                    and not _written_exactly(raw, h[1]))}
+                                                    and not _written_exactly(raw, h[1])) and self.holds(*h)}
                     if not hits:
                         continue
                     phrase = " ".join(span)
@@ -816,8 +555,19 @@ class ProductGraph:
                     i += 1
         return terms
 
-    def query_vocabulary_size(self) -> int:
-        return len(self._vocabulary())
+    def holds(self, f: str, value: str) -> bool:
+        """Whether a live product holds this graph value (a category: any leaf under it; a
+        colour: that colour or one of its family). A query term the catalogue does not hold
+        never becomes a graph signal."""
+        if f == "category":
+            return any(self._post.get(leaf) for leaf in self.category_leaves(value))
+        if self._post.get(f"{f}:{norm_key(value)}"):
+            return True
+        if f == "colour":
+            fam = self.data.colours.family_of(value)
+            return fam is not None and fam not in self.data.colours.universal and any(
+                self._post.get(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
+        return False
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> str:
@@ -853,7 +603,10 @@ class ProductGraph:
         kinds = Counter(d.get("kind") for _, d in self.g.nodes(data=True))
         return {"nodes": self.g.number_of_nodes(), "edges": self.g.number_of_edges(), "products": len(self),
                 "brands": kinds.get("brand", 0), "categories": kinds.get("category", 0),
-                "taxonomy_nodes": kinds.get("taxonomy", 0)}
+                "taxonomy_nodes": kinds.get("taxonomy", 0),
+                "categories_mapped": Counter((d.get("map") or {}).get("source") for _, d in self.g.nodes(data=True)
+                                             if d.get("kind") == "category" and d.get("map")
+                                             and self._post.get(self.category_node(d["name"])))}
 
 
 def _written_exactly(words: Sequence[str], brand: str) -> bool:

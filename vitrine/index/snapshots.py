@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
-from vitrine.index.vectors import atomic_write_bytes, fsync_dir
+from vitrine.index.vectors import fsync_dir
 
 log = logging.getLogger(__name__)
 

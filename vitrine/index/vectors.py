@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput, StorageError
 
 log = logging.getLogger(__name__)
@@ -443,17 +444,6 @@ class VectorIndex:
             idx._extend_index()
         return idx
 
-    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
-        with self._lock:
-            if nprobe is not None:
-                self.nprobe = nprobe
-            if ef_search is not None:
-                self.ef_search = ef_search
-            if self._index is not None:
-                self._configure(self._index)
-                if self._gpu_index is not None:  # the GPU copy took its nprobe when it was made
-                    self._gpu_index = self._to_gpu(self._index)
-
 
 def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     s = np.concatenate([s1, s2], axis=1)
@@ -474,15 +464,6 @@ def read_verified(path: Path, expected_sha256: str | None, what: str) -> bytes:
     return data
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a crash leaves either the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     fsync_dir(path.parent)
 
 

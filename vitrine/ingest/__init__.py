@@ -1,1 +1,1 @@
-"""Vitrine ingest layer (see DESIGN.md)."""
+"""Vitrine ingest layer (see docs/design.md)."""

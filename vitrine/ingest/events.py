@@ -1,4 +1,4 @@
-"""Catalogue change events (DESIGN.md): what travels on the Kafka topic, validated with pydantic.
+"""Catalogue change events (docs/design.md): what travels on the Kafka topic, validated with pydantic.
 
 Two shapes, JSON values keyed by the product id (so one product's events stay ordered on one
 partition)::

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vitrine.bundled import COLUMNS, bundled_dir, read_splits, read_styles  # noqa: F401  (re-exported)
+from vitrine.atomic import atomic_path
+from vitrine.bundled import COLUMNS, bundled_dir, demo_dir, read_splits, read_styles  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +32,19 @@ def to_record(row: dict[str, str], image_ref: str) -> dict[str, Any]:
     }
 
 
-def convert(source: Path, out: Path, ids: Iterable[str] | None = None) -> int:
-    """Write the catalogue as JSONL at ``out`` (photo paths relative to ``out``'s folder)."""
+def convert(source: Path, out: Path, ids: Iterable[str] | None = None, *, photo_base: Path | None = None) -> int:
+    """Write the catalogue as JSONL at ``out``, photo paths relative to ``photo_base`` (default:
+    ``out``'s folder; ingest reads photos only inside the folder it is given)."""
     source, out = Path(source), Path(out)
     rows = read_styles(source)
     if ids is not None:
         keep = set(ids)
         rows = [r for r in rows if r["id"] in keep]
     out.parent.mkdir(parents=True, exist_ok=True)
-    rel = os.path.relpath(source / "images", out.parent.resolve())
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    rel = os.path.relpath((source / "images").resolve(), Path(photo_base or out.parent).resolve())
+    with atomic_path(out, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(to_record(r, f"{rel}/{r['id']}.jpg"), ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
     return len(rows)
 
 

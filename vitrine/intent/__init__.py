@@ -1,1 +1,1 @@
-"""Vitrine intent layer (see DESIGN.md)."""
+"""Vitrine intent layer (see docs/design.md)."""

@@ -31,7 +31,13 @@ from typing import Any
 
 from vitrine.bundled import read_styles
 from vitrine.intent.slots import SLOT_FIELDS, SlotExtractor, Vocabulary, key_norm, learn_brands, lexicon
+from vitrine.intent.taxonomy import OTHER_BRANDS as OTHER_BRANDS_POOL
+from vitrine.intent.taxonomy import shopper_form, taxonomy_names, taxonomy_phrase
+from vitrine.intent.typos import typo
 
+# Bumped whenever the generated queries change: held-out figures recorded by weights trained
+# under another version cannot be reproduced by generating the held-out set again.
+GENERATOR_VERSION = 2  # 2: Google's taxonomy (every domain), more bare phrases
 LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
 TEMPLATES_PATH = Path(__file__).with_name("data") / "templates.json"
 HOLDOUT_SALT = "vitrine-intent-holdout-v1"
@@ -42,8 +48,16 @@ SPLITS = ("train", "val", "test")
 # title): the commonest real shopper query, which the templates alone under-represent; without
 # them a model learns that product words inside a sentence mean search and sends a bare phrase
 # or a title with a cue-like word ("cross-back", "return") to another intent.
-BARE_SEARCH_SHARE = 0.2
-BARE_TITLE_SHARE = 0.4  # of those, a real catalogue title rather than a generated phrase
+BARE_SEARCH_SHARE = 0.3
+BARE_TITLE_SHARE = 0.25  # of those, a real catalogue title rather than a generated phrase
+# of those, a product phrase over a category of Google's taxonomy (any domain): half the category
+# name alone as a shopper types it ("band saw", "arrow nocks"), half with brands, sizes, ...
+BARE_TAXONOMY_SHARE = 0.5
+# Share of the product phrases inside every intent's templates that name a category of another
+# domain (Google's taxonomy): the model must learn the template, not the domain.
+TAXONOMY_SHARE = 0.25
+EXTRA_TITLE_SHARE = 0.5  # of the titles drawn, a tuned catalogue's own (when it gives any)
+TAXONOMY_PAIR_SHARE = 0.2  # of the compared pairs ("dewalt vs makita drill")
 # Share of training titles whose brand is swapped for an invented name: shoppers type brands the
 # catalogue vocabulary never had, and a name-like run of unfamiliar subwords must not read as a cue.
 PSEUDO_BRAND_SHARE = 0.35
@@ -151,6 +165,16 @@ class Terms:
     colours: list[str]
     genders: list[str]
     titles: list[tuple[str, str]] = field(default_factory=list)  # (title, article type)
+    taxonomy: bool = True  # product phrases over Google's taxonomy (every domain) beside the catalogue's
+    extra_titles: list[str] = field(default_factory=list)  # a shop's own titles, added at tune time
+
+    def with_titles(self, titles: Sequence[str]) -> "Terms":
+        """These terms plus another catalogue's titles: half of the titles the training queries
+        use (bare searches and the product inside every intent's templates) are then drawn from
+        them. How a shop's own product names join the training queries at tune time."""
+        extra = [" ".join(t.split()) for t in titles if t and t.strip()]
+        return Terms(self.brands, self.types, self.generic, self.colours, self.genders, self.titles,
+                     self.taxonomy, self.extra_titles + extra)
 
     def vocabulary(self) -> Vocabulary:
         return Vocabulary.of(self.brands, self.types + self.generic, self.colours, self.genders)
@@ -277,6 +301,11 @@ class QueryGenerator:
         self.templates = template_sets(split)
         self.compositional = compositional_templates() if split == "train" else {}
         self.prices = PRICE_FORMS["test" if split == "test" else "train"]
+        # Google's taxonomy: training and validation use its non-leaf names and the training half
+        # of its leaves; the held-out queries draw half their categories from the other leaves.
+        tax = taxonomy_names() if terms.taxonomy else None
+        self.taxonomy = list(tax.train) if tax else []
+        self.taxonomy_held = list(tax.heldout_leaves) if tax and split == "test" else []
         # Real catalogue titles as product phrases (training only; their slots are not labelled):
         # product words far beyond the slot vocabulary. Held-out brands and types stay out.
         held_b = [key_norm(b) for b in self.held_brands]
@@ -284,6 +313,9 @@ class QueryGenerator:
         self.titles = [] if split != "train" else [
             t for t, at in terms.titles
             if at not in held_t and not any(key_norm(t).startswith(b + " ") for b in held_b)]
+        self.extra_titles = list(terms.extra_titles) if split == "train" else []
+        if self.extra_titles and not self.titles:
+            self.titles = list(self.extra_titles)
         # title -> its brand prefix (longest known brand it starts with), for pseudo-brand swaps
         by_len = sorted(self.brands, key=len, reverse=True)
         self._title_brand = {t: next((b for b in by_len if t.casefold().startswith(b.casefold() + " ")), "")
@@ -293,11 +325,24 @@ class QueryGenerator:
     def _title(self) -> str:
         """A real catalogue title, sometimes lowercased, sometimes with an invented brand."""
         rng = self.rng
+        if self.extra_titles and rng.random() < EXTRA_TITLE_SHARE:
+            title = rng.choice(self.extra_titles)
+            return title.lower() if rng.random() < 0.5 else title
         title = rng.choice(self.titles)
         brand = self._title_brand.get(title, "")
         if brand and rng.random() < PSEUDO_BRAND_SHARE:
             title = pseudo_brand(rng) + title[len(brand):]
         return title.lower() if rng.random() < 0.5 else title
+
+    def _pick_taxonomy(self) -> str:
+        if self.taxonomy_held and self.rng.random() < 0.5:
+            return self.rng.choice(self.taxonomy_held)
+        return self.rng.choice(self.taxonomy)
+
+    def taxonomy_product(self) -> str:
+        """A product phrase over a taxonomy category (any domain); its slots are not labelled."""
+        return taxonomy_phrase(self._pick_taxonomy(), self.rng, self._typo, self.brands, pseudo_brand,
+                               self._pick_taxonomy)
 
     def _pick_brand(self) -> str:
         if self.split == "test" and self.held_brands and self.rng.random() < 0.5:
@@ -337,6 +382,8 @@ class QueryGenerator:
                 return rng.choice(OTHER_PRODUCTS["zh" if zh else "en"]), {}
             if r < 0.25 and self.titles:
                 return self._title(), {"_unlabelled": ["title"]}
+            if 0.25 <= r < 0.25 + TAXONOMY_SHARE and self.taxonomy and (not zh or rng.random() < 0.5):
+                return self.taxonomy_product(), {"_unlabelled": ["taxonomy"]}
         text, slots = self._product(zh, brand=brand, category=category, no_category=no_category)
         r = rng.random()
         if not zh and rng.random() < 0.2:
@@ -434,14 +481,23 @@ class QueryGenerator:
         comp = self.compositional.get(label) if lang == "en" else None
         tpl = rng.choice(comp) if comp and rng.random() < 0.35 else rng.choice(self.templates[label][lang])
         if label == "search" and self.split == "train" and rng.random() < BARE_SEARCH_SHARE:
-            if self.titles and rng.random() < BARE_TITLE_SHARE:
+            r = rng.random()
+            if self.titles and r < BARE_TITLE_SHARE:
                 return Example(self._title(), label, None, lang, f"{self.split}:{label}:{lang}:<title>")
+            if self.taxonomy and r < BARE_TITLE_SHARE + BARE_TAXONOMY_SHARE:
+                phrase = shopper_form(self._pick_taxonomy(), rng, self._typo) if rng.random() < 0.5 \
+                    else self.taxonomy_product()
+                text = self._render([(phrase, "slot")], False)
+                return Example(text, label, None, "en", f"{self.split}:{label}:en:<taxonomy>")
             tpl = "{P}"
         gold: dict[str, Any] = {}
         segs: list[tuple[str, str]] = []  # (text, kind) kind: lit | slot | price
         pos = 0
         shared_cat: str | None = None
         brands_pair: list[str] = []
+        # a compared pair of another domain ("dewalt vs makita cordless drill"): slots unlabelled
+        tax_pair = shopper_form(self._pick_taxonomy(), rng, self._typo) if (
+            self.taxonomy and "{PA}" in tpl and rng.random() < TAXONOMY_PAIR_SHARE) else None
         for m in _PLACEHOLDER.finditer(tpl):
             if m.start() > pos:
                 segs.append((tpl[pos:m.start()], "lit"))
@@ -452,6 +508,10 @@ class QueryGenerator:
             text, slots = "", {}
             if ph == "P":
                 text, slots = self.product(pzh)
+            elif ph in ("PA", "PB") and tax_pair is not None:
+                brand = rng.choice(OTHER_BRANDS_POOL) if rng.random() < 0.5 else pseudo_brand(rng).lower()
+                text = brand if ph == "PB" and rng.random() < 0.4 else f"{brand} {tax_pair}"
+                slots = {"_unlabelled": ["taxonomy"]}
             elif ph in ("PA", "PB"):
                 if shared_cat is None:
                     shared_cat = self._pick_type()
@@ -501,16 +561,7 @@ class QueryGenerator:
         return Example(text, label, slots_out, lang, f"{self.split}:{label}:{lang}:{tpl}")
 
     def _typo(self, w: str) -> str:
-        rng = self.rng
-        i = rng.randrange(1, len(w) - 1)
-        op = rng.random()
-        if op < 0.3:
-            return w[:i] + w[i + 1] + w[i] + w[i + 2:]
-        if op < 0.55:
-            return w[:i] + w[i + 1:]
-        if op < 0.8:
-            return w[:i] + w[i] + w[i:]
-        return w[:i] + rng.choice(KEYBOARD) + w[i + 1:]
+        return typo(w, self.rng)
 
     def _render(self, segs: list[tuple[str, str]], zh: bool) -> str:
         rng = self.rng
@@ -578,21 +629,24 @@ def heldout_titles(terms: Terms, n: int = 600, seed: int = 0) -> list[str]:
 
 
 def make_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
-                seed: int = 0, members: int = 1) -> tuple[list[Example], list[Example]]:
+                seed: int = 0, members: int = 1, train_seed: int | None = None) -> tuple[list[Example], list[Example]]:
     """The training queries (of the first ensemble member) and the held-out queries (no shared
     template, held-out vocabulary absent from training, no text of any member's training)."""
     trains, test = make_member_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label,
-                                      seed=seed, members=members)
+                                      seed=seed, members=members, train_seed=train_seed)
     return trains[0], test
 
 
 def make_member_splits(terms: Terms, *, train_per_label: int = 3000, test_per_label: int = 400,
-                       seed: int = 0, members: int = 1) -> tuple[list[list[Example]], list[Example]]:
+                       seed: int = 0, members: int = 1,
+                       train_seed: int | None = None) -> tuple[list[list[Example]], list[Example]]:
     """Each ensemble member's training queries (its own draw from the training templates and
-    vocabulary) and the held-out queries, none of which is any member's training text."""
+    vocabulary) and the held-out queries, none of which is any member's training text.
+    ``train_seed``: the training draw's seed when it is not ``seed`` (a fine-tuning draw)."""
     if members < 1:
         raise ValueError("members must be at least 1")
-    trains = [QueryGenerator(terms, "train", seed, member=m).generate(train_per_label) for m in range(members)]
+    tseed = seed if train_seed is None else train_seed
+    trains = [QueryGenerator(terms, "train", tseed, member=m).generate(train_per_label) for m in range(members)]
     texts = {e.text.casefold() for train in trains for e in train}
     test = [e for e in QueryGenerator(terms, "test", seed).generate(test_per_label) if e.text.casefold() not in texts]
     return trains, test
@@ -637,13 +691,6 @@ def template_literal_slots(vocab: Vocabulary) -> dict[str, dict[str, Any]]:
                     if vals:
                         bad[t] = vals
     return bad
-
-
-def write_jsonl(examples: Sequence[Example], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for e in examples:
-            f.write(json.dumps(e.to_json(), ensure_ascii=False) + "\n")
 
 
 def read_jsonl(path: Path) -> Iterator[Example]:

@@ -341,6 +341,14 @@ class SlotExtractor:
                 forms = _singular_forms(v) if fld == "category" else [key_norm(v)]
                 for form in forms[:1] + [f for f in forms[1:] if f not in common]:
                     add(form, fld, v)
+        # a category the catalogue names as "A & B" or "A, B" ("Sofas & Couches"): each side
+        # names it too (after every whole value, which wins a clash), unless a common word
+        for v in vocab.values("category"):
+            if "&" in v or "," in v:
+                for side in re.split(r"\s*[&,]\s*", v):
+                    for form in _singular_forms(side) if key_norm(side) else []:
+                        if form not in common and len(form) >= 3:
+                            add(form, "category", v)
         for b in lex.get("blockers", []):
             phrases.setdefault(key_norm(b), None)
         self.phrases = phrases
@@ -433,9 +441,3 @@ def slots_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
             if [s.casefold() for s in xs] != [s.casefold() for s in ys]:
                 return False
     return True
-
-
-def as_list(v: str | Sequence[str] | None) -> list[str]:
-    if v is None:
-        return []
-    return [v] if isinstance(v, str) else list(v)

@@ -31,14 +31,13 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
-import tempfile
 import threading
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from vitrine.atomic import atomic_path
 from vitrine.errors import MissingExtra, ModelError
 
 log = logging.getLogger(__name__)
@@ -245,14 +244,11 @@ def load_tokenizer(cache_dir: Path | None = None) -> Any:
         check_probes(tok)
         if path is not None:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-                os.close(fd)
-                tok.save(tmp)
                 meta = {"source_package": SOURCE_PACKAGE, "source_version": source_version(),
                         "source_sha256": SOURCE_SHA256, "converter_version": CONVERTER_VERSION}
-                Path(str(path) + ".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-                os.replace(tmp, path)
+                with atomic_path(path, fsync=False) as tmp:
+                    tok.save(str(tmp))
+                    Path(str(path) + ".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
             except OSError as e:
                 log.warning("could not cache the Qwen tokenizer at %s: %s", path, e)
         return tok

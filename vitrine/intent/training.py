@@ -26,7 +26,9 @@ from vitrine.errors import InvalidInput
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
 from vitrine.intent.generator import (
+    GENERATOR_VERSION,
     Example,
+    QueryGenerator,
     Terms,
     catalogue_terms,
     make_member_splits,
@@ -50,6 +52,7 @@ from vitrine.intent.model import (
     load_arch_config,
 )
 from vitrine.intent.slots import SlotExtractor, slots_equal
+from vitrine.intent.taxonomy import heldout_leaf_queries
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ DEFAULTS: dict[str, Any] = {
 # distill_weight: an auxiliary loss (weight) that makes the classifier's pooled state predict the
 # MiniLM sentence embedding of each English training query (through a linear map used in training
 # only): sentence meaning from a pretrained encoder, for phrasings the templates never had.
+PARTS_DIR = "parts"  # members trained by separate processes, before assemble_members ships them
 HPARAM_KEYS = ("weight_decay", "warmup", "token_dropout", "label_smoothing", "distill_weight")
 
 
@@ -72,11 +76,17 @@ def default_source() -> Path:
 
 def heldout_examples(source: Path | None = None, seed: int = 0, per_label: int = DEFAULTS["test_per_label"],
                      train_per_label: int = DEFAULTS["train_per_label"], members: int = 1,
+                     train_seed: int | None = None, dropped: Sequence[str] | None = None,
                      ) -> tuple[list[Example], Terms]:
-    """The held-out evaluation queries exactly as training made them (same seed, sizes, members)."""
+    """The held-out evaluation queries exactly as training made them (same seed, sizes, members).
+    ``dropped``: the held-out texts training recorded as also being training texts (then the
+    training draws need not be generated again)."""
     terms = catalogue_terms(source or default_source())
+    if dropped is not None:
+        gone = set(dropped)
+        return [e for e in QueryGenerator(terms, "test", seed).generate(per_label) if e.text not in gone], terms
     _, test = make_splits(terms, train_per_label=train_per_label, test_per_label=per_label, seed=seed,
-                          members=members)
+                          members=members, train_seed=train_seed)
     return test, terms
 
 
@@ -134,6 +144,32 @@ def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, ba
     return {"n": n, "search_rate": round(1 - len(wrong) / n, 4) if n else float("nan"), "errors_sample": wrong[:15]}
 
 
+def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size: int = 128) -> dict[str, Any]:
+    """Share of Google-taxonomy leaves no training query had, typed as a shopper would (English,
+    lower-cased, a third with a typo), that the deployed rule sends to search; overall and per
+    top-level domain of the taxonomy."""
+    from vitrine.intent.taxonomy import taxonomy_paths  # noqa: PLC0415
+
+    pairs = heldout_leaf_queries(seed)
+    results = []
+    for i in range(0, len(pairs), batch_size):
+        results += classifier.predict_batch([q for q, _ in pairs[i:i + batch_size]])
+    root: dict[str, str] = {}
+    for path in taxonomy_paths():
+        root.setdefault(path[-1], path[0])
+    errors = [{"text": q, "leaf": leaf, "label": r.label, "p": round(r.scores[r.label], 3)}
+              for (q, leaf), r in zip(pairs, results) if r.label != "search"]
+    by_domain: dict[str, list[int]] = {}
+    for (_, leaf), r in zip(pairs, results):
+        n_ok = by_domain.setdefault(root.get(leaf, "?"), [0, 0])
+        n_ok[0] += 1
+        n_ok[1] += r.label == "search"
+    n = len(pairs)
+    return {"n": n, "search_rate": round(1 - len(errors) / n, 4) if n else float("nan"),
+            "by_domain": {d: {"n": k, "search_rate": round(ok / k, 4)} for d, (k, ok) in sorted(by_domain.items())},
+            "labels_of_errors": dict(Counter(e["label"] for e in errors)), "errors_sample": errors[:40]}
+
+
 def _length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffled batches of similar length (less padding): shuffle, sort within chunks of 50
     batches by length, cut, shuffle the batches."""
@@ -163,7 +199,8 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
                  test_per_label: int = DEFAULTS["test_per_label"], batch_size: int = DEFAULTS["batch_size"],
                  lr: float = DEFAULTS["lr"], val_per_label: int = DEFAULTS["val_per_label"],
                  hparams: dict[str, float] | None = None, heldout: bool = True, threads: int = 1,
-                 progress: bool = True, members: int = DEFAULTS["members"]) -> dict[str, Any]:
+                 progress: bool = True, members: int = DEFAULTS["members"],
+                 extra_titles: Sequence[str] = (), only: Sequence[int] | None = None) -> dict[str, Any]:
     """Train the intent classifier and write it to ``out`` (default: the shipped weights folder).
 
     The epoch with the best validation macro-F1 (validation templates never trained on) is kept.
@@ -176,7 +213,11 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
     0.912 and five ~0.92 (chosen on validation); held-out catalogue titles read as searches rose
     from ~0.9 (one) to ~0.98 (three).
     ``threads``: torch threads while training (1 by default: as fast for a model this small, the
-    same result on any machine, and kind to a shared CPU)."""
+    same result on any machine, and kind to a shared CPU).
+    ``extra_titles``: a catalogue's own product titles, added to the training queries as bare
+    searches and as the product inside every intent's templates (see :func:`vitrine.intent.tuning.tune_intent`).
+    ``only``: train just these members into ``out/parts/<i>`` (several processes can share the
+    members of one ensemble); :func:`assemble_members` then measures and ships the ensemble."""
     import torch  # noqa: PLC0415
 
     before = torch.get_num_threads()
@@ -185,7 +226,7 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
         return _train(out, init_from, seed, epochs, source=source, cache_dir=cache_dir, config=config,
                       train_per_label=train_per_label, test_per_label=test_per_label, batch_size=batch_size,
                       lr=lr, val_per_label=val_per_label, hparams=hparams or {}, heldout=heldout,
-                      progress=progress, members=members)
+                      progress=progress, members=members, extra_titles=extra_titles, only=only)
     finally:
         torch.set_num_threads(before)
 
@@ -193,7 +234,8 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
 def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, source: Path | None,
            cache_dir: Path | None, config: str, train_per_label: int, test_per_label: int, batch_size: int,
            lr: float, val_per_label: int, hparams: dict[str, float], heldout: bool,
-           progress: bool, members: int) -> dict[str, Any]:
+           progress: bool, members: int, extra_titles: Sequence[str] = (),
+           only: Sequence[int] | None = None) -> dict[str, Any]:
     import torch  # noqa: PLC0415
     from vitrine.progress import progress_bar  # noqa: PLC0415
 
@@ -210,6 +252,8 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         raise InvalidInput(f"{len(template_overlap())} templates are shared by the train, val and test sets")
     source = Path(source) if source else default_source()
     terms = catalogue_terms(source)
+    if extra_titles:
+        terms = terms.with_titles(extra_titles)
     trains, test = make_member_splits(terms, train_per_label=train_per_label, test_per_label=test_per_label,
                                       seed=seed, members=members)
     train_texts = {e.text.casefold() for train in trains for e in train}
@@ -234,7 +278,11 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         from vitrine.intent.embed_init import english_word_ids  # noqa: PLC0415
 
         extra_ids = set(english_word_ids(ranks, extra_rank))
-    distills = _distill_targets(trains) if hp["distill_weight"] > 0 else [None] * members
+    todo = sorted(set(only)) if only is not None else list(range(members))
+    if any(not 0 <= m < members for m in todo):
+        raise InvalidInput(f"members to train must be in 0..{members - 1}")
+    targets = _distill_targets([trains[m] for m in todo]) if hp["distill_weight"] > 0 else [None] * len(todo)
+    distills: dict[int, Any] = dict(zip(todo, targets))
 
     def fit(member: int, train: list[Example], out_m: Path) -> tuple[IntentModel, IntentClassifier, int, list[Any], int]:
         """One member: its vocabulary, model and training; the epoch with the best validation
@@ -343,17 +391,88 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         net.eval()
         return model, clf, best[1], history, len(keep)
 
+    if only is not None:  # a share of the members: each saved under out/parts/<i>, no ensemble yet
+        done = []
+        for m in todo:
+            mm, mclf, mbest, mhist, _ = fit(m, trains[m], out / PARTS_DIR / str(m))
+            mv = evaluate(mclf, val)
+            mm.config.update(best_epoch=mbest, history=mhist, members=members,
+                             val={"accuracy": mv["accuracy"], "macro_f1": mv["macro_f1"]})
+            mm.save_pretrained(out / PARTS_DIR / str(m))
+            done.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"]})
+        return {"parts": done, "seconds": round(time.time() - t0, 1)}
     fitted = [fit(m, trains[m], out if m == 0 else staging / str(m)) for m in range(members)]
-    member_val = []
-    for m, (_, mclf, mbest, _, _) in enumerate(fitted):
-        mv = evaluate(mclf, val)  # each member alone, for the record
-        member_val.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"],
-                           "val_macro_f1": mv["macro_f1"]})
+    return _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed, epochs=epochs,
+                 init_from=init_from, heldout=heldout, extra_titles=extra_titles, tok=tok, t0=t0)
+
+
+def assemble_members(out: Path | None = None, *, source: Path | None = None, cache_dir: Path | None = None,
+                     extra_titles: Sequence[str] = (), heldout: bool = True,
+                     train_texts: set[str] | None = None) -> dict[str, Any]:
+    """Ship the members trained by several ``train_intent(only=...)`` runs into ``out``: measure
+    the ensemble exactly as one run would (validation, held-out queries, titles, taxonomy leaves).
+    ``train_texts``: the members' casefolded training texts when known (else the training draws
+    are generated again to find them)."""
+    t0 = time.time()
+    out = Path(out) if out else WEIGHTS_DIR / DEFAULT_WEIGHTS
+    parts = sorted((d for d in (out / PARTS_DIR).iterdir() if d.is_dir()), key=lambda d: int(d.name))
+    models = [IntentModel.from_pretrained(d) for d in parts]
+    cfg = models[0].config if models else {}
+    seed, members = int(cfg.get("seed", 0)), int(cfg.get("members", 0))
+    if not models or [int(m.config["member"]) for m in models] != list(range(members)):
+        raise InvalidInput(f"{out / PARTS_DIR} must hold the members 0..{members - 1} of one training")
+    tr = cfg["training"]
+    terms = catalogue_terms(Path(source) if source else default_source())
+    if extra_titles:
+        terms = terms.with_titles(extra_titles)
+    if train_texts is None:
+        tseed = int(cfg.get("train_seed", seed))
+        train_texts = {e.text.casefold() for m in range(members)
+                       for e in QueryGenerator(terms, "train", tseed, member=m).generate(int(cfg["train_per_label"]))}
+    full = QueryGenerator(terms, "test", seed).generate(int(cfg["test_per_label"]))
+    test = [e for e in full if e.text.casefold() not in train_texts]
+    # the held-out texts that are also training texts: recorded, so that measuring again needs no
+    # replay of the training draws (heldout_examples)
+    models[0].config["heldout_dropped"] = sorted({e.text for e in full if e.text.casefold() in train_texts})
+    trains = [[] for _ in range(members)]
+    models[0].config["train_queries"] = int(cfg["train_per_label"]) * len(LABELS)
+    val = make_val(terms, per_label=int(tr["val_per_label"]), seed=seed, exclude=train_texts)
+    tok = qtok.load_tokenizer(cache_dir)
+    fitted = [(m, IntentClassifier(m, tok), int(m.config["best_epoch"]), m.config.pop("history", []),
+               len(m.keep_ids)) for m in models]
+    member_val = [{"member": i, "best_epoch": int(m.config["best_epoch"]),  # measured when each was trained
+                   "val_accuracy": m.config.get("val", {}).get("accuracy"),
+                   "val_macro_f1": m.config.get("val", {}).get("macro_f1")} for i, m in enumerate(models)]
+    staging = out / f"{MEMBERS_DIR}.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    summary = _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed,
+                    epochs=int(tr["epochs"]), init_from=None, heldout=heldout, extra_titles=extra_titles,
+                    tok=tok, t0=t0, member_val=member_val)
+    shutil.rmtree(out / PARTS_DIR, ignore_errors=True)
+    return summary
+
+
+def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], test: list[Example],
+          trains: list[list[Example]], seed: int, epochs: int, init_from: Path | None, heldout: bool,
+          extra_titles: Sequence[str], tok: Any, t0: float,
+          member_val: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Measure the ensemble of the fitted members and write it to ``out`` (the first member at
+    ``out``, the others under ``out/members/<i>``) with its summary. ``member_val``: each member's
+    own validation figures when already measured."""
+    members = len(fitted)
+    staging = out / f"{MEMBERS_DIR}.new"
+    if member_val is None:
+        member_val = []
+        for m, (_, mclf, mbest, _, _) in enumerate(fitted):
+            mv = evaluate(mclf, val)  # each member alone, for the record
+            member_val.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"],
+                               "val_macro_f1": mv["macro_f1"]})
     model, clf, best_epoch, history, n_keep = fitted[0]
     clf.members = [f[1] for f in fitted[1:]]  # probabilities averaged over the members
     extractor = SlotExtractor(terms.vocabulary())
     val_m = evaluate(clf, val, extractor)
     model.config["members"] = members
+    model.config["generator_version"] = GENERATOR_VERSION
     model.config["ensemble"] = [f"{MEMBERS_DIR}/{m}" for m in range(1, members)]
     model.config["best_epoch"] = best_epoch
     model.config["val"] = {"accuracy": val_m["accuracy"], "macro_f1": val_m["macro_f1"],
@@ -366,6 +485,10 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     titles = title_search_rate(clf, heldout_titles(terms, seed=seed))
     model.config["heldout_titles"] = {k: titles[k] for k in ("n", "search_rate")}
     log.info("held-out catalogue titles sent to search: %.4f of %d", titles["search_rate"], titles["n"])
+    leaves = leaf_search_rate(clf, seed)
+    model.config["heldout_taxonomy_leaves"] = {k: leaves[k] for k in ("n", "search_rate")}
+    model.config["extra_titles"] = len(extra_titles)
+    log.info("held-out taxonomy leaves sent to search: %.4f of %d", leaves["search_rate"], leaves["n"])
     for m, (mm, _, mbest, _, _) in enumerate(fitted[1:], start=1):
         mm.config["val"] = {"accuracy": member_val[m]["val_accuracy"], "macro_f1": member_val[m]["val_macro_f1"]}
         mm.config["best_epoch"] = mbest
@@ -376,8 +499,9 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     model.save_pretrained(out)
     summary = {
         "out": _display(out), "seed": seed, "epochs": epochs, "init_from": str(init_from) if init_from else None,
-        "config": arch["config_name"], "members": members, "parameters": model.n_parameters(),
-        "kept_token_ids": n_keep, "train_queries": len(trains[0]), "val_queries": len(val),
+        "config": model.config.get("config_name"), "members": members, "parameters": model.n_parameters(),
+        "kept_token_ids": n_keep, "train_queries": len(trains[0]) or model.config.get("train_queries"),
+        "val_queries": len(val),
         "heldout_queries": len(test),
         "heldout_brands": sum(1 for b in terms.brands if held_out_value(b)),
         "heldout_article_types": sum(1 for t in terms.types if held_out_value(t)),
@@ -386,14 +510,16 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         "val": {k: v for k, v in val_m.items() if k != "errors_sample"}, "val_errors_sample": val_m["errors_sample"],
         "heldout": {k: v for k, v in held.items() if k != "errors_sample"} if heldout else None,
         "heldout_titles": titles,
-        "weights_bytes": sum(f.stat().st_size for f in out.rglob("model.safetensors")),
+        "heldout_taxonomy_leaves": leaves,
+        "weights_bytes": sum(f.stat().st_size for f in [out / "model.safetensors",
+                                                          *(out / MEMBERS_DIR).glob("*/model.safetensors")]),
         "seconds": round(time.time() - t0, 1),
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 def _distill_targets(trains: Sequence[Sequence[Example]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per member: MiniLM sentence embeddings of its English training queries (zero rows and
+    """Per member given: MiniLM sentence embeddings of its English training queries (zero rows and
     ``False`` for the others: MiniLM is an English model). One MiniLM pass over the distinct texts."""
     from vitrine.intent.embed_init import minilm_vectors  # noqa: PLC0415
 
@@ -421,7 +547,8 @@ def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path |
     test, terms = heldout_examples(source, seed=int(cfg.get("seed", 0)),
                                    per_label=int(cfg.get("test_per_label", DEFAULTS["test_per_label"])),
                                    train_per_label=int(cfg.get("train_per_label", DEFAULTS["train_per_label"])),
-                                   members=int(cfg.get("members", 1)))
+                                   members=int(cfg.get("members", 1)), train_seed=cfg.get("train_seed"),
+                                   dropped=cfg.get("heldout_dropped"))
     t0 = time.perf_counter()
     result = evaluate(clf, test, SlotExtractor(terms.vocabulary()))
     results = clf.predict_batch([e.text for e in test])
@@ -430,6 +557,7 @@ def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path |
                                "macro_f1": eff["macro_f1"],
                                "fallbacks": sum(not r.confident for r in results)}
     result["heldout_titles"] = title_search_rate(clf, heldout_titles(terms, seed=int(cfg.get("seed", 0))))
+    result["heldout_taxonomy_leaves"] = leaf_search_rate(clf, seed=int(cfg.get("seed", 0)))
     result["seconds"] = round(time.perf_counter() - t0, 2)
     result["weights"] = str(weights)
     result["heldout"] = {"templates": "test set of data/templates.json", "brands_held_out":

@@ -1,1 +1,1 @@
-"""Vitrine search layer (see DESIGN.md)."""
+"""Vitrine search layer (see docs/design.md)."""

@@ -26,9 +26,12 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
+from vitrine.index import taxonomy_map
+from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
-from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, RecordStore
+from vitrine.index.records import SCHEMA_VERSION, RecordRow
+from vitrine.index.store import open_stores
 from vitrine.index.snapshots import Snapshot, SnapshotStore
 from vitrine.index.vectors import VectorIndex
 from vitrine.search.models import (
@@ -47,10 +50,11 @@ from vitrine.search.models import (
     UpsertReport,
     decode_b64,
 )
-from vitrine.search import fusion, recommend
+from vitrine.search import calibration, fusion, native, recommend
 from vitrine.search import understanding
 from vitrine.search import fallback
 from vitrine.search import swap as hotswap
+from vitrine.search import storefront
 from vitrine.search.concurrency import StateLock, reads_state
 from vitrine.search.settings import Settings
 
@@ -111,12 +115,17 @@ class Engine:
         self.settings = settings
         self.encoder = encoder
         self.data_dir = Path(settings.data_dir)
-        self.records = RecordStore(self.data_dir / "records.sqlite")
-        self.images = ImageStore(self.data_dir / "images")
+        # SQLite in the data dir, or a shared PostgreSQL (settings.store; vitrine/index/store.py)
+        self.records, self.images = open_stores(settings.store, self.data_dir)
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
+            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, encoder.text_features, encoder.towers.key,
+            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
+        self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
+        self.native = self._new_native()  # the text tower's own space (vitrine/search/native.py)
         self._write_lock = threading.Lock()
         self._state = StateLock()  # searches read together; the visible step of a write is exclusive
         self.snapshots = SnapshotStore(self.data_dir / "index", keep=settings.snapshot_keep)
@@ -132,7 +141,10 @@ class Engine:
         self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.query_cache_size)
         self._query_encoder: QueryEncoder | None = None
         self._query_encoder_lock = threading.Lock()
+        MemoryBM25.typo_tolerance = settings.typo_tolerance  # one engine per process sets it
         self._load_indexes()
+        self._calibration: calibration.Calibration | None = None
+        self._calibration_seq = -1
         # query intent + slots (vitrine/intent), loaded here, never at import
         self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
 
@@ -168,9 +180,49 @@ class Engine:
             eng.recovery.setdefault("notes", []).extend(notes)
         return eng
 
-    def _new_index(self) -> VectorIndex:
+    def _new_index(self, field: str = "fused") -> VectorIndex:
         s = self.settings
+        if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
+            if not s.store:
+                raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
+            from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
+
+            return PgVectorIndex(s.store, field, self.encoder.dim, ef_search=s.ef_search)  # type: ignore[return-value]
         return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
+
+    def _new_native(self) -> native.NativeSpace:
+        s = self.settings
+        return native.NativeSpace(self.encoder.towers.text_dim, self.encoder.towers.key, s.index_factory,
+                                  nprobe=s.nprobe, ef_search=s.ef_search)
+
+    @property
+    def calibration(self) -> calibration.Calibration:
+        """How text queries rank on this catalogue: the data dir's tuned settings while they fit
+        the catalogue and model, else the floor (vitrine/search/calibration.py). Re-checked when
+        the records change."""
+        seq = self.records.recent_seq()
+        cal = self._calibration
+        if cal is None or seq != self._calibration_seq:
+            s = self.settings
+            cal = calibration.floor("settings: calibration=floor") if s.calibration == "floor" else \
+                calibration.load(self.data_dir, self.records, self.store_id, self.model_key, s.tune_max_drift)
+            self._calibration, self._calibration_seq = cal, seq
+        return cal
+
+    def slot_filters_on(self) -> bool:
+        """Whether the intent classifier's slots filter results: configured on, and (unless
+        calibration is off) found useful on this catalogue by `vitrine tune`."""
+        s = self.settings
+        return s.intent_slot_filters and (s.calibration == "off" or self.calibration.slot_filters)
+
+    def set_calibration(self, cal: calibration.Calibration) -> None:
+        """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
+        self._calibration, self._calibration_seq = cal, self.records.recent_seq()
+
+    def reload_calibration(self) -> calibration.Calibration:
+        """Read the data dir's tuned settings again (after `vitrine tune` wrote them)."""
+        self._calibration = None
+        return self.calibration
 
     def _store_identity(self) -> str:
         """A random id of this record store (its snapshots name it; another store's are refused)."""
@@ -192,7 +244,8 @@ class Engine:
                                "refused": [], "skipped": [], "partial": [p.name for p in self.snapshots.partials()]}
         loaded: Snapshot | None = None
         graph_loaded = False
-        for snap in self.snapshots.candidates():
+        # pgvector: the vectors live in the database, nothing of them is snapshotted locally
+        for snap in self.snapshots.candidates() if self.settings.vector_backend == "faiss" else []:
             why, fatal, graph_loaded = self._try_snapshot(snap)
             if why is None:
                 loaded = snap
@@ -200,7 +253,8 @@ class Engine:
             (rec["refused"] if fatal else rec["skipped"]).append({"version": snap.name, "reason": why})
             (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
         if loaded is None:
-            self.vectors = {f: self._new_index() for f in INDEX_FIELDS}
+            self.vectors = {f: self._new_index(f) for f in INDEX_FIELDS}
+            self.native = self._new_native()
             self._index_seq = 0
             graph_loaded = False
         else:
@@ -221,6 +275,8 @@ class Engine:
         for batch in self._changes_since(self._index_seq, 5000):
             replayed += self._apply_rows_to_indexes(batch)
         self._index_seq = self.records.seq
+        if self.native.fill_missing(self):
+            self._dirty = True
         if replayed or loaded is None:
             self._dirty = True
         rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,
@@ -269,11 +325,15 @@ class Engine:
             same_graph = m.get("graph_fingerprint") in (None, self.graph_data.fingerprint)
             if GRAPH_FILE in (m.get("files") or {}) and same_graph:
                 graph = ProductGraph.load(snap.file(GRAPH_FILE), self.graph_data, snap.sha256(GRAPH_FILE))
+            nat = self._new_native()
+            if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
+                nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE),
+                         nprobe=self.settings.nprobe, ef_search=self.settings.ef_search)
         except StorageError as e:
             return str(e), True, False
         except (KeyError, ValueError, OSError) as e:
             return f"unreadable: {e}", True, False
-        self.vectors, self._index_seq = vectors, seq
+        self.vectors, self._index_seq, self.native = vectors, seq, nat  # missing native: filled after replay
         if graph is not None:
             self.graph = graph
         return None, False, graph is not None
@@ -281,11 +341,13 @@ class Engine:
     def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
         if not rows:
             return 0
-        for r in rows:  # the graph holds every live product, whichever model embedded it
-            if r.deleted:
-                self.graph.delete([r.id])
-            else:
-                self.graph.upsert(r.iid, r.id, r.doc)  # type: ignore[arg-type]
+        # the graph holds every live product, whichever model embedded it (a batch: its new
+        # categories are mapped and its titles' brands learned together)
+        self.graph.delete([r.id for r in rows if r.deleted])
+        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
+        lacking = self.native.apply(rows)
+        if lacking:  # written by another model or before native vectors were kept
+            self.native.fill(self, lacking)
         dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
         for f in INDEX_FIELDS:
             if dead:
@@ -336,9 +398,8 @@ class Engine:
                 rows = self._encode_rows(todo, report, progress=progress)
                 if rows:
                     photos = {it.product.id: img for it, img, _ in todo if img is not None}
-                    for r in rows:  # photos first: a record never points at a missing file
-                        if r.image_key:
-                            self.images.put(r.image_key, photos[r.id])
+                    # photos first: a record never points at a missing file
+                    self.images.put_many({r.image_key: photos[r.id] for r in rows if r.image_key})
                     with self._state.write():  # searches see all of this write or none of it
                         seq, iids = self.records.upsert_many(rows)
                         for r, iid in zip(rows, iids):
@@ -373,6 +434,7 @@ class Engine:
         if not keep:
             return []
         emb = self.encoder.embed(img_feats[keep], txt_feats[keep])
+        native_vecs = native.unit_rows(txt_feats[keep])
         rows: list[RecordRow] = []
         for n, i in enumerate(keep):
             it, img, sha = todo[i]
@@ -388,6 +450,7 @@ class Engine:
                     "fused": emb.fused[n],
                     "image": emb.image[n] if has_img and emb.image is not None else None,
                     "text": emb.text[n] if emb.text is not None else None,
+                    "native": native_vecs[n],
                 },
             ))
         return rows
@@ -409,6 +472,7 @@ class Engine:
                 if iids:
                     for f in INDEX_FIELDS:
                         self.vectors[f].delete(iids)
+                    self.native.delete(iids)
                     for iid in iids:
                         self.filters.delete(iid)
                     self.graph.delete_iids(iids)
@@ -464,23 +528,36 @@ class Engine:
             self._dirty = True
             return applied
 
+    @property
+    def needs_snapshot(self) -> bool:
+        """Whether the indexes changed since the last snapshot version."""
+        return self._dirty
+
+    def wait_for_writes(self) -> None:
+        """Return once the write (or snapshot) in flight, if any, has finished."""
+        with self._write_lock:
+            pass
+
     def save(self) -> bool:
         """Publish a snapshot version of the indexes (vectors + graph, with the change sequence
         number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False
         if nothing changed since the last one."""
         with self._write_lock:
-            if not self._dirty and self.snapshot_version is not None:
+            if (not self._dirty and self.snapshot_version is not None) or self.settings.vector_backend != "faiss":
                 return False
             with self.snapshots.publish() as pub:
                 files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
                 files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
+                files[native.FILE] = self.native.save(pub.dir)
                 snap = pub.commit({
                     "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
                     "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
                     "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
+                    "native_towers": self.native.towers_key,
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
-                    "records": {"file": "records.sqlite", "seq": self._index_seq, "store_id": self.store_id,
+                    "records": {"file": self.records.location if self.settings.store else "records.sqlite",
+                                "seq": self._index_seq, "store_id": self.store_id,
                                 "schema": SCHEMA_VERSION},
                     "artifacts": self.artifacts(),
                 })
@@ -500,6 +577,9 @@ class Engine:
         try:
             self.save()
         finally:
+            for index in self.vectors.values():
+                if hasattr(index, "close"):  # a pgvector index holds database connections
+                    index.close()
             self.records.close()
             if self._query_encoder is not None:
                 self._query_encoder.close()
@@ -579,6 +659,7 @@ class Engine:
         s = self.settings
         if req.k > s.max_k:
             raise InvalidInput(f"k must be between 1 and {s.max_k}")
+        depth = storefront.pool_depth(s, req)  # the same pool for every page (vitrine/search/storefront.py)
         text = " ".join((req.text or "").split()) or None
         if text and len(text) > s.max_text_chars:
             text = text[: s.max_text_chars]
@@ -589,36 +670,41 @@ class Engine:
         self._prepare_query_encoder()
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
-        if plan.answer is not None:  # after-sales: an answer, no product ranking
+        if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(self, req, text, image is not None, plan, t0)
         qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
         allowed = understanding.allowed_ids(self, plan)
-        scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
-        if not scored and plan.applied:  # nothing has every slot the query named: search without them
-            allowed = understanding.relax(self, req, plan)
-            scored, vector_scores, degraded, terms = self._guarded_rank(qv, text, req.k, allowed)
+        window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
+        scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
+            self, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
+            lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
         degraded = gate + degraded
-        rows = self.records.get_by_iids([iid for iid, _, _ in scored])
+        view = storefront.arrange(self, req, scored,
+                                  exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
+        rows = self.records.get_by_iids([iid for iid, _, _ in view.page])
         hits: list[Hit] = []
         applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
-        for iid, score, parts in scored:
+        marks = storefront.Highlighter(text) if req.highlight else None
+        for iid, score, parts in view.page:
             row = rows.get(iid)
             if row is None:  # deleted between ranking and fetching
                 continue
             p = self._product_out(row)
             hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
+            if marks is not None:
+                hit.highlights = marks.of(p.title, p.description)
             if req.explain:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
                     signals={k: round(float(v), 6) for k, v in parts.items()},
-                    modalities=sorted(qv), filters=applied, **plan.explanation(),
+                    modalities=sorted(qv), **plan.explanation(iid, applied),
                 )
             hits.append(hit)
         resp = SearchResponse(
             results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
             query={"text": text, "image": image is not None, "filters": applied,
                    **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
-            model=self.model_key, degraded=degraded + plan.degraded,
+            model=self.model_key, degraded=degraded + plan.degraded, **view.response_fields(req),
         )
         return understanding.finish(self, req, text, plan, resp)
 
@@ -634,6 +720,10 @@ class Engine:
                 self.search(SearchRequest(text=text, k=5))
             except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
                 log.warning("warm-up search %r failed: %s", text, e)
+        try:  # text queries at the floor skip BM25; queries with a photo still use it
+            self.records.bm25_scores("warm up")
+        except Exception as e:  # noqa: BLE001
+            log.warning("warm-up BM25 failed: %s", e)
         took = time.perf_counter() - t0
         log.info("warmed up in %.2fs", took)
         return took
@@ -661,19 +751,28 @@ class Engine:
             return None
 
     def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
-                      allowed: np.ndarray | None) -> tuple[Any, dict[int, float], list[str], Any]:
-        """Hybrid ranking under a time budget; when fusion raises or overstays, the plain vector
-        ranking (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
+                      allowed: np.ndarray | None, depth: int) -> tuple[Any, dict[int, float], list[str], Any]:
+        """Hybrid ranking of a pool of ``depth`` candidates per retriever under a time budget (the
+        whole pool, best first); when fusion raises or overstays, the plain vector ranking
+        (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
         if not qv:
-            return fallback.lexical_rank(self, qv, text, k, allowed)
+            return fallback.lexical_rank(self, qv, text, depth, allowed)
         if not text or self.settings.fusion == "off" or not self.settings.fusion_signals:
-            return fusion.rank(self, qv, text, k, allowed)
+            return fusion.rank(self, qv, text, k, allowed, depth=depth)
         try:
-            return fusion.rank(self, qv, text, k, allowed,
+            return fusion.rank(self, qv, text, k, allowed, depth=depth,
                                deadline=time.perf_counter() + self.settings.fusion_timeout_ms / 1000)
         except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
             log.warning("hybrid fusion skipped for this search: %s", e)
-            scored = self._rank(dict(qv), k, allowed)
+            if set(qv) == {"text"} and self.settings.calibration != "off":
+                try:  # a text query falls back to the floor, not below it
+                    nq = native.query_vector(self, text)  # type: ignore[arg-type]
+                    if nq is not None:
+                        scored, vs, _, terms = fusion.native_rank(self, nq, depth, allowed)
+                        return scored, vs, ["fusion"], terms
+                except Exception as e2:  # noqa: BLE001
+                    log.warning("native fallback failed too: %s", e2)
+            scored = self._rank(dict(qv), depth, allowed)
             from vitrine.index.graph import QueryTerms  # noqa: PLC0415
 
             return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()
@@ -759,9 +858,14 @@ class Engine:
         return FacetsResponse(facets=out, products=len(self))
 
     def stats(self) -> dict[str, Any]:
+        clf = self.understanding.classifier if self.understanding is not None else None
         return {
             "products": len(self), "with_photo": len(self.vectors["image"]), "seq": self.records.seq,
-            "model": self.model_key, "index": self.settings.index_factory, "data_dir": str(self.data_dir),
+            "model": self.model_key, "adapter": self.settings.adapter, "index": self.settings.index_factory,
+            "data_dir": str(self.data_dir),
+            # the intent classifier serving: its ensemble members and runtime (None: intent off or unavailable)
+            "intent": {"model": self.settings.intent_model, "members": 1 + len(clf.members), "runtime": clf.runtime}
+            if clf is not None else None,
         }
 
     # -- maintenance -------------------------------------------------------------------------------

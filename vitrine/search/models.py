@@ -24,14 +24,77 @@ GENDER_KEYS = ("gender",)
 COLOUR_KEYS = ("colour", "color", "basecolour", "basecolor")
 
 
+# Examples in the OpenAPI schema
+EXAMPLE_PRODUCT: dict[str, Any] = {'id': '15970',
+     'title': 'Adidas Men Running Shoes',
+     'brand': 'Adidas',
+     'category': 'Footwear > Shoes > Sports Shoes',
+     'attributes': {'gender': 'Men', 'colour': 'Black'},
+     'price': 2499.0,
+     'currency': 'INR',
+     'version': 3,
+     'image_b64': '/9j/4AAQSkZJRg...'}
+EXAMPLE_FILTERS: dict[str, Any] = {'gender': 'Women', 'colour': ['Red', 'Pink'], 'category': 'Heels', 'price_max': 2000}
+EXAMPLE_FACETS: dict[str, Any] = {
+    'facets': {'gender': [{'value': 'Men', 'count': 10590}, {'value': 'Women', 'count': 8740}]},
+     'products': 20873}
+EXAMPLE_PRODUCT_OUT: dict[str, Any] = {'id': '15970',
+     'title': 'Adidas Men Running Shoes',
+     'brand': 'Adidas',
+     'category': ['Footwear', 'Shoes', 'Sports Shoes'],
+     'attributes': {'gender': 'Men', 'colour': 'Black'},
+     'price': 2499.0,
+     'currency': 'INR',
+     'image_url': '/images/3f2a.jpg',
+     'version': 3}
+EXAMPLE_RECOMMEND: dict[str, Any] = {'anchor': {'id': '15970',
+                'title': 'Adidas Men Running Shoes',
+                'brand': 'Adidas',
+                'category': ['Footwear', 'Shoes', 'Sports Shoes'],
+                'attributes': {'gender': 'Men', 'colour': 'Black'},
+                'price': 2499.0,
+                'currency': 'INR',
+                'image_url': '/images/3f2a.jpg',
+                'version': 3},
+     'kind': 'complementary',
+     'results': [{'id': '2133',
+                  'score': 0.71,
+                  'title': 'Puma Men Black Track Pants',
+                  'relation': 'complements: Sports Shoes -> Track Pants; colour-compatible'}],
+     'took_ms': 12.5}
+EXAMPLE_COMPARE: dict[str, Any] = {'products': [{'id': '15970',
+                   'title': 'Adidas Men Running Shoes',
+                   'brand': 'Adidas',
+                   'category': ['Footwear', 'Shoes', 'Sports Shoes'],
+                   'attributes': {'gender': 'Men', 'colour': 'Black'},
+                   'price': 2499.0,
+                   'currency': 'INR',
+                   'image_url': '/images/3f2a.jpg',
+                   'version': 3},
+                  {'id': '2133', 'title': 'Nike Men Running Shoes'}],
+     'attributes': [{'name': 'colour', 'values': {'15970': 'Black', '2133': 'White'}, 'same': False}],
+     'shared': {'gender': 'Men'},
+     'differing': ['colour'],
+     'pairwise': [{'a': '15970',
+                   'b': '2133',
+                   'photo': 0.82,
+                   'text': 0.77,
+                   'fused': 0.8,
+                   'relation': 'substitutes'}],
+     'price_difference': None,
+     'summary': "Both are men's running shoes; they differ in colour.",
+     'took_ms': 8.2}
+
+
 def _clean(s: str) -> str:
     return " ".join(_CONTROL.sub(" ", s).split())
 
 
 class Product(BaseModel):
-    """One catalogue record (DESIGN.md). Unknown top-level fields become attributes."""
+    """One catalogue record (docs/design.md). Unknown top-level fields become attributes."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True,
+                              json_schema_extra={"examples": [EXAMPLE_PRODUCT]})
 
     id: str = Field(min_length=1, max_length=256)
     title: str = Field(min_length=1, max_length=1000)
@@ -183,7 +246,7 @@ def decode_b64(s: str) -> bytes:
 class Filters(BaseModel):
     """Search filters. A list means any of its values; fields combine with AND."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={"examples": [EXAMPLE_FILTERS]})
 
     category: str | list[str] | None = Field(None, description="Any level of the category path")
     gender: str | list[str] | None = None
@@ -210,13 +273,31 @@ class Filters(BaseModel):
         return not self.terms() and self.price_min is None and self.price_max is None
 
 
+SortOrder = Literal["relevance", "price_asc", "price_desc", "newest"]
+FacetField = Literal["gender", "colour", "brand", "category", "price"]
+FACET_FIELDS: tuple[str, ...] = ("gender", "colour", "brand", "category", "price")
+
+
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A search: words, a photo or both, within filters; one page of results in an order."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"text": "women red running shoes", "k": 10},
+        {"text": "adidas running shoes", "k": 20, "offset": 20, "sort": "price_asc",
+         "filters": {"gender": "Men", "price_max": 3000}, "facets": ["brand", "colour", "price"],
+         "highlight": True},
+    ]})
 
     text: str | None = Field(None, description="Words: what the shopper typed")
     image_b64: str | None = Field(None, description="A photo, base64-encoded (JPEG, PNG, WEBP...)")
-    k: int = Field(10, ge=1, description="Number of results")
+    k: int = Field(10, ge=1, description="Results per page (offset + k is at most the server's max_k)")
+    offset: int = Field(0, ge=0, description="Results to skip: page n (from 0) of size k is offset = n * k")
+    sort: SortOrder = Field("relevance", description="relevance (default); price_asc, price_desc and newest "
+                                                     "order the products above the relevance floor")
     filters: Filters | None = None
+    facets: list[FacetField] = Field(default_factory=list, max_length=5, description=(
+        "Count each value of these fields among the matching products (price as ranges)"))
+    highlight: bool = Field(False, description="Attach each hit's query-word spans in its title and description")
     explain: bool = Field(False, description="Attach a per-hit explanation")
     use_intent: bool = Field(True, description="Classify the query's intent and turn its slots into filters")
 
@@ -228,6 +309,15 @@ class Explanation(BaseModel):
     filters: dict[str, Any] = Field(default_factory=dict)
     intent: dict[str, Any] | None = Field(None, description="The query's intent: label and probabilities")
     slots: dict[str, Any] = Field(default_factory=dict, description="Slots of the query used as filters")
+    backfill: bool = Field(False, description="Added from the search without the slot filters, after the hits "
+                                              "that met them, so that a slot filter never leaves fewer than k")
+
+
+class Span(BaseModel):
+    """Where a query word was found: ``text[start:end]`` (Python string offsets, end exclusive)."""
+
+    start: int
+    end: int
 
 
 class Hit(BaseModel):
@@ -241,13 +331,37 @@ class Hit(BaseModel):
     currency: str | None = None
     description: str | None = None
     image_url: str | None = None
+    highlights: dict[str, list[Span]] | None = Field(None, description=(
+        "highlight=true: spans of the query's words (typos forgiven) in title and description"))
     explanation: Explanation | None = None
 
 
 class SearchResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "results": [{"id": "15970", "score": 0.8123, "title": "Adidas Men Running Shoes", "brand": "Adidas",
+                     "category": ["Footwear", "Shoes", "Sports Shoes"], "attributes": {"gender": "Men"},
+                     "price": 2499.0, "image_url": "/images/3f2a.jpg",
+                     "highlights": {"title": [{"start": 0, "end": 6}, {"start": 11, "end": 18}]}}],
+        "took_ms": 21.4, "k": 10, "offset": 0, "total": 143, "total_exact": False, "pool": 212,
+        "sort": "relevance",
+        "facets": {"brand": [{"value": "Adidas", "count": 61}, {"value": "Nike", "count": 22}],
+                   "price": [{"value": "0-1000", "count": 12, "min": 0, "max": 1000}]},
+        "query": {"text": "adidas running shoes", "image": False, "filters": {}},
+        "model": "effnet-minilm+mlp", "degraded": []}]})
+
     results: list[Hit]
     took_ms: float
     k: int
+    offset: int = Field(0, description="The request's offset")
+    total: int | None = Field(None, description="Products matching the query: exact when total_exact, "
+                                                "else an estimate from the candidate pool (a lower bound)")
+    total_exact: bool | None = Field(None, description="Whether total is exact (every product within the "
+                                                       "filters was ranked) or an estimate")
+    pool: int | None = Field(None, description="Candidates ranked for this query; facet counts and the "
+                                               "sorted orders are exact over them")
+    sort: str | None = Field(None, description="The order of the results")
+    facets: dict[str, list[FacetValue]] | None = Field(None, description=(
+        "Requested facets: each value's count among the matching products"))
     query: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
     degraded: list[str] = Field(default_factory=list)
@@ -276,16 +390,22 @@ class AfterSalesAnswer(BaseModel):
 class FacetValue(BaseModel):
     value: str
     count: int
+    min: float | None = Field(None, description="price facet: the range's lower bound (inclusive)")
+    max: float | None = Field(None, description="price facet: the range's upper bound (exclusive; null: open)")
 
 
 class FacetsResponse(BaseModel):
     """Filter values and how many products hold each (for filter chips)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_FACETS]})
 
     facets: dict[str, list[FacetValue]]
     products: int
 
 
 class ProductOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_PRODUCT_OUT]})
+
     id: str
     title: str
     brand: str | None = None
@@ -333,6 +453,8 @@ class RecommendHit(Hit):
 
 
 class RecommendResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_RECOMMEND]})
+
     anchor: ProductOut
     kind: str
     results: list[RecommendHit]
@@ -355,6 +477,8 @@ class PairwiseSimilarity(BaseModel):
 
 
 class CompareResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_COMPARE]})
+
     products: list[ProductOut]
     attributes: list[CompareAttribute]
     shared: dict[str, Any]
@@ -368,7 +492,8 @@ class CompareResponse(BaseModel):
 class CompareRequest(BaseModel):
     """``{"ids": [2..5 product ids]}`` or ``{"text": "nike vs puma running shoes"}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"ids": ["15970", "2133"]}, {"text": "nike vs puma running shoes"}]})
 
     ids: list[str] | None = Field(None, description="2 to 5 distinct product ids")
     text: str | None = Field(None, max_length=1000, description='Two or more sides joined by "vs"')

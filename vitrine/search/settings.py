@@ -15,21 +15,24 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from vitrine import resources
+
+
+TAXONOMY_VECTORS_FILE = "google-product-taxonomy.en-US.minilm.safetensors"
+
 
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "vitrine"
 
 
-_REPO_DATA = Path(__file__).resolve().parents[2] / "data"
-
 # Hybrid ranking signals (vitrine/search/fusion.py) and their default weights, tuned on the val
 # split's attribute and exact-word queries by `vitrine bench fusion` (README, "Knowledge graph").
-FUSION_SIGNALS = ("vector", "bm25", "graph:category", "graph:proximity", "graph:brand", "graph:colour",
+FUSION_SIGNALS = ("native", "vector", "bm25", "graph:category", "graph:proximity", "graph:brand", "graph:colour",
                   "graph:gender", "graph:usage", "graph:season")
-DEFAULT_FUSION_WEIGHTS = {"vector": 1.0, "bm25": 0.5, "graph:category": 0.5, "graph:proximity": 0.3,
+DEFAULT_FUSION_WEIGHTS = {"native": 0.0, "vector": 1.0, "bm25": 0.5, "graph:category": 0.5, "graph:proximity": 0.3,
                           "graph:brand": 0.3, "graph:colour": 0.3, "graph:gender": 0.5, "graph:usage": 0.3,
                           "graph:season": 0.03}
-DEFAULT_RRF_WEIGHTS = {"vector": 1.0, "bm25": 2.0, "graph:category": 2.0, "graph:proximity": 0.0,
+DEFAULT_RRF_WEIGHTS = {"native": 0.0, "vector": 1.0, "bm25": 2.0, "graph:category": 2.0, "graph:proximity": 0.0,
                        "graph:brand": 0.0, "graph:colour": 2.0, "graph:gender": 1.0, "graph:usage": 2.0,
                        "graph:season": 0.3}
 
@@ -40,6 +43,9 @@ class Settings(BaseSettings):
     # -- where things live ------------------------------------------------------------------
     data_dir: Path = Field(Path(".vitrine/data"), description="Data dir: records, photos, index snapshots.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Backbone feature cache.")
+    store: str | None = Field(None, description="Record store: empty for SQLite in the data dir (one host), or a "
+                              "postgresql://user:password@host:port/db URL shared by API replicas and ingest workers "
+                              "on any hosts; the data dir then holds only rebuildable things (docs/postgresql.md).")
 
     # -- models -------------------------------------------------------------------------------
     model: str = Field("effnetlite2-minilm", description="Tower config name/folder or open_clip architecture.")
@@ -48,7 +54,7 @@ class Settings(BaseSettings):
     device: str = Field("auto", description="auto | cpu | cuda")
     image_height: int | None = Field(None, ge=16, le=1024, description="Override the tower's input height.")
     image_width: int | None = Field(None, ge=16, le=1024, description="Override the tower's input width.")
-    encode_batch_size: int = Field(64, ge=1, le=4096)
+    encode_batch_size: int = Field(64, ge=1, le=4096, description="Products encoded per forward when ingesting.")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: all cores).")
 
     # -- query fast path (vitrine/encoders/queries.py; measured in bench-results/fastpath.md) ------
@@ -74,9 +80,12 @@ class Settings(BaseSettings):
     search_concurrency: int = Field(0, ge=0, le=1024, description="Searches one API process runs at once; "
                                     "later ones wait their turn, first come first served. 0: no limit (the "
                                     "server's thread pool, 40).")
+    vector_backend: Literal["faiss", "pgvector"] = Field(
+        "faiss", description="Where vectors are searched: FAISS in each process (index_factory), or pgvector's HNSW "
+                             "index in the PostgreSQL store (needs store=postgresql://...; docs/postgresql.md).")
     index_factory: str = Field("Flat", description="FAISS factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
-    nprobe: int = Field(16, ge=1)
-    ef_search: int = Field(128, ge=1)
+    nprobe: int = Field(16, ge=1, description="IVF indexes: lists searched per query (recall vs speed).")
+    ef_search: int = Field(128, ge=1, description="HNSW indexes: search breadth per query (recall vs speed).")
     query_image_weight: float = Field(
         0.5, ge=0.0, le=1.0, description="Weight of the photo when a query has both photo and text."
     )
@@ -84,8 +93,15 @@ class Settings(BaseSettings):
         "gate", description="Photo + words queries: the aligner's modality gate weighs the photo per query (gate; "
         "adapters without one use query_image_weight) or always query_image_weight (fixed).")
     candidate_multiplier: int = Field(4, ge=1, le=100, description="Over-fetch factor for multi-signal ranking.")
-    default_k: int = Field(10, ge=1)
-    max_k: int = Field(100, ge=1, le=10_000)
+    default_k: int = Field(10, ge=1, description="Results per search when the request gives no k.")
+    max_k: int = Field(100, ge=1, le=10_000, description="Deepest result a search may ask for (offset + k); "
+                                                          "it bounds the candidate pool a search ranks.")
+    relevance_floor: float = Field(
+        0.81, ge=0.0, le=1.0, description="Sorted and faceted searches count, sort and facet only the candidates "
+        "scoring at least this fraction of the query's top score (tuned on val queries: "
+        "bench-results/relevance_floor.md).")
+    typo_tolerance: bool = Field(True, description="BM25 scores a query word no product holds as its closest "
+                                                   "catalogue word (1 edit from 4 letters, 2 from 8).")
 
     # -- hybrid ranking: vectors + BM25 + knowledge graph -----------------------------------------
     fusion: Literal["rrf", "weighted", "off"] = Field(
@@ -100,10 +116,30 @@ class Settings(BaseSettings):
     rrf_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS),
                                           description="Weights of reciprocal-rank fusion, per signal.")
     rrf_k: float = Field(10.0, gt=0, description="Reciprocal-rank fusion constant: weight / (rrf_k + rank).")
-    graph_dir: Path = Field(_REPO_DATA / "graph", description="Graph data: category mapping, complements, "
-                                                              "colour rules, vocabulary, brand lexicon.")
-    taxonomy_file: Path = Field(_REPO_DATA / "taxonomy" / "google-product-taxonomy.en-US.txt",
-                                description="Google's product taxonomy (the category backbone).")
+    calibration: Literal["auto", "floor", "off"] = Field(
+        "auto", description="How text-only queries rank: auto = the weights `vitrine tune` fitted to this catalogue "
+                            "while they fit it, else the floor (the text tower's own cosine ranking); floor = "
+                            "always the floor; off = the configured fusion weights, as for queries with a photo "
+                            "(docs/tuning.md).")
+    tune_max_drift: float = Field(0.1, ge=0.0, le=1.0, description="A tuning stays in use until this share of "
+                                  "the catalogue's products changed since it was fitted; past it, the floor.")
+    tune_after_ingest: bool = Field(True, description="Run `vitrine tune` after `vitrine ingest` when it is cheap "
+                                    "(catalogue of at most tune_auto_max_products products).")
+    tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
+                                        "an ingest (tune's cost grows with the catalogue: 3-4 min at 20k products "
+                                        "on 2 busy cores).")
+    graph_dir: Path = Field(default_factory=resources.graph_dir,
+                            description="Graph data: category mapping, complements, colour rules, vocabulary, "
+                                        "brand lexicon (default: shipped in the package).")
+    taxonomy_file: Path = Field(default_factory=resources.taxonomy_file,
+                                description="Google's product taxonomy, the category backbone (default: shipped).")
+    taxonomy_vectors_file: Path = Field(
+        default_factory=lambda: resources.resource_path("taxonomy", TAXONOMY_VECTORS_FILE),
+        description="The text tower's vectors of the taxonomy's paths (made by `vitrine graph embed-taxonomy`; "
+                    "default: shipped); recomputed once when missing or made by another tower.")
+    taxonomy_map_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="Confidence below which a catalogue category stays off Google's "
+                                         "taxonomy (its own node, no taxonomy proximity); docs/graph.md.")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
 
     # -- query intent (vitrine/intent; vitrine/search/understanding.py) ------------------------------
@@ -114,6 +150,9 @@ class Settings(BaseSettings):
                                          "query is treated as a plain search.")
     intent_timeout_ms: float = Field(300.0, gt=0, description="Classifier time budget; past it the search "
                                                               "runs without intent (degraded: intent).")
+    intent_answer_only_confidence: float = Field(0.9, ge=0.0, le=1.0, description="An after-sales query shows "
+                                                 "its answer instead of products only at this probability or "
+                                                 "above; under it, the answer comes with the products.")
     intent_slot_filters: bool = Field(True, description="Turn the slots a query names (brand, category, colour, "
                                                         "gender, price) into filters.")
     intent_vocab_refresh_s: float = Field(10.0, ge=0, description="Most often the slot vocabulary is rebuilt "
@@ -123,24 +162,26 @@ class Settings(BaseSettings):
                                 "(most accurate), 1 = the first only (less accurate, a little less CPU per query).")
 
     # -- input limits ---------------------------------------------------------------------------
-    max_image_bytes: int = Field(10_000_000, ge=1024)
-    max_image_pixels: int = Field(40_000_000, ge=1024)
-    max_text_chars: int = Field(1000, ge=1)
-    max_body_bytes: int = Field(16_000_000, ge=1024)
-    fetch_timeout_s: float = Field(10.0, gt=0)
+    max_image_bytes: int = Field(10_000_000, ge=1024, description="Largest photo accepted, in bytes.")
+    max_image_pixels: int = Field(40_000_000, ge=1024, description="Largest photo accepted, in pixels "
+                                  "(decompression bombs are refused).")
+    max_text_chars: int = Field(1000, ge=1, description="Longest query text accepted.")
+    max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="Timeout of fetching a photo URL.")
 
     # -- service ----------------------------------------------------------------------------------
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="Address the API binds.")
+    port: int = Field(8000, ge=0, le=65535, description="Port the API listens on.")
     api_key: SecretStr | None = Field(None, description="Required for writes (PUT/DELETE /products).")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")
     workers: int = Field(1, ge=1, le=64, description="API worker processes (`vitrine serve`). One Python process "
                          "tops out near one core (the interpreter lock); each worker loads the models and "
                          "follows the data dir (follow_s), so a write through one is seen by all. Hot swap "
                          "needs a single worker.")
     follow_s: float = Field(0.0, ge=0, description="The API picks up other processes' writes to its data dir this "
-                                                   "often (0: never; 1 s when workers > 1).")
+                                                   "often (0: never; 1 s when workers > 1; 0.5 s with a "
+                                                   "PostgreSQL store).")
     tune_malloc: bool = Field(True, description="The API fixes glibc's malloc thresholds so big, short-lived "
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
 
@@ -180,20 +221,22 @@ class Settings(BaseSettings):
     kafka_dlq_topic: str | None = Field(None, description="Dead-letter topic (default: <topic>.dlq).")
     kafka_partitions: int = Field(6, ge=1, description="Partitions of topics Vitrine creates itself.")
     kafka_replication: int = Field(1, ge=1, description="Replication factor of topics Vitrine creates.")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How clients talk to the brokers.")
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism (SASL_PLAINTEXT, SASL_SSL).")
+    kafka_sasl_username: str | None = Field(None, description="SASL user name.")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password.")
     kafka_ssl_cafile: Path | None = Field(None, description="CA bundle to verify the brokers (SSL, SASL_SSL).")
     kafka_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")
     kafka_ssl_keyfile: Path | None = Field(None, description="Client private key (mutual TLS).")
-    kafka_ssl_check_hostname: bool = True
+    kafka_ssl_check_hostname: bool = Field(True, description="Check the brokers' certificate host names.")
     kafka_session_timeout_ms: int = Field(6000, ge=500, description="Group session timeout: how fast a dead "
                                                                     "worker's partitions move to the others.")
     kafka_max_poll_interval_ms: int = Field(120_000, ge=1000, description="Longest one batch may take before "
                                                                           "the group drops the worker.")
     kafka_batch_size: int = Field(64, ge=1, le=10_000, description="Most events one ingest batch applies.")
-    kafka_poll_timeout_ms: int = Field(500, ge=10, le=60_000)
+    kafka_poll_timeout_ms: int = Field(500, ge=10, le=60_000, description="How long one poll waits for events.")
     kafka_snapshot_interval_s: float = Field(60.0, ge=0, description="Index snapshot cadence of a worker "
                                                                       "(0: after every batch).")
     kafka_photo_root: Path | None = Field(None, description="Folder that local photo paths in events resolve "

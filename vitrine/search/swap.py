@@ -45,11 +45,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vitrine.atomic import atomic_write_bytes
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, ModelError, StorageError, SwapRefused, VitrineError
 from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import Snapshot
-from vitrine.index.vectors import VectorIndex, atomic_write_bytes
+from vitrine.index.vectors import VectorIndex
 from vitrine.progress import progress_bar
 from vitrine.search.models import Product
 
@@ -65,7 +66,8 @@ INDEX_FIELDS = ("fused", "image")
 class SwapRequest(BaseModel):
     """What to swap in. Unset fields keep the live value."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"adapter": "moe", "dry_run": True}, {"snapshot": "v000012"}]})
 
     model: str | None = Field(None, max_length=1000, description="Tower config name/folder")
     adapter: str | None = Field(None, max_length=1000, description="Adapter name or folder")
@@ -87,6 +89,10 @@ class Check(BaseModel):
 
 
 class SwapReport(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "accepted": True, "switched": True, "dry_run": False, "reason": "every canary check passed",
+        "live": {"model_key": "effnet-minilm+mlp"}, "candidate": {"model_key": "effnet-minilm+moe"}}]})
+
     accepted: bool = Field(description="The candidate passed every check (and, unless dry_run, now serves)")
     switched: bool = False
     dry_run: bool = False

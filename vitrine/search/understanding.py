@@ -4,7 +4,11 @@
 extractor over the catalogue's vocabulary (the knowledge graph's brands, the filter facets'
 categories, colours and genders), and turns the slots into filters. ``finish()`` adds what the
 intent asks for: the comparison (compare), recommendations (recommend). After-sales queries get an
-answer instead of products (``answer_response``). A classifier that is missing, fails or runs out
+answer instead of products (``answer_response``) when the classifier is sure (at or above
+``intent_answer_only_confidence``); under that bar the answer comes beside the products, so a
+product phrase misread as after-sales still shows products. A slot filter never leaves fewer
+than k results: the search without the slots fills the rest (``fill_to_k``), each such hit
+marked ``backfill``. A classifier that is missing, fails or runs out
 of time leaves a plain vector search marked ``degraded: ["intent"]``; a prediction under the
 confidence floor is treated as a plain search.
 """
@@ -16,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SLOT_FILTER_FIELDS = ("category", "colour", "gender")
+SLOT_FIELDS = ("brand", "category", "colour", "gender")  # as vitrine.intent.slots.SLOT_FIELDS (no import at load)
 _COMPLEMENT_CUES = re.compile(
     r"go(?:es)? with|goes well|pairs? (?:well )?with|pair .* with|to match|matches|match with|wear .* with|"
     r"wear with|complete the look|outfit|style|complement|搭配|配什么|搭什么|适合配|搭的|配一", re.IGNORECASE)
@@ -121,7 +125,10 @@ class QueryUnderstanding:
 
         eng = self.engine
         f = eng.filters
-        brands = set(f.facet("brand"))
+        # the catalogue's own facets: every filter field the slot extractor reads, with the values
+        # this catalogue holds (a field the catalogue leaves empty names no slot)
+        facets = {fld: set(f.facet(fld)) if fld in f.fields else set() for fld in SLOT_FIELDS}
+        brands = facets["brand"]
         graph = getattr(eng, "graph", None)
         lex = getattr(getattr(getattr(graph, "data", None), "brands", None), "by_key", None)
         if graph is not None and lex:
@@ -131,7 +138,7 @@ class QueryUnderstanding:
                         brands.add(name)
                 except Exception:  # noqa: BLE001 - the graph is optional here
                     break
-        return Vocabulary.of(brands, f.facet("category"), f.facet("colour"), f.facet("gender"))
+        return Vocabulary.of(brands, facets["category"], facets["colour"], facets["gender"])
 
     def extractor(self) -> "SlotExtractor":
         from vitrine.intent.slots import SlotExtractor  # noqa: PLC0415
@@ -175,14 +182,25 @@ class Plan:
     degraded: list[str] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     answer: AfterSalesAnswer | None = None
+    answer_only: bool = False  # the answer replaces the products (a confident after-sales query)
+    backfill: set[int] = field(default_factory=set)  # hits added from the relaxed search (below k)
+    relaxed_filters: dict[str, Any] = field(default_factory=dict)  # the filters those hits met
     ms: float = 0.0
 
     @property
     def label(self) -> str | None:
         return self.intent.label if self.intent else None
 
-    def explanation(self) -> dict[str, Any]:
-        return {"intent": self.intent.model_dump() if self.intent else None, "slots": dict(self.applied)}
+    def explanation(self, iid: int | None = None, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A hit's explanation fields: the intent, the slots used as its filters, and the filters
+        it met (``filters``); a backfilled hit met only the relaxed filters and no slot."""
+        out: dict[str, Any] = {"intent": self.intent.model_dump() if self.intent else None,
+                               "slots": dict(self.applied)}
+        if filters is not None:
+            out["filters"] = filters
+        if iid is not None and iid in self.backfill:
+            out.update(slots={}, backfill=True, filters=dict(self.relaxed_filters))
+        return out
 
     def query_info(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -221,8 +239,13 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
 
         a = answer(text)
         p.answer = AfterSalesAnswer(**a.as_dict())
-        return p
-    if engine.settings.intent_slot_filters and p.slots:
+        # Only a sure after-sales query loses its products: under the answer-only bar the answer
+        # comes with the ranking (a product phrase misread as after-sales still shows products).
+        p.answer_only = res.scores.get("after_sales", 0.0) >= engine.settings.intent_answer_only_confidence
+        if p.answer_only:
+            return p
+        p.notes["answer_with_products"] = True
+    if engine.slot_filters_on() and p.slots:
         _slot_filters(engine, req, p)
     return p
 
@@ -230,8 +253,8 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
 def _slot_filters(engine: "Engine", req: SearchRequest, p: Plan) -> None:
     explicit = req.filters.model_dump(exclude_none=True) if req.filters else {}
     merged = dict(explicit)
-    for f in SLOT_FILTER_FIELDS:
-        if f in p.slots and f not in explicit:
+    for f in engine.filters.fields:  # the catalogue's facet fields (brand below: it may come from the graph)
+        if f != "brand" and f in p.slots and f not in explicit:
             merged[f] = p.slots[f]
             p.applied[f] = p.slots[f]
     if "price_min" in p.slots or "price_max" in p.slots:
@@ -276,6 +299,33 @@ def relax(engine: "Engine", req: SearchRequest, p: Plan) -> np.ndarray | None:
     return engine.allowed_ids(req.filters)
 
 
+Ranked = tuple[Any, dict[int, float], list[str], Any]  # (scored, vector scores, degraded, graph terms)
+
+
+def fill_to_k(engine: "Engine", req: SearchRequest, p: Plan, ranked: Ranked,
+              rank: Callable[[np.ndarray | None], Ranked]) -> Ranked:
+    """A slot filter never shrinks the results below k: under k filtered hits, the relaxed search
+    (the request's own filters, no slot) fills the rest, after the filtered hits, each marked
+    ``backfill`` in its explanation. No filtered hit at all: the search runs without the slots
+    (``slots_relaxed``). ``rank`` ranks within allowed ids."""
+    scored, vector_scores, degraded, terms = ranked
+    if not p.applied or len(scored) >= req.k:
+        return ranked
+    if not scored:
+        return rank(relax(engine, req, p))
+    relaxed, r_vec, r_degraded, _ = rank(engine.allowed_ids(req.filters))
+    have = {iid for iid, _, _ in scored}
+    extra = [h for h in relaxed if h[0] not in have][: req.k - len(scored)]
+    if not extra:
+        return ranked
+    p.backfill = {iid for iid, _, _ in extra}
+    p.relaxed_filters = req.filters.model_dump(exclude_none=True) if req.filters else {}
+    p.notes["slots_backfill"] = len(extra)
+    merged_vec = dict(vector_scores)
+    merged_vec.update({iid: r_vec[iid] for iid, _, _ in extra if iid in r_vec})
+    return list(scored) + extra, merged_vec, list(dict.fromkeys(degraded + r_degraded)), terms
+
+
 def answer_response(engine: "Engine", req: SearchRequest, text: str | None, image: bool, p: Plan,
                     t0: float) -> SearchResponse:
     """After-sales: no product ranking, a structured answer."""
@@ -290,6 +340,8 @@ def answer_response(engine: "Engine", req: SearchRequest, text: str | None, imag
 def finish(engine: "Engine", req: SearchRequest, text: str | None, p: Plan, resp: SearchResponse) -> SearchResponse:
     """Attach intent, slots and what the intent asks for (comparison, recommendations)."""
     resp.intent, resp.slots = p.intent, p.slots
+    if p.answer is not None:  # an after-sales answer under the answer-only bar: beside the products
+        resp.answer = p.answer
     if p.intent is None or not text:
         return resp
     with nested():

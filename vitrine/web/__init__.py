@@ -1,1 +1,1 @@
-"""Vitrine web layer (see DESIGN.md)."""
+"""Vitrine web layer (see docs/design.md)."""

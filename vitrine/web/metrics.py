@@ -123,10 +123,3 @@ class IngestCollector(Collector):
                 if q.startswith("p") and q[1:].isdigit() and v is not None:
                     fams["freshness"].add_metric([*base, str(int(q[1:]) / 100)], float(v) / 1000)
         yield from fams.values()
-
-
-def _gauge(name: str, doc: str, labels: list[str], values: list[str], value: float) -> GaugeMetricFamily:
-    g = GaugeMetricFamily(name, doc, labels=labels)
-    g.add_metric(values, value)
-    return g
-

@@ -4,11 +4,12 @@
 //
 // Routes (hash based, so the page works behind any prefix and needs no server routing):
 //   #/                         welcome
-//   #/search?q=..&photo=p1&gender=..&category=..&colour=..   results
+//   #/search?q=..&photo=p1&gender=..&category=..&colour=..&sort=..   results (pages: "More results")
 //   #/product/ID               product page
 //   #/compare?ids=A,B[,C..]    side-by-side comparison
 
-const K = 24;                          // results per search
+const K = 24;                          // results per page
+const SORTS = ["relevance", "price_asc", "price_desc", "newest"];
 const FACET_FIELDS = ["gender", "category", "colour"];
 const FACET_LABELS = { gender: "Gender", category: "Category", colour: "Colour" };
 const CHIPS_SHOWN = 8;                 // chips per field before "More"
@@ -34,6 +35,8 @@ const state = {
   photo: null,            // {id, name, dataUrl, blobUrl}
   photoSeq: 0,
   filters: { gender: [], category: [], colour: [] },
+  sort: "relevance",      // the results' order (the API's sort)
+  maxK: 100,              // the deepest result the server pages to (GET /health's max_k)
   expanded: new Set(),    // facet fields showing all values
   facets: null,           // {field: [{value, count}]} from GET /facets, or null
   cache: new Map(),       // request key -> search response (back/forward without refetching)
@@ -259,11 +262,12 @@ async function route() {
 // ---------------------------------------------------------------------------------------------
 // search
 
-function searchHash(text, photo, filters) {
+function searchHash(text, photo, filters, sort = state.sort) {
   const p = new URLSearchParams();
   if (text) p.set("q", text);
   if (photo) p.set("photo", photo.id);
   for (const f of FACET_FIELDS) for (const v of filters[f] || []) p.append(f, v);
+  if (sort && sort !== "relevance") p.set("sort", sort);
   return `#/search?${p.toString()}`;
 }
 
@@ -293,7 +297,7 @@ function showWelcome() {
   clearPhoto(false);
   setSearchState("idle");
   $("#welcome").hidden = false;
-  for (const id of ["#understood", "#filters", "#answer", "#intent-recs"]) $(id).hidden = true;
+  for (const id of ["#understood", "#filters", "#answer", "#intent-recs", "#toolbar", "#more-box"]) $(id).hidden = true;
   $("#results").replaceChildren();
   $("#status").replaceChildren();
 }
@@ -302,6 +306,8 @@ async function showSearch(params) {
   const text = (params.get("q") || "").trim();
   const photoId = params.get("photo");
   state.filters = { gender: params.getAll("gender"), category: params.getAll("category"), colour: params.getAll("colour") };
+  state.sort = SORTS.includes(params.get("sort")) ? params.get("sort") : "relevance";
+  $("#sort").value = state.sort;
   $("#q").value = text;
   $("#welcome").hidden = true;
   if (photoId && (!state.photo || state.photo.id !== photoId)) {
@@ -320,11 +326,12 @@ async function showSearch(params) {
 
   const filters = {};
   for (const f of FACET_FIELDS) if (state.filters[f].length) filters[f] = state.filters[f].length === 1 ? state.filters[f][0] : state.filters[f];
-  const req = { k: K, explain: true };
+  const req = { k: K, explain: true, facets: FACET_FIELDS, highlight: true };
+  if (state.sort !== "relevance") req.sort = state.sort;
   if (text) req.text = text;
   if (photo) req.image_b64 = photo.dataUrl;
   if (Object.keys(filters).length) req.filters = filters;
-  const key = JSON.stringify({ text, photo: photo ? photo.id : null, filters });
+  const key = JSON.stringify({ text, photo: photo ? photo.id : null, filters, sort: state.sort });
 
   if (state.searchAbort) state.searchAbort.abort();
   const cached = state.cache.get(key);
@@ -339,7 +346,7 @@ async function showSearch(params) {
     : photo ? "Searching with your photo…" : `Searching for “${text}”…`));
   $("#search-btn").disabled = true;
   try {
-    const resp = await api("search", { method: "POST", body: req, signal: ctl.signal });
+    const resp = await api("v1/search", { method: "POST", body: req, signal: ctl.signal });
     const t0 = answeredAt("/search");
     state.cache.set(key, resp);
     if (state.cache.size > 30) state.cache.delete(state.cache.keys().next().value);
@@ -354,6 +361,7 @@ async function showSearch(params) {
     $("#status").replaceChildren(h("p", { class: "error", role: "alert" },
       h("strong", {}, "The search failed: "), e instanceof ApiError ? e.describe() : String(e)));
     $("#filters").hidden = true;
+    $("#more-box").hidden = true;
   } finally {
     if (state.searchAbort === ctl) state.searchAbort = null;
     $("#search-btn").disabled = false;
@@ -384,9 +392,10 @@ function renderSearch(req, resp, { fresh, t0 }) {
   } else {
     setSearchState("results");
     const what = req.text && req.image_b64 ? `“${req.text}” and your photo` : req.text ? `“${req.text}”` : "your photo";
-    status.replaceChildren(h("p", { class: "muted" },
-      `${hits.length} result${hits.length === 1 ? "" : "s"} for ${what} in ${Math.round(resp.took_ms)} ms`));
+    status.replaceChildren(h("p", { class: "muted" }, `${countText(hits.length, resp)} for ${what} in ${Math.round(resp.took_ms)} ms`));
   }
+  $("#toolbar").hidden = !hits.length;
+  updateMore(resp);
   if (resp.compare && resp.compare.products && resp.compare.products.length >= 2) {
     const ids = resp.compare.products.map((p) => p.id);
     status.append(h("p", { class: "notice" }, "This looks like a comparison. ",
@@ -419,6 +428,57 @@ function renderSearch(req, resp, { fresh, t0 }) {
 
 const VS = /\S\s+(vs\.?|versus)\s+\S/i;
 
+function countText(shown, resp) {
+  // "24 of 143 results" (total: the products matching above the relevance floor; "about" when estimated)
+  const total = typeof resp.total === "number" ? Math.max(resp.total, state.sort === "relevance" ? 0 : shown) : null;
+  if (total === null || total <= shown) return `${shown} result${shown === 1 ? "" : "s"}`;
+  return `${shown} of ${resp.total_exact ? "" : "about "}${total.toLocaleString()} results`;
+}
+
+function nextPage(resp) {
+  // the next page's offset and size, or null when there is none (or the server pages no deeper)
+  const have = (resp.results || []).length;
+  const total = typeof resp.total === "number" ? resp.total : 0;
+  const k = Math.min(K, state.maxK - have, total - have);
+  return k > 0 ? { offset: have, k } : null;
+}
+
+function updateMore(resp) {
+  $("#more-box").hidden = !nextPage(resp);
+}
+
+async function loadMore() {
+  const last = state.last;
+  if (!last) return;
+  const page = nextPage(last.resp);
+  if (!page) return;
+  const btn = $("#more");
+  btn.disabled = true;
+  btn.textContent = "Loading…";
+  try {
+    const resp = await api("v1/search", { method: "POST", body: { ...last.req, ...page } });
+    if (state.last !== last) return; // another search was rendered meanwhile
+    const start = last.resp.results.length;
+    const seen = new Set(last.resp.results.map((hh) => hh.id));
+    const fresh = (resp.results || []).filter((hh) => !seen.has(hh.id));
+    last.resp.results = last.resp.results.concat(fresh);
+    const frag = document.createDocumentFragment();
+    fresh.forEach((hit, i) => frag.append(resultCard(hit, start + i)));
+    $("#results").append(frag);
+    const what = last.req.text ? `“${last.req.text}”` : "your photo";
+    $("#status").replaceChildren(h("p", { class: "muted" }, `${countText(last.resp.results.length, last.resp)} for ${what}`));
+    updateMore(last.resp);
+    window.vitrine.pages = (window.vitrine.pages || 1) + 1;
+    const first = $("#results").children[start];
+    if (first) { const a = first.querySelector("a"); if (a) a.focus({ preventScroll: true }); }
+  } catch (e) {
+    $("#status").append(h("p", { class: "error", role: "alert" }, `Could not load more results: ${e.describe ? e.describe() : e}`));
+  } finally {
+    btn.disabled = false;
+    btn.textContent = "More results";
+  }
+}
+
 function openComparison(data) {
   const ids = data.products.map((p) => p.id);
   state.compareCache = { key: ids.join(","), data };
@@ -445,6 +505,21 @@ function answeredAt(path) {
   return t > 0 ? t : performance.now();
 }
 
+function marked(text, spans) {
+  // the API's highlight spans as <mark> elements built from text nodes (no markup from the server)
+  if (!spans || !spans.length) return [text];
+  const out = [];
+  let at = 0;
+  for (const { start, end } of [...spans].sort((a, b) => a.start - b.start)) {
+    if (start < at || end > text.length) continue;
+    if (start > at) out.push(text.slice(at, start));
+    out.push(h("mark", {}, text.slice(start, end)));
+    at = end;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
+}
+
 function resultCard(hit, i) {
   const gender = genderOf(hit);
   const colour = colourOf(hit);
@@ -459,7 +534,7 @@ function resultCard(hit, i) {
     h("div", { class: "ph" }, hit.image_url
       ? h("img", { src: hit.image_url, alt: "", loading: i < 8 ? "eager" : "lazy", decoding: "async", width: 180, height: 240 })
       : h("span", { class: "noimg" }, "no photo")),
-    h("h3", { class: "card-title", id: titleId }, hit.title)),
+    h("h3", { class: "card-title", id: titleId }, ...marked(hit.title, hit.highlights && hit.highlights.title))),
   h("p", { class: "card-meta" },
     hit.brand ? h("span", { class: "card-brand" }, hit.brand) : null,
     cat.length ? h("span", { class: "card-category" }, cat[cat.length - 1]) : null),
@@ -568,11 +643,18 @@ function renderFilters(hits) {
   for (const f of FACET_FIELDS) {
     const sel = state.filters[f];
     const inResults = new Map();
-    for (const hit of hits || []) {
-      const vals = f === "category" ? (hit.category || []) : [f === "gender" ? genderOf(hit) : colourOf(hit)];
-      for (const v of new Set(vals.filter(Boolean).map(String))) inResults.set(v, (inResults.get(v) || 0) + 1);
+    const counted = state.last && state.last.resp && state.last.resp.facets && state.last.resp.facets[f];
+    let n = (hits || []).length;
+    if (counted) {
+      // the API's counts among every matching product, not only the cards on screen
+      for (const fv of counted) inResults.set(fv.value, fv.count);
+      n = Math.max(n, state.last.resp.total || 0);
+    } else {
+      for (const hit of hits || []) {
+        const vals = f === "category" ? (hit.category || []) : [f === "gender" ? genderOf(hit) : colourOf(hit)];
+        for (const v of new Set(vals.filter(Boolean).map(String))) inResults.set(v, (inResults.get(v) || 0) + 1);
+      }
     }
-    const n = (hits || []).length;
     const values = [];
     const seen = new Set();
     const add = (v, count) => {
@@ -602,7 +684,7 @@ function renderFilters(hits) {
       h("span", { class: "filter-label", id: `fl-${f}` }, FACET_LABELS[f]),
       shown.map(({ value, count }) => {
         const on = sel.some((s) => same(s, value));
-        const tip = [count ? `${count} of these results` : null,
+        const tip = [count ? `${count} matching product${count === 1 ? "" : "s"}` : null,
           gcount.has(value.toLowerCase()) ? `${gcount.get(value.toLowerCase())} in the catalogue` : null].filter(Boolean).join("; ");
         return h("button", {
           type: "button", class: "chip chip-btn", "aria-pressed": String(on), title: tip || null,
@@ -941,6 +1023,7 @@ function renderCompare(data) {
 async function loadStats() {
   try {
     const s = await api("health");
+    if (Number.isFinite(s.max_k)) state.maxK = s.max_k;
     $("#catalog-stats").textContent = `${Number(s.products).toLocaleString()} products in the catalogue` +
       (s.with_photo !== undefined ? `, ${Number(s.with_photo).toLocaleString()} with photos` : "") + ".";
   } catch (e) {
@@ -963,6 +1046,12 @@ function init() {
     if (e.key === "Escape" && t && t.classList && t.classList.contains("why-btn") && t.getAttribute("aria-expanded") === "true") t.click();
   });
   setupPhotoInput();
+  $("#more").addEventListener("click", loadMore);
+  $("#sort").addEventListener("change", (e) => {
+    const { params } = parseHash();
+    state.sort = e.currentTarget.value;
+    go(searchHash(params.get("q") || "", state.photo, state.filters));
+  });
   window.addEventListener("hashchange", route);
   renderTray();
   loadStats();

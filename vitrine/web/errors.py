@@ -1,0 +1,135 @@
+"""The one JSON error shape, ``{"error": {"status", "code", "message", "detail"?}}``, and the
+handlers that turn domain errors (vitrine/errors.py) and framework errors into it.
+
+Every code a route can answer is listed in the OpenAPI (:data:`ERROR_RESPONSES`, or a route's
+own subset from :func:`errors_for`), each with an example body.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from vitrine.errors import (
+    InvalidImage,
+    InvalidInput,
+    ModelError,
+    NotFound,
+    StorageError,
+    SwapRefused,
+    TooLarge,
+    Unauthorized,
+    VitrineError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    code: str = Field(description="not_found, invalid_input, invalid_image, too_large, unauthorized, "
+                                  "unsupported_media_type, method_not_allowed, swap_refused, timeout, "
+                                  "unavailable, internal")
+    message: str
+    detail: Any = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: ``{"error": {"status", "code", "message", "detail"?}}``."""
+
+    error: ErrorDetail
+
+
+def error_body(status: int, code: str, message: str, detail: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"status": status, "code": code, "message": message}
+    if detail is not None:
+        err["detail"] = detail
+    return {"error": err}
+
+
+# status -> (code, what it means, an example message): the OpenAPI's list of error answers
+_ERRORS: dict[int, tuple[str, str, str]] = {
+    401: ("unauthorized", "A write or admin action without a valid X-API-Key",
+          "a valid X-API-Key header is required for writes and admin actions"),
+    404: ("not_found", "No such product, image or path", "product 'p-123' not found"),
+    405: ("method_not_allowed", "The path does not take this method", "Method Not Allowed"),
+    409: ("swap_refused", "A hot swap's candidate failed a check (the live version keeps serving)",
+          "candidate refused: canary recall@10 0.41 < 0.50"),
+    413: ("too_large", "A body, photo or image over a configured limit",
+          "request body over the limit of 16,000,000 bytes"),
+    415: ("unsupported_media_type", "A body in a content type the route does not take",
+          "/v1/search takes application/json, not text/plain"),
+    422: ("invalid_input", "A parameter or body that fails validation; the message names the field",
+          "body.sort: Input should be 'relevance', 'price_asc', 'price_desc' or 'newest'"),
+    500: ("internal", "An unexpected server error", "internal server error"),
+    503: ("unavailable", "A model or the storage is unavailable; retry with backoff",
+          "the record store is unavailable"),
+    504: ("timeout", "The request ran past its time limit", "the request took longer than 30 s"),
+}
+ALWAYS = (405, 413, 415, 422, 500, 503, 504)
+
+
+def errors_for(*statuses: int, ok: Any = None, ok_type: str = "application/json") -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error statuses (plus those any route can answer); ``ok``:
+    an example of the success answer, for routes without a response model that carries one."""
+    out: dict[int | str, dict[str, Any]] = {}
+    if ok is not None:
+        out[200] = {"content": {ok_type: {"example": ok}}}
+    for st in sorted(set(statuses) | set(ALWAYS)):
+        code, what, example = _ERRORS[st]
+        out[st] = {"model": ErrorBody, "description": f"`{code}`: {what}",
+                   "content": {"application/json": {"example": error_body(st, code, example)}}}
+    return out
+
+
+def status_for(e: VitrineError) -> tuple[int, str]:
+    if isinstance(e, NotFound):
+        return 404, "not_found"
+    if isinstance(e, TooLarge):
+        return 413, "too_large"
+    if isinstance(e, InvalidImage):
+        return 422, "invalid_image"
+    if isinstance(e, InvalidInput):
+        return 422, "invalid_input"
+    if isinstance(e, Unauthorized):
+        return 401, "unauthorized"
+    if isinstance(e, SwapRefused):
+        return 409, "swap_refused"
+    if isinstance(e, (ModelError, StorageError)):
+        return 503, "unavailable"
+    return 500, "internal"
+
+
+async def _domain(_: Request, e: VitrineError) -> JSONResponse:
+    status, code = status_for(e)
+    if status >= 500:
+        log.error("%s: %s", code, e)
+    report = getattr(e, "report", None)
+    detail = report.model_dump() if hasattr(report, "model_dump") else None
+    return JSONResponse(error_body(status, code, str(e), detail), status_code=status)
+
+
+async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
+    detail = [{"loc": list(err.get("loc", ())), "msg": err.get("msg")} for err in e.errors()]
+    msg = "; ".join(f"{'.'.join(str(x) for x in d['loc'])}: {d['msg']}" for d in detail[:5])
+    return JSONResponse(error_body(422, "invalid_input", msg or "invalid request", detail), status_code=422)
+
+
+async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "too_large",
+            415: "unsupported_media_type", 504: "timeout"}.get(e.status_code, "http_error")
+    return JSONResponse(error_body(e.status_code, code, str(e.detail)), status_code=e.status_code,
+                        headers=getattr(e, "headers", None))
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Domain, validation and framework errors, all in the one JSON shape."""
+    app.add_exception_handler(VitrineError, _domain)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]

@@ -1,0 +1,90 @@
+"""The API's lifespan: open (or take) the engine, warm it up, and run the background loops that
+follow other writers of the data dir and snapshot the indexes."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import anyio
+from fastapi import FastAPI
+
+from vitrine.errors import StorageError, VitrineError
+from vitrine.index.vectors import set_search_threads
+from vitrine.search.engine import Engine
+from vitrine.search.settings import Settings
+from vitrine.web.memory import limit_heap_growth
+from vitrine.web.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, freeze_gc: bool | None
+                 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The lifespan of an app serving ``engine`` (or, when None, one it opens from ``settings``)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = engine is None
+        if own and settings.tune_malloc:
+            limit_heap_growth()
+        eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
+        app.state.engine = eng
+        if own:  # after the models loaded their libraries: the limits apply to loaded ones
+            set_search_threads(settings.search_threads or 1)
+        await asyncio.to_thread(eng.warm_up)  # the query fast path, BM25 and vocabularies: built before traffic
+        if own if freeze_gc is None else freeze_gc:
+            # Millions of long-lived objects (graph, vocabularies, model modules): a full collection
+            # walked them all, a 300 ms pause for every request in flight. Freeze them out of the
+            # collector; garbage made while serving is collected as before.
+            gc.collect()
+            gc.freeze()
+        metrics.bind_engine(eng)
+        app.state.search_slots = anyio.CapacityLimiter(settings.search_concurrency) \
+            if settings.search_concurrency else None
+        log.info("serving %d products from %s", len(eng), settings.data_dir)
+        snapshots = asyncio.create_task(_snapshot_loop(eng, settings.snapshot_interval_s)) \
+            if settings.snapshot_interval_s > 0 else None
+        follow_s = settings.follow_s or (0.5 if settings.store else 1.0 if settings.workers > 1 else 0.0)
+        follower = asyncio.create_task(_follow_loop(eng, follow_s)) if follow_s > 0 else None
+        try:
+            yield
+        finally:
+            if follower is not None:
+                follower.cancel()
+            if snapshots is not None:
+                snapshots.cancel()
+                await asyncio.to_thread(eng.wait_for_writes)  # a snapshot in flight finishes first
+            if own:
+                await asyncio.to_thread(eng.close)
+
+    return lifespan
+
+
+async def _follow_loop(eng: Engine, every_s: float) -> None:
+    """Other processes write this data dir too (sibling workers, an ingest worker): replay
+    their changes every ``every_s`` (cheap when nothing changed)."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            n = await asyncio.to_thread(eng.refresh)
+            if n:
+                log.info("picked up %d products changed by other processes", n)
+        except (StorageError, OSError, VitrineError) as e:
+            log.error("catching up with the data dir failed (%s); trying again in %gs", e, every_s)
+
+
+async def _snapshot_loop(eng: Engine, every_s: float) -> None:
+    """Writes are durable in the record store when they return; this snapshots the indexes
+    every ``every_s`` when they changed, so a restart replays few changes."""
+    while True:
+        await asyncio.sleep(every_s)
+        if not eng.needs_snapshot:
+            continue
+        try:
+            await asyncio.to_thread(eng.save)
+        except (StorageError, OSError) as e:
+            log.error("index snapshot failed (%s); the record store still holds every change", e)

@@ -1,0 +1,6 @@
+"""The API's routes, one APIRouter per area; :mod:`vitrine.web.app` mounts each under ``/v1``
+and at its old unversioned path."""
+
+from vitrine.web.routes import admin, ops, products, search
+
+ROUTERS = (search.router, products.router, ops.router, admin.router)

@@ -1,0 +1,82 @@
+"""Products: read, write (with the API key), their photos, recommendations and comparisons."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import FileResponse
+
+from vitrine.errors import InvalidInput, NotFound, StorageError
+from vitrine.search.engine import ProductInput
+from vitrine.search.models import CompareRequest, CompareResponse, Product, ProductOut, RecommendResponse
+from vitrine.web.deps import EngineDep, KeyRequired, SettingsDep
+from vitrine.web.errors import errors_for
+
+router = APIRouter(tags=["products"])
+
+
+@router.get("/products/{pid}", response_model=ProductOut, response_model_exclude_none=True,
+            responses=errors_for(404))
+def get_product(pid: str, engine: EngineDep) -> ProductOut:
+    """One product by id."""
+    return engine.get(pid)
+
+
+@router.get("/recommend/{pid}", response_model=RecommendResponse, response_model_exclude_none=True,
+            responses=errors_for(404))
+def recommend(
+    pid: str, engine: EngineDep,
+    kind: Annotated[Literal["similar", "complementary"], Query(
+        description="similar: same category, nearest, diversified; complementary: goes with it")] = "similar",
+    k: Annotated[int, Query(ge=1, description="Number of results")] = 10,
+) -> RecommendResponse:
+    """Products similar to, or complementing, a product; each says which relation put it there."""
+    return engine.recommend(pid, kind, k)
+
+
+@router.post("/compare", response_model=CompareResponse, response_model_exclude_none=False,
+             responses=errors_for(404))
+def compare(req: CompareRequest, engine: EngineDep) -> CompareResponse:
+    """Compare 2-5 products by id, or the sides of a text like "nike vs puma running shoes"."""
+    if req.ids is not None:
+        return engine.compare(req.ids)
+    return engine.compare_text(req.text or "")
+
+
+@router.put("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(
+    401, ok={"id": "15970", "upserted": 1, "unchanged": 0, "stale": 0}))
+def put_product(pid: str, product: Product, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
+    """Create or replace a product (needs X-API-Key). The photo comes as `image_b64`."""
+    if product.id != pid:
+        raise InvalidInput(f"body id {product.id!r} does not match the path id {pid!r}")
+    if product.image and not product.image_b64:
+        raise InvalidInput("send the photo as image_b64; the API does not fetch image paths or URLs")
+    report = engine.upsert([ProductInput(product)])  # durable (SQLite) when it returns
+    if report.failed:
+        raise InvalidInput(report.failed[0].reason)
+    if settings.snapshot_interval_s == 0:
+        engine.save()
+    return {"id": pid, "upserted": report.upserted, "unchanged": report.unchanged, "stale": report.stale}
+
+
+@router.delete("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(
+    401, 404, ok={"id": "15970", "deleted": True}))
+def delete_product(pid: str, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
+    """Delete a product (needs X-API-Key)."""
+    if engine.delete([pid]) == 0:
+        raise NotFound("product", pid)
+    if settings.snapshot_interval_s == 0:
+        engine.save()
+    return {"id": pid, "deleted": True}
+
+
+@router.get("/images/{key}", response_class=FileResponse, responses=errors_for(
+    404, ok="(the photo's bytes)", ok_type="image/jpeg"))
+def image(key: str, engine: EngineDep) -> FileResponse:
+    """A product photo by its content key (immutable: cached for a year)."""
+    try:
+        path = engine.image_path(key)
+    except StorageError as e:
+        raise NotFound("image", key) from e
+    return FileResponse(path, headers={"Cache-Control": "public, max-age=31536000, immutable"})

@@ -34,7 +34,7 @@ log = logging.getLogger("vitrine.train")
 DEFAULT_VIEWS: tuple[str, ...] = ("flip", "crop1", "crop2", "crop3", "crop4", "crop5")
 DEFAULT_VIEW_PROB = 0.7
 
-#: The shipped gate's shape (chosen on the val split; docs/models.md): 16 experts, 4 per token,
+#: The MoE gate's recipe (the best on val in the seed study; docs/models.md): 16 experts, 4 per token,
 #: experts of hidden width 1024.
 DEFAULT_EXPERTS = 16
 DEFAULT_TOP_K = 4
@@ -48,7 +48,7 @@ def train() -> None:
 
 @train.command("gate")
 @click.option("--kind", type=click.Choice(["linear", "mlp", "moe"]), default="moe", show_default=True,
-              help="The aligner: the cross-modal MoE gate (shipped default) or the plain MLP / linear heads")
+              help="The aligner: the cross-modal MoE gate or the plain MLP / linear heads")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Output folder (default: the shipped weights folder of this kind)")
 @click.option("--model", default=None, help="Tower config (default from settings)")
@@ -104,8 +104,8 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
-    a training log (train_log.jsonl) and the val metrics. With no options: the shipped gate
-    (vitrine/encoders/weights/moe, see docs/models.md).
+    a training log (train_log.jsonl) and the val metrics. With no options: the MoE gate's recipe
+    into vitrine/encoders/weights/moe (docs/models.md).
     """
     if hidden is None:
         hidden = DEFAULT_MOE_HIDDEN if kind == "moe" else 512

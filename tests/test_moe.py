@@ -367,6 +367,15 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
         assert resp.degraded == ["gate"] and resp.results[0].id == row["id"]  # its own photo, router-free
     finally:
         eng.close()
+    # The same data dir opened with another aligner re-embeds every product on open.
+    eng = Engine.open(settings_factory(tmp_path / "data", adapter="mlp", intent=False))
+    try:
+        assert "+mlp-" in eng.model_key
+        assert {r.model_key for r in eng.records.iter_rows(with_vectors=False)} == {eng.model_key}
+        resp = eng.search(SearchRequest(text=row["productDisplayName"], k=5))
+        assert any(h.id == row["id"] for h in resp.results) and not resp.degraded
+    finally:
+        eng.close()
 
 
 def test_ema_training_validates_and_keeps_the_averaged_weights():

@@ -187,3 +187,26 @@ def test_openapi_lists_every_error_and_an_example_for_every_body(client):
     for name in ("SearchRequest", "SearchResponse", "ProductOut", "Product", "CompareRequest", "CompareResponse",
                  "RecommendResponse", "FacetsResponse", "Filters", "SwapRequest", "SwapReport"):
         assert comps[name].get("examples"), name
+
+
+def test_typo_tolerance_corrects_only_words_no_product_holds(engine):
+    """A word the catalogue holds scores exactly as FTS5 scores it; an unknown one scores as its
+    closest catalogue term, and never under 4 letters."""
+    from vitrine.index import symbolic
+    from vitrine.index.bm25 import MemoryBM25
+
+    mem = MemoryBM25(engine.records.path)
+    try:
+        for q in ("shirt", "black watch", "shrit", "blakc watch", "teh"):
+            got = mem.scores(q, engine.records.seq)
+            with engine.records._lock:
+                exact = symbolic.scores(engine.records._conn, q)
+            fixed = {"shrit": "shirt", "blakc watch": "black watch"}.get(q)
+            if fixed is None:
+                assert dict(got.items()) == exact, q
+            else:
+                with engine.records._lock:
+                    assert dict(got.items()) == symbolic.scores(engine.records._conn, fixed), q
+        assert mem.correct("shrit", "shrit") == "shirt" and mem.correct("teh", "teh") is None
+    finally:
+        mem.close()

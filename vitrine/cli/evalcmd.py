@@ -13,7 +13,8 @@ from vitrine.cli import main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
-PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation"]
+PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation",
+             "domain-shift"]
 
 
 @main.command("eval")
@@ -41,7 +42,7 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
                    "moe-dk=moe@dynamic_k=true@dynamic_threshold=0.7); the ConSE and text-tower baselines "
                    "are always in")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="--protocol ablation: write gate_ablation.md/.json/.png here")
+              help="--protocol ablation: write gate_ablation.md/.json/.png here (domain-shift: domain-shift.md/...)")
 @model_options
 @store_option
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
@@ -60,6 +61,23 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     protocol = protocol or ("qrels" if queries else None)
     if protocol is None:
         raise click.UsageError("give --queries QRELS (with --data) or --protocol")
+    if protocol == "domain-shift":  # leave each domain out, serve it as a new catalogue (docs/tuning.md)
+        import tempfile
+
+        from vitrine.cli.tune import domain_shift_command
+
+        work = data_dir or Path(tempfile.mkdtemp(prefix="vitrine-domain-shift-"))
+        result = domain_shift_command(make_settings(**model), work, n_queries or 200, retrain=True)
+        text = json.dumps(result, indent=2)
+        click.echo(text)
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(text + "\n")
+        if report_dir:
+            from vitrine.evals.domain_shift import write_report
+
+            write_report(result, report_dir)
+        return
     if protocol == "intent":  # the intent classifier on its held-out queries (no data dir needed)
         _intent_eval(json_out)
         return

@@ -22,7 +22,7 @@ def store_group() -> None:
 @click.option("--batch-size", type=int, default=500, show_default=True)
 def store_copy(data_dir: Path, store: str, batch_size: int) -> None:
     """Copy every live product (document, version, vectors, photo) into the store, one
-    transaction per batch; products already there at the same or a newer version are kept."""
+    transaction per batch; a product already there at a newer version, or unchanged, is kept."""
     from vitrine.index.records import ImageStore, RecordStore
     from vitrine.index.store import open_stores
 
@@ -43,13 +43,21 @@ def store_copy(data_dir: Path, store: str, batch_size: int) -> None:
     finally:
         src.close()
         dst.close()
-    click.echo(f"copied {n} products into {dst.location} ({skipped} already there at the same or a newer version)")
+    click.echo(f"copied {n} products into {dst.location} ({skipped} already there, newer or unchanged)")
 
 
 def _copy(batch, dst, dst_photos, photos) -> tuple[int, int]:  # noqa: ANN001
     have = dst.get_many([r.id for r in batch], include_deleted=True)
-    todo = [r for r in batch if not (r.id in have and have[r.id].version is not None and r.version is not None
-                                     and have[r.id].version >= r.version)]
+    def kept(r) -> bool:  # noqa: ANN001 - already there: newer, or the same product by the same model
+        old = have.get(r.id)
+        if old is None:
+            return False
+        if old.version is not None and r.version is not None and old.version > r.version:
+            return True
+        return (not old.deleted and old.content_hash == r.content_hash and old.model_key == r.model_key
+                and old.version == r.version)
+
+    todo = [r for r in batch if not kept(r)]
     imgs = {r.image_key: photos.get(r.image_key) for r in todo if r.image_key}
     dst_photos.put_many({k: v for k, v in imgs.items() if v is not None})
     if todo:

@@ -62,15 +62,28 @@ def train() -> None:
               help="Chance that a training row sees one of the augmented views instead of its photo")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override an adapter config value, e.g. --set dropout=0.3 (repeatable; JSON values)")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Train on this ingested data dir's catalogue (its photos + pseudo-queries; early-stops on "
+                   "held-out products), then install it by hot swap and re-tune (docs/tuning.md)")
+@click.option("--no-install", is_flag=True, help="With --data: train and save only")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
                lr: float, dim: int, hidden: int, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
-               ema: float, views: str, view_prob: float, overrides: tuple[str, ...]) -> None:
+               ema: float, views: str, view_prob: float, overrides: tuple[str, ...], data_dir: Path | None = None,
+               no_install: bool = False) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
     a training log (train_log.jsonl) and the val metrics.
     """
+    if data_dir is not None:
+        from vitrine.cli.tune import train_gate_on_data
+
+        click.echo(json.dumps(train_gate_on_data(data_dir, kind=kind, out=out, epochs=epochs, patience=patience,
+                                                 batch_size=batch_size, lr=lr, dim=dim, hidden=hidden, seed=seed,
+                                                 install=not no_install, overrides=_parse_overrides(overrides)),
+                              indent=2))
+        return
     from vitrine.cli.training import train_gate_command
 
     settings = make_settings(model=model)

@@ -112,6 +112,8 @@ class QueryEncoder:
         self.text_precision = "fp32" if text_precision == "auto" else str(text_precision)
         self._lowercase = bool(getattr(towers.hf_tokenizer, "do_lower_case", False))
         self.cache: LRUCache[np.ndarray] = cache if cache is not None else LRUCache(cache_size)
+        # the text tower's own (native) unit vectors of recent query texts, kept by the same forward
+        self.native_cache: LRUCache[np.ndarray] = LRUCache(cache_size)
         self.threads = threads
         self._text_module: torch.nn.Module | None = None
         if towers.hf_tokenizer is not None:
@@ -238,6 +240,17 @@ class QueryEncoder:
         keys = [self._text_key(t) for t in texts]
         return self._lookup(keys, lambda i: self._text.submit(texts[i]))
 
+    def native(self, text: str) -> np.ndarray:
+        """A query text's vector in the text tower's own space (its L2-normalised output, before
+        the adapter), (text_dim,) float32: kept from the forward that made the shared-space
+        vector when there was one, else computed now."""
+        key = (self.encoder.towers.key, self.text_precision, "n", self.normalise(text))
+        v = self.native_cache.get(key)
+        if v is None:
+            v = _rows(unit_rows(self.text_features([text])))[0]
+            self.native_cache.put(key, v)
+        return v
+
     def image(self, photos: Sequence[bytes]) -> np.ndarray:
         """Shared-space vectors of query photos (encoded bytes), (N, dim) float32; a photo that
         cannot be decoded raises :class:`~vitrine.errors.InvalidImage`."""
@@ -359,6 +372,9 @@ class QueryEncoder:
 
     def _encode_texts(self, texts: list[str]) -> list[np.ndarray]:
         feats = self.text_features(texts)
+        tk = self.encoder.towers.key
+        for t, v in zip(texts, _rows(unit_rows(feats))):
+            self.native_cache.put((tk, self.text_precision, "n", self.normalise(t)), v)
         emb = self.encoder.embed(None, feats).text
         if emb is None:  # pragma: no cover - an adapter always gives text vectors for text input
             raise ModelError("the adapter returned no text vectors")
@@ -376,6 +392,13 @@ class QueryEncoder:
         if emb is None:  # pragma: no cover
             raise ModelError("the adapter returned no image vectors")
         return _rows(emb)
+
+
+def unit_rows(a: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero): the text tower's native vectors."""
+    a = np.asarray(a, dtype=np.float32)
+    n = np.linalg.norm(a, axis=1, keepdims=True)
+    return a / np.where(n > 0, n, 1.0)
 
 
 def _done(v: np.ndarray) -> Future[np.ndarray]:

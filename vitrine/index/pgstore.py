@@ -96,6 +96,9 @@ class PgRecordStore:
         self.location = redact(url)
         self.fts = True
         self._seq_seen: tuple[float, int] = (-1e9, 0)
+        self._idf: dict[str, float] = {}  # word -> idf at change number _idf_seq (bm25)
+        self._idf_seq, self._live = -1, None
+        self._idf_lock = threading.Lock()
         self.pool = ConnectionPool(url, min_size=1, max_size=max(2, pool_size), open=False, name="vitrine",
                                    kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
                                    check=ConnectionPool.check_connection, timeout=timeout_s)
@@ -266,20 +269,39 @@ class PgRecordStore:
             yield from rows
             last = rows[-1].iid  # type: ignore[assignment]
 
+    def _idfs(self, c: psycopg.Connection, words: Sequence[str]) -> list[float]:
+        """BM25 idf of each word, cached while the change sequence stays put."""
+        seq = self.recent_seq()
+        with self._idf_lock:
+            if seq != self._idf_seq:
+                self._idf, self._idf_seq, self._live = {}, seq, None
+            cached, live = dict(self._idf), self._live
+        if live is None:
+            live = float(c.execute(pgtext.live_count_sql(P)).fetchone()[0])  # type: ignore[index]
+        missing = [w for w in words if w not in cached]
+        if missing:
+            for w, df in c.execute(pgtext.df_sql(P), (missing,)).fetchall():
+                cached[w] = pgtext.idf(live, float(df))
+            with self._idf_lock:
+                if self._idf_seq == seq:
+                    self._idf.update(cached)
+                    self._live = live
+        return [cached[w] for w in words]
+
     def bm25(self, text: str, k: int, *, only: Sequence[int] | None = None) -> list[tuple[int, float]]:
         """Top-``k`` (iid, score) for ``text``, best first (vitrine/index/pgtext.py)."""
-        q = pgtext.search_query(P, text, k, only)
-        if q is None:
-            return []
+        words = pgtext.query_words(text)
         with self._conn() as c:
-            return [(int(i), float(s)) for i, s in c.execute(q[0], q[1]).fetchall()]
+            q = pgtext.search_query(P, words, self._idfs(c, words) if words else [], k, only)
+            return [] if q is None else [(int(i), float(s)) for i, s in c.execute(q[0], q[1]).fetchall()]
 
     def bm25_scores(self, text: str) -> dict[int, float]:
-        q = pgtext.scores_query(P, text)
-        if q is None:
+        words = pgtext.query_words(text)
+        if not words:
             return {}
         with self._conn() as c:
-            return {int(i): float(s) for i, s in c.execute(q[0], q[1]).fetchall()}
+            q = pgtext.scores_query(P, words, self._idfs(c, words))
+            return {} if q is None else {int(i): float(s) for i, s in c.execute(q[0], q[1]).fetchall()}
 
     def count(self) -> int:
         with self._conn() as c:

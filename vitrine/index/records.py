@@ -33,7 +33,7 @@ from vitrine.index.bm25 import MemoryBM25
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-VECTOR_FIELDS = ("fused", "image", "text")
+VECTOR_FIELDS = ("fused", "image", "text", "native")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS products (
@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS products (
     model_key TEXT,
     vec_fused BLOB,
     vec_image BLOB,
-    vec_text BLOB
+    vec_text BLOB,
+    vec_native BLOB
 );
 CREATE INDEX IF NOT EXISTS products_seq ON products(seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,12 +88,14 @@ def doc_json(doc: dict[str, Any]) -> str:
 
 def row_from_tuple(r: tuple, with_vectors: bool) -> RecordRow:
     """A RecordRow from ``iid, id, doc, content_hash, version, image_key, seq, deleted, model_key,
-    vec_fused, vec_image, vec_text`` (the column order both record stores select)."""
-    iid, pid, doc, h, ver, img, seq, deleted, mk, vf, vi, vt = r
+    vec_fused, vec_image, vec_text[, vec_native]`` (the column order both record stores select)."""
+    iid, pid, doc, h, ver, img, seq, deleted, mk, vf, vi, vt, *rest = r
+    vn = rest[0] if rest else None  # vec_native: the SQLite store keeps it; without it the engine recomputes
     return RecordRow(
         id=pid, doc=json.loads(doc) if doc else {}, content_hash=h, version=ver, image_key=img,
         model_key=mk, iid=iid, seq=seq, deleted=bool(deleted),
-        vectors={"fused": blob_vector(vf), "image": blob_vector(vi), "text": blob_vector(vt)} if with_vectors else None,
+        vectors={"fused": blob_vector(vf), "image": blob_vector(vi), "text": blob_vector(vt),
+                 "native": blob_vector(vn)} if with_vectors else None,
     )
 
 
@@ -115,6 +118,7 @@ class RecordStore:
                 self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
                 raise StorageError(f"{self.path} has schema {row[0]}, this Vitrine reads {SCHEMA_VERSION}")
+            _add_native_column(self._conn)
             self.fts = symbolic.ensure(self._conn)  # BM25 words, same file, same transactions
             self._bm25: MemoryBM25 | None = None  # exact BM25 scores from memory (bm25_scores)
             self._bm25_lock = threading.Lock()
@@ -180,15 +184,17 @@ class RecordStore:
                 v = r.vectors or {}
                 c.execute(
                     """INSERT INTO products (id, doc, content_hash, version, image_key, seq, deleted, model_key,
-                                             vec_fused, vec_image, vec_text)
-                       VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
+                                             vec_fused, vec_image, vec_text, vec_native)
+                       VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
                        ON CONFLICT(id) DO UPDATE SET doc=excluded.doc, content_hash=excluded.content_hash,
                          version=excluded.version, image_key=excluded.image_key, seq=excluded.seq, deleted=0,
                          model_key=excluded.model_key, vec_fused=excluded.vec_fused,
-                         vec_image=excluded.vec_image, vec_text=excluded.vec_text""",
+                         vec_image=excluded.vec_image, vec_text=excluded.vec_text,
+                         vec_native=excluded.vec_native""",
                     (r.id, doc_json(r.doc), r.content_hash,
                      r.version, r.image_key, seq, r.model_key,
-                     vector_blob(v.get("fused")), vector_blob(v.get("image")), vector_blob(v.get("text"))),
+                     vector_blob(v.get("fused")), vector_blob(v.get("image")), vector_blob(v.get("text")),
+                     vector_blob(v.get("native"))),
                 )
                 iids.append(int(c.execute("SELECT iid FROM products WHERE id=?", (r.id,)).fetchone()[0]))
                 if self.fts:
@@ -220,7 +226,7 @@ class RecordStore:
                                   (ver, row[0], ver))
                     continue
                 c.execute(
-                    """UPDATE products SET deleted=1, doc=NULL, vec_fused=NULL, vec_image=NULL, vec_text=NULL,
+                    """UPDATE products SET deleted=1, doc=NULL, vec_fused=NULL, vec_image=NULL, vec_text=NULL, vec_native=NULL,
                        seq=?, version=COALESCE(?, version) WHERE iid=?""",
                     (seq, ver, row[0]),
                 )
@@ -239,7 +245,8 @@ class RecordStore:
     _COLS = "iid, id, doc, content_hash, version, image_key, seq, deleted, model_key"
 
     def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[RecordRow]:
-        cols = self._COLS + (", vec_fused, vec_image, vec_text" if with_vectors else ", NULL, NULL, NULL")
+        cols = self._COLS + (", vec_fused, vec_image, vec_text, vec_native" if with_vectors
+                             else ", NULL, NULL, NULL, NULL")
         with self._lock:
             rows = self._conn.execute(f"SELECT {cols} FROM products WHERE {where}", args).fetchall()
         return [row_from_tuple(r, with_vectors) for r in rows]
@@ -315,6 +322,22 @@ class RecordStore:
                         return None
         return self._bm25
 
+    def changed_since(self, seq: int) -> int:
+        """Products written or deleted after change ``seq`` (how far the catalogue moved since)."""
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM products WHERE seq > ?", (seq,)).fetchone()[0])
+
+    def content_digest(self) -> str:
+        """SHA-256 over every live product's id and content hash, in id order: the catalogue's
+        identity (two stores holding the same products have the same digest)."""
+        import hashlib  # noqa: PLC0415
+
+        h = hashlib.sha256()
+        with self._lock:
+            for pid, ch in self._conn.execute("SELECT id, content_hash FROM products WHERE deleted=0 ORDER BY id"):
+                h.update(f"{pid}\t{ch}\n".encode())
+        return h.hexdigest()
+
     def count(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM products WHERE deleted=0").fetchone()[0])
@@ -322,6 +345,18 @@ class RecordStore:
     def ids(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._conn.execute("SELECT id FROM products WHERE deleted=0 ORDER BY iid")]
+
+
+def _add_native_column(conn: sqlite3.Connection) -> None:
+    """Stores made before the text tower's native vectors were kept get the column (NULL: the
+    engine fills those products' native vectors in from their texts when it opens)."""
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(products)")}
+    if "vec_native" not in cols:
+        try:
+            conn.execute("ALTER TABLE products ADD COLUMN vec_native BLOB")
+        except sqlite3.OperationalError as e:  # another process added it meanwhile
+            if "duplicate column" not in str(e):
+                raise
 
 
 class ImageStore:

@@ -50,7 +50,7 @@ from vitrine.search.models import (
     UpsertReport,
     decode_b64,
 )
-from vitrine.search import fusion, recommend
+from vitrine.search import calibration, fusion, native, recommend
 from vitrine.search import understanding
 from vitrine.search import fallback
 from vitrine.search import swap as hotswap
@@ -125,6 +125,7 @@ class Engine:
         self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
+        self.native = self._new_native()  # the text tower's own space (vitrine/search/native.py)
         self._write_lock = threading.Lock()
         self._state = StateLock()  # searches read together; the visible step of a write is exclusive
         self.snapshots = SnapshotStore(self.data_dir / "index", keep=settings.snapshot_keep)
@@ -142,6 +143,8 @@ class Engine:
         self._query_encoder_lock = threading.Lock()
         MemoryBM25.typo_tolerance = settings.typo_tolerance  # one engine per process sets it
         self._load_indexes()
+        self._calibration: calibration.Calibration | None = None
+        self._calibration_seq = -1
         # query intent + slots (vitrine/intent), loaded here, never at import
         self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
 
@@ -187,6 +190,40 @@ class Engine:
             return PgVectorIndex(s.store, field, self.encoder.dim, ef_search=s.ef_search)  # type: ignore[return-value]
         return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
+    def _new_native(self) -> native.NativeSpace:
+        s = self.settings
+        return native.NativeSpace(self.encoder.towers.text_dim, self.encoder.towers.key, s.index_factory,
+                                  nprobe=s.nprobe, ef_search=s.ef_search)
+
+    @property
+    def calibration(self) -> calibration.Calibration:
+        """How text queries rank on this catalogue: the data dir's tuned settings while they fit
+        the catalogue and model, else the floor (vitrine/search/calibration.py). Re-checked when
+        the records change."""
+        seq = self.records.recent_seq()
+        cal = self._calibration
+        if cal is None or seq != self._calibration_seq:
+            s = self.settings
+            cal = calibration.floor("settings: calibration=floor") if s.calibration == "floor" else \
+                calibration.load(self.data_dir, self.records, self.store_id, self.model_key, s.tune_max_drift)
+            self._calibration, self._calibration_seq = cal, seq
+        return cal
+
+    def slot_filters_on(self) -> bool:
+        """Whether the intent classifier's slots filter results: configured on, and (unless
+        calibration is off) found useful on this catalogue by `vitrine tune`."""
+        s = self.settings
+        return s.intent_slot_filters and (s.calibration == "off" or self.calibration.slot_filters)
+
+    def set_calibration(self, cal: calibration.Calibration) -> None:
+        """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
+        self._calibration, self._calibration_seq = cal, self.records.recent_seq()
+
+    def reload_calibration(self) -> calibration.Calibration:
+        """Read the data dir's tuned settings again (after `vitrine tune` wrote them)."""
+        self._calibration = None
+        return self.calibration
+
     def _store_identity(self) -> str:
         """A random id of this record store (its snapshots name it; another store's are refused)."""
         sid = self.records.get_meta("store_id")
@@ -217,6 +254,7 @@ class Engine:
             (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
         if loaded is None:
             self.vectors = {f: self._new_index(f) for f in INDEX_FIELDS}
+            self.native = self._new_native()
             self._index_seq = 0
             graph_loaded = False
         else:
@@ -237,6 +275,8 @@ class Engine:
         for batch in self._changes_since(self._index_seq, 5000):
             replayed += self._apply_rows_to_indexes(batch)
         self._index_seq = self.records.seq
+        if self.native.fill_missing(self):
+            self._dirty = True
         if replayed or loaded is None:
             self._dirty = True
         rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,
@@ -285,11 +325,15 @@ class Engine:
             same_graph = m.get("graph_fingerprint") in (None, self.graph_data.fingerprint)
             if GRAPH_FILE in (m.get("files") or {}) and same_graph:
                 graph = ProductGraph.load(snap.file(GRAPH_FILE), self.graph_data, snap.sha256(GRAPH_FILE))
+            nat = self._new_native()
+            if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
+                nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE),
+                         nprobe=self.settings.nprobe, ef_search=self.settings.ef_search)
         except StorageError as e:
             return str(e), True, False
         except (KeyError, ValueError, OSError) as e:
             return f"unreadable: {e}", True, False
-        self.vectors, self._index_seq = vectors, seq
+        self.vectors, self._index_seq, self.native = vectors, seq, nat  # missing native: filled after replay
         if graph is not None:
             self.graph = graph
         return None, False, graph is not None
@@ -301,6 +345,9 @@ class Engine:
         # categories are mapped and its titles' brands learned together)
         self.graph.delete([r.id for r in rows if r.deleted])
         self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
+        lacking = self.native.apply(rows)
+        if lacking:  # written by another model or before native vectors were kept
+            self.native.fill(self, lacking)
         dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
         for f in INDEX_FIELDS:
             if dead:
@@ -387,6 +434,7 @@ class Engine:
         if not keep:
             return []
         emb = self.encoder.embed(img_feats[keep], txt_feats[keep])
+        native_vecs = native.unit_rows(txt_feats[keep])
         rows: list[RecordRow] = []
         for n, i in enumerate(keep):
             it, img, sha = todo[i]
@@ -402,6 +450,7 @@ class Engine:
                     "fused": emb.fused[n],
                     "image": emb.image[n] if has_img and emb.image is not None else None,
                     "text": emb.text[n] if emb.text is not None else None,
+                    "native": native_vecs[n],
                 },
             ))
         return rows
@@ -423,6 +472,7 @@ class Engine:
                 if iids:
                     for f in INDEX_FIELDS:
                         self.vectors[f].delete(iids)
+                    self.native.delete(iids)
                     for iid in iids:
                         self.filters.delete(iid)
                     self.graph.delete_iids(iids)
@@ -498,10 +548,12 @@ class Engine:
             with self.snapshots.publish() as pub:
                 files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
                 files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
+                files[native.FILE] = self.native.save(pub.dir)
                 snap = pub.commit({
                     "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
                     "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
                     "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
+                    "native_towers": self.native.towers_key,
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
                     "records": {"file": self.records.location if self.settings.store else "records.sqlite",
@@ -668,6 +720,10 @@ class Engine:
                 self.search(SearchRequest(text=text, k=5))
             except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
                 log.warning("warm-up search %r failed: %s", text, e)
+        try:  # text queries at the floor skip BM25; queries with a photo still use it
+            self.records.bm25_scores("warm up")
+        except Exception as e:  # noqa: BLE001
+            log.warning("warm-up BM25 failed: %s", e)
         took = time.perf_counter() - t0
         log.info("warmed up in %.2fs", took)
         return took
@@ -708,6 +764,14 @@ class Engine:
                                deadline=time.perf_counter() + self.settings.fusion_timeout_ms / 1000)
         except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
             log.warning("hybrid fusion skipped for this search: %s", e)
+            if set(qv) == {"text"} and self.settings.calibration != "off":
+                try:  # a text query falls back to the floor, not below it
+                    nq = native.query_vector(self, text)  # type: ignore[arg-type]
+                    if nq is not None:
+                        scored, vs, _, terms = fusion.native_rank(self, nq, depth, allowed)
+                        return scored, vs, ["fusion"], terms
+                except Exception as e2:  # noqa: BLE001
+                    log.warning("native fallback failed too: %s", e2)
             scored = self._rank(dict(qv), depth, allowed)
             from vitrine.index.graph import QueryTerms  # noqa: PLC0415
 

@@ -17,6 +17,12 @@ men/women query or a same-family colour). Fusion is either a weighted sum of the
 reciprocal-rank fusion (each signal ranks the pool; a product gains ``w / (rrf_k + rank)`` from
 each signal it has). Each signal's contribution goes into the hit explanation.
 
+Beside them, ``native``: the cosine of the query and the product text in the text tower's own
+space (vitrine/search/native.py). A text-only query is weighted by the catalogue's calibration
+(vitrine/search/calibration.py): untuned, ``native`` alone (the floor: exactly the text tower's
+cosine ranking, served straight from the native index); tuned, the mix `vitrine tune` found
+better on held-out pseudo-queries. Queries with a photo use the configured weights.
+
 Queries without words (a photo alone) keep the plain vector ranking, so a photo still finds
 its own product first.
 """
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitrine.index.graph import ProductFacts, ProductGraph, QueryTerms, norm_key
+from vitrine.search import native as native_space
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.search.engine import Engine
@@ -67,6 +74,7 @@ class Pool:
     parts: np.ndarray | None = None
     part_names: tuple[str, ...] = ()
     degraded: list[str] = field(default_factory=list)
+    native: np.ndarray | None = None  # cosine in the text tower's own space (None: not computed)
 
     def __len__(self) -> int:
         return len(self.iids)
@@ -95,6 +103,8 @@ class Pool:
     def signals(self, r: int) -> dict[str, float]:
         """Row ``r``'s signals by name: the vector score, BM25 (when it matched), graph signals present."""
         out = {"vector": float(self.vector[r])}
+        if self.native is not None:
+            out["native"] = float(self.native[r])
         b = self.bm25[r]
         if b > 0 and self.bm25_max > 0:
             out["bm25"] = float(b / self.bm25_max)
@@ -233,15 +243,20 @@ def _in_time(deadline: float | None) -> None:
 
 def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int,
                allowed: np.ndarray | None, *, signals: Iterable[str] | None = None,
-               terms: QueryTerms | None = None, deadline: float | None = None, depth: int | None = None) -> Pool:
-    """Candidates from the vectors, BM25 and the graph, each with every signal (``depth``: each
-    retriever's top that many; default from ``k``). ``deadline`` is checked before each stage (a
-    running stage is not interrupted): past it, TimeoutError."""
+               terms: QueryTerms | None = None, deadline: float | None = None, depth: int | None = None,
+               native_q: np.ndarray | None = None) -> Pool:
+    """Candidates from the vectors (shared space, and the native one with ``native_q``), BM25
+    and the graph, each with every signal (``depth``: each retriever's top that many; default
+    from ``k``). ``deadline`` is checked before each stage (a running stage is not interrupted):
+    past it, TimeoutError."""
     s = engine.settings
     signals = set(s.fusion_signals if signals is None else signals)
     n = depth if depth is not None else max(s.fusion_candidates, k * s.candidate_multiplier)
     _in_time(deadline)
     found = [_vector_ids(engine, qv, n, allowed)]
+    if native_q is not None and (allowed is None or len(allowed)):
+        _, nids = engine.native.index.search(native_q[None], n, allowed)
+        found.append(nids[0][nids[0] >= 0])
     _in_time(deadline)
     degraded: list[str] = []
     bm25_scores: Mapping[int, float] = {}
@@ -302,8 +317,13 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
             log.warning("graph signals failed: %s", e)
             degraded.append("graph")
             gmat = np.zeros((len(iids), len(GRAPH_SIGNALS)))
+    nat = None
+    if native_q is not None:
+        nhave, nvecs = engine.native.index.get_present(iids)
+        nat = np.zeros(len(iids))
+        nat[nhave] = (nvecs @ native_q).astype(np.float64)
     return Pool(iids=iids, vector=vector, bm25=bm25, graph=gmat, terms=terms, parts=parts,
-                part_names=part_names, degraded=degraded)
+                part_names=part_names, degraded=degraded, native=nat)
 
 
 # -- fusion ----------------------------------------------------------------------------------------
@@ -325,6 +345,8 @@ def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = 
         return []
     # the same additions, in the same order, as summing a candidate's explanation below
     total = weights.get("vector", 0.0) * pool.vector + weights.get("bm25", 0.0) * pool.bm25_norm()
+    if pool.native is not None and weights.get("native", 0.0) != 0.0:
+        total = total + weights["native"] * pool.native
     for j, name in enumerate(GRAPH_SIGNALS):
         w = weights.get(name, 0.0)
         if w != 0.0:
@@ -335,7 +357,7 @@ def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = 
 
     def contrib_of(r: int) -> dict[str, float]:  # the per-signal explanation, for the returned ones only
         c = {name: weights.get(name, 0.0) * x for name, x in pool.signals(r).items()}
-        return {name: v for name, v in c.items() if v != 0.0 or name == "vector"}
+        return {name: v for name, v in c.items() if v != 0.0 or name in ("vector", "native")}
 
     return _explain(pool, order.tolist(), contrib_of)
 
@@ -349,6 +371,8 @@ def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float, limit: int 
         return []
     cols = {"vector": pool.vector, "bm25": pool.bm25_norm(),
             **{name: pool.graph[:, j] for j, name in enumerate(GRAPH_SIGNALS)}}
+    if pool.native is not None:
+        cols["native"] = pool.native
     names = sorted(cols)  # summed in name order, as the explanation lists them
     contrib = np.zeros((n, len(names)))
     for j, name in enumerate(names):
@@ -356,7 +380,7 @@ def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float, limit: int 
         x = cols[name]
         if w == 0.0:
             continue
-        have = np.arange(n) if name == "vector" else np.flatnonzero(x > 0)
+        have = np.arange(n) if name in ("vector", "native") else np.flatnonzero(x > 0)
         if not len(have):
             continue
         order = have[np.lexsort((pool.iids[have], -pool.vector[have], -x[have]))]
@@ -392,14 +416,45 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
     ``time.perf_counter()`` value): past it, between two stages, TimeoutError. ``depth``: rank
     each retriever's top ``depth`` and return the whole pool's ranking, not only the top ``k``."""
     s = engine.settings
-    if not text or s.fusion == "off" or not s.fusion_signals:
+    weights, nq, degraded = text_weights(engine, qv, text)
+    if not text or s.fusion == "off" or (weights is None and not s.fusion_signals):
         scored = engine._rank(dict(qv), depth or k, allowed)
-        return scored, {i: sc for i, sc, _ in scored}, [], QueryTerms()
+        return scored, {i: sc for i, sc, _ in scored}, degraded, QueryTerms()
     if allowed is not None and len(allowed) == 0:
-        return [], {}, [], QueryTerms()
-    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, depth=depth)
-    weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
-    ranked = fuse(pool, s.fusion, weights=weights, rrf_k=s.rrf_k, limit=None if depth else k)
+        return [], {}, degraded, QueryTerms()
+    if weights is not None and nq is not None and {n for n, w in weights.items() if w} <= {"native"}:
+        return native_rank(engine, nq, depth or k, allowed)  # the floor: the text tower's own cosine ranking
+    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, depth=depth, native_q=nq)
+    pool.degraded = degraded + pool.degraded
+    method = "weighted" if weights is not None else s.fusion
+    if weights is None:
+        weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
+    ranked = fuse(pool, method, weights=weights, rrf_k=s.rrf_k, limit=None if depth else k)
     rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted
     out: Ranked = [(iid, score, {**pool.vector_parts(r), **contrib}) for r, (iid, score, contrib) in zip(rows, ranked)]
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms
+
+
+def text_weights(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None
+                 ) -> tuple[dict[str, float] | None, np.ndarray | None, list[str]]:
+    """For a text-only query under a calibration: (its weighted-fusion weights, the query's
+    native vector, []); otherwise (None: the configured weights, None, degraded components).
+    When the native vector cannot be had, the configured weights (``degraded: native``)."""
+    if not text or set(qv) != {"text"} or engine.settings.calibration == "off":
+        return None, None, []
+    try:
+        nq = native_space.query_vector(engine, text)
+    except Exception as e:  # noqa: BLE001 - a failing native space degrades to the shared one
+        log.warning("native text vector failed: %s", e)
+        nq = None
+    if nq is None:
+        return None, None, ["native"]
+    return dict(engine.calibration.text_weights), nq, []
+
+
+def native_rank(engine: "Engine", nq: np.ndarray, k: int, allowed: np.ndarray | None
+                ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
+    """The text tower's own cosine ranking (the floor), with the filters ``allowed``."""
+    scores, ids = engine.native.index.search(nq[None], k, allowed)
+    out: Ranked = [(int(i), float(sc), {"native": float(sc)}) for sc, i in zip(scores[0], ids[0]) if i >= 0]
+    return out, {i: sc for i, sc, _ in out}, [], QueryTerms()

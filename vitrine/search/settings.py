@@ -27,12 +27,12 @@ def default_cache_dir() -> Path:
 
 # Hybrid ranking signals (vitrine/search/fusion.py) and their default weights, tuned on the val
 # split's attribute and exact-word queries by `vitrine bench fusion` (README, "Knowledge graph").
-FUSION_SIGNALS = ("vector", "bm25", "graph:category", "graph:proximity", "graph:brand", "graph:colour",
+FUSION_SIGNALS = ("native", "vector", "bm25", "graph:category", "graph:proximity", "graph:brand", "graph:colour",
                   "graph:gender", "graph:usage", "graph:season")
-DEFAULT_FUSION_WEIGHTS = {"vector": 1.0, "bm25": 0.5, "graph:category": 0.5, "graph:proximity": 0.3,
+DEFAULT_FUSION_WEIGHTS = {"native": 0.0, "vector": 1.0, "bm25": 0.5, "graph:category": 0.5, "graph:proximity": 0.3,
                           "graph:brand": 0.3, "graph:colour": 0.3, "graph:gender": 0.5, "graph:usage": 0.3,
                           "graph:season": 0.03}
-DEFAULT_RRF_WEIGHTS = {"vector": 1.0, "bm25": 2.0, "graph:category": 2.0, "graph:proximity": 0.0,
+DEFAULT_RRF_WEIGHTS = {"native": 0.0, "vector": 1.0, "bm25": 2.0, "graph:category": 2.0, "graph:proximity": 0.0,
                        "graph:brand": 0.0, "graph:colour": 2.0, "graph:gender": 1.0, "graph:usage": 2.0,
                        "graph:season": 0.3}
 
@@ -113,6 +113,18 @@ class Settings(BaseSettings):
     rrf_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS),
                                           description="Weights of reciprocal-rank fusion, per signal.")
     rrf_k: float = Field(10.0, gt=0, description="Reciprocal-rank fusion constant: weight / (rrf_k + rank).")
+    calibration: Literal["auto", "floor", "off"] = Field(
+        "auto", description="How text-only queries rank: auto = the weights `vitrine tune` fitted to this catalogue "
+                            "while they fit it, else the floor (the text tower's own cosine ranking); floor = "
+                            "always the floor; off = the configured fusion weights, as for queries with a photo "
+                            "(docs/tuning.md).")
+    tune_max_drift: float = Field(0.1, ge=0.0, le=1.0, description="A tuning stays in use until this share of "
+                                  "the catalogue's products changed since it was fitted; past it, the floor.")
+    tune_after_ingest: bool = Field(True, description="Run `vitrine tune` after `vitrine ingest` when it is cheap "
+                                    "(catalogue of at most tune_auto_max_products products).")
+    tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
+                                        "an ingest (tune's cost grows with the catalogue: 3-4 min at 20k products "
+                                        "on 2 busy cores).")
     graph_dir: Path = Field(default_factory=resources.graph_dir,
                             description="Graph data: category mapping, complements, colour rules, vocabulary, "
                                         "brand lexicon (default: shipped in the package).")

@@ -245,7 +245,7 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
         if p.answer_only:
             return p
         p.notes["answer_with_products"] = True
-    if engine.settings.intent_slot_filters and p.slots:
+    if engine.slot_filters_on() and p.slots:
         _slot_filters(engine, req, p)
     return p
 

@@ -1,0 +1,218 @@
+"""The floor (native text space), pseudo-queries and `vitrine tune`, on a real catalogue subset."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from vitrine.evals import pseudo_queries as pq
+from vitrine.evals.metrics import mrr_at_k, ndcg_at_k, recall_at_k
+from vitrine.search import calibration, fusion
+from vitrine.search.engine import Engine, product_text
+from vitrine.search.models import Product, SearchRequest
+
+
+@pytest.fixture(scope="module")
+def tuned_dir(settings_factory, encoder, catalog_dir, tmp_path_factory):
+    """A data dir of the subset, tuned once (small pseudo-query counts)."""
+    from vitrine.evals.tuning import tune
+    from vitrine.ingest.catalog import ingest_file
+
+    d = tmp_path_factory.mktemp("tuned")
+    eng = Engine(settings_factory(d), encoder)
+    ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
+    res = tune(eng, counts={"title": 120, "category": 40, "brand_type": 20, "attributes": 80}, slot_queries=20)
+    eng.close()
+    return d, res
+
+
+def _docs(eng: Engine) -> list[dict]:
+    return [{**r.doc, "id": r.id} for r in eng.records.iter_rows(with_vectors=False)]
+
+
+def _native_brute(eng: Engine, text: str, k: int) -> list[tuple[str, float]]:
+    """The text tower's cosine ranking of every product's text, computed from scratch."""
+    rows = list(eng.records.iter_rows(with_vectors=False))
+    feats = eng.encoder.text_features([product_text(Product.model_validate(r.doc)) for r in rows])
+    vecs = feats / np.linalg.norm(feats, axis=1, keepdims=True)
+    q = eng.query_encoder.text_features([text])[0]
+    q = q / np.linalg.norm(q)
+    sc = vecs @ q
+    order = np.argsort(-sc, kind="stable")[:k]
+    return [(rows[i].id, float(sc[i])) for i in order]
+
+
+def test_untuned_text_ranking_is_the_native_cosine_ranking(engine):
+    assert engine.calibration.is_floor and engine.calibration.source == "floor"
+    assert not engine.slot_filters_on()
+    queries = [q.text for q in pq.generate(_docs(engine), counts={"title": 8, "category": 4, "attributes": 4})
+               if q.text][:16]
+    for text in queries:
+        got = engine.search(SearchRequest(text=text, k=10, explain=True))
+        want = _native_brute(engine, text, 10)
+        got_scores = [h.score for h in got.results]
+        assert np.allclose(got_scores, [s for _, s in want], atol=1e-4), text
+        # same products up to ties of equal score
+        assert {h.id for h in got.results if h.score > want[-1][1] + 1e-4} <= {i for i, _ in want}
+        assert all(set(h.explanation.signals) == {"native"} for h in got.results)
+
+
+def test_photo_queries_keep_the_shared_space(engine, catalog_dir):
+    photo = next((catalog_dir / "images").iterdir()).read_bytes()
+    res = engine.search(SearchRequest(k=5, explain=True), image=photo)
+    assert res.results and "image->image" in res.results[0].explanation.signals
+    both = engine.search(SearchRequest(text="shirt", k=5, explain=True), image=photo)
+    assert "native" not in both.results[0].explanation.signals  # photo + text: configured weights
+
+
+def test_native_vectors_persist_and_backfill(fresh_engine, settings_factory, encoder, catalog_dir):
+    from vitrine.ingest.catalog import ingest_file
+
+    ingest_file(fresh_engine, catalog_dir / "catalog.jsonl", progress=False, limit=60)
+    assert len(fresh_engine.native) == len(fresh_engine) == 60
+    v = fresh_engine.native.index.get([1])[0]
+    fresh_engine.close()
+    again = Engine(settings_factory(fresh_engine.data_dir), encoder)
+    assert again.recovery["snapshot"] and len(again.native) == 60
+    assert np.allclose(again.native.index.get([1])[0], v)
+    again.close()
+    # a store from before native vectors: none stored, no snapshot -> filled in from the texts
+    with sqlite3.connect(fresh_engine.data_dir / "records.sqlite") as c:
+        c.execute("UPDATE products SET vec_native=NULL")
+    for p in (fresh_engine.data_dir / "index").glob("v*"):
+        for f in p.iterdir():
+            f.unlink()
+        p.rmdir()
+    old = Engine(settings_factory(fresh_engine.data_dir), encoder)
+    assert len(old.native) == 60 and np.allclose(old.native.index.get([1])[0], v, atol=1e-3)
+    old.records.close()
+
+
+def test_pseudo_queries_split_by_source():
+    docs = [{"id": str(i), "title": f"Acme Red Cotton Shirt Model {i}", "brand": "Acme",
+             "category": ["Clothing", "Shirts" if i % 2 else "Trousers"],
+             "attributes": {"colour": "Red" if i % 3 else "Blue", "year": "2012"}} for i in range(60)]
+    qs = pq.generate(docs, counts={"title": 40, "category": 5, "brand_type": 5, "attributes": 10})
+    kinds = {q.kind for q in qs}
+    assert {"title", "category", "brand_type", "attributes"} <= kinds
+    assert pq.facet_keys(docs) == ["colour"]  # year is numeric, not a facet
+    fit = {q.source for q in qs if q.kind == "title" and q.split == "fit"}
+    held = {q.source for q in qs if q.kind == "title" and q.split == "heldout"}
+    assert fit and held and not fit & held
+    for q in qs:
+        if q.kind == "attributes":
+            for d in docs:  # relevant = exactly the products holding every facet value named
+                holds = all((d["brand"] if k == "brand" else d["attributes"].get(k)) == v
+                            for k, v in q.meta["facets"].items()) and q.source.endswith("|" + d["category"][-1])
+                assert holds == (d["id"] in q.relevant), (q.text, d)
+                if holds:
+                    assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
+
+
+def test_tuning_metrics_match_brute_force(engine):
+    from vitrine.evals.tuning import SIGNALS, build_pools, per_query
+
+    queries = [q for q in pq.generate(_docs(engine), counts={"title": 6, "category": 3, "attributes": 3}) if q.text]
+    pools = build_pools(engine, queries)
+    w = np.array([0.5 if s in ("native", "bm25") else 0.2 for s in SIGNALS])
+    got = per_query(pools, w)
+    weights = dict(zip(SIGNALS, w.tolist()))
+    iid_to_id = {r.iid: r.id for r in engine.records.iter_rows(with_vectors=False)}
+    for i, q in enumerate(queries):
+        qv = {"text": engine.query_encoder.text([q.text])[0]}
+        pool = fusion.build_pool(engine, qv, q.text, 10, None, signals=("bm25", "graph"),
+                                 native_q=engine.query_encoder.native(q.text))
+        ranked = [iid_to_id[iid] for iid, _, _ in fusion.fuse_weighted(pool, weights, limit=10)]
+        assert got["nDCG@10"][i] == pytest.approx(ndcg_at_k(ranked, q.relevant, 10), abs=1e-9)
+        assert got["R@10"][i] == pytest.approx(recall_at_k(ranked, q.relevant, 10), abs=1e-9)
+        assert got["MRR@10"][i] == pytest.approx(mrr_at_k(ranked, q.relevant, 10), abs=1e-9)
+
+
+def test_tune_writes_and_engine_loads(tuned_dir, settings_factory, encoder):
+    d, res = tuned_dir
+    saved = json.loads((d / calibration.FILE).read_text())
+    assert saved["catalogue"]["count"] == 240 and saved["model_key"] == encoder.model_key
+    r = res.report
+    floor_ho = r["heldout"]["native_only (floor)"]["objective"]
+    assert res.calibration.accepted == (r["heldout"]["fitted"]["objective"] > floor_ho + r["margin"])
+    if not res.calibration.accepted:
+        assert res.calibration.is_floor
+    eng = Engine(settings_factory(d), encoder)
+    try:
+        cal = eng.calibration
+        assert cal.source == "tuned" and cal.text_weights == res.calibration.text_weights
+        text = "blue shirt"
+        hits = eng.search(SearchRequest(text=text, k=5, explain=True)).results
+        assert hits
+        if not cal.is_floor:
+            used = {s for h in hits for s in h.explanation.signals if "->" not in s}
+            assert used <= set(cal.text_weights) | {"vector", "native"}
+    finally:
+        eng.records.close()
+
+
+def test_stale_tuning_is_ignored(tuned_dir, settings_factory, encoder, tmp_path):
+    import shutil
+
+    d, _ = tuned_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy)
+    eng = Engine(settings_factory(copy, tune_max_drift=0.1), encoder)
+    try:
+        assert eng.calibration.source == "tuned"
+        ids = eng.records.ids()[:30]  # 30 of 240 changed: more than 10%
+        eng.delete(ids)
+        cal = eng.calibration
+        assert cal.source.startswith("stale") and cal.is_floor
+        assert not eng.slot_filters_on()
+    finally:
+        eng.records.close()
+    # a file for another model is ignored too
+    other = calibration.load(copy, eng.records.__class__(copy / "records.sqlite"), eng.store_id, "other-model", 1.0)
+    assert other.source.startswith("stale")
+
+
+@pytest.mark.slow
+def test_train_gate_on_data_installs_by_hot_swap(tuned_dir, settings_factory, encoder, tmp_path):
+    import shutil
+
+    from vitrine.evals.gate_training import catalogue_pairs, train_on_data
+
+    d, _ = tuned_dir
+    copy = tmp_path / "gate"
+    shutil.copytree(d, copy)
+    eng = Engine(settings_factory(copy), encoder)
+    try:
+        train, val, info = catalogue_pairs(eng)
+        assert info["train_products"] + info["heldout_products"] == info["products_with_photos"] == 240
+        assert len(train.image) == info["train_products"] and len(val.image) == info["heldout_products"]
+        # every pseudo-query's own product carries its key: it is a positive of its query
+        assert (train.product_keys[train.query_subset, train.query_rows] == train.query_key).all()
+        before = eng.model_key
+        summary = train_on_data(eng, tmp_path / "adapter", epochs=2, patience=1, retune=True)
+        assert (tmp_path / "adapter" / "config.json").is_file()
+        if summary["swap"]["switched"]:  # installed: the catalogue was re-tuned for the new shared space
+            assert eng.model_key != before and summary["tune"]
+            assert eng.calibration.source == "tuned" and eng.calibration.model_key == eng.model_key
+        else:  # the canary checks refused it (2 epochs on 200 pairs is worse than the shipped aligner)
+            assert eng.model_key == before and "recall" in summary["swap"]["reason"]
+            assert eng.calibration.source == "tuned"
+    finally:
+        eng.close()
+
+
+def test_domain_shift_systems_on_an_untuned_catalogue(engine, subset_rows):
+    """On an untuned catalogue Vitrine's text ranking is the text tower's: the protocol's
+    ``vitrine`` and ``text_tower`` figures agree (the floor), and every figure is a mean of
+    per-query metrics."""
+    from vitrine.evals.domain_shift import domain_queries, evaluate_catalogue
+
+    queries = domain_queries(subset_rows, 20, 10, brand_fn=lambda t: t.split()[0] if t else None)
+    assert {q["kind"] for q in queries} == {"attr", "words"}
+    res = evaluate_catalogue(engine, queries)
+    assert res["vitrine"]["nDCG@10"] == pytest.approx(res["text_tower"]["nDCG@10"], abs=0.02)
+    for system in ("vitrine", "text_tower", "bm25"):
+        assert 0.0 <= res[system]["nDCG@10"] <= 1.0 and set(res["by_kind"]) == {"attr", "words"}

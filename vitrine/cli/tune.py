@@ -1,0 +1,136 @@
+"""`vitrine tune`: fit text ranking to a catalogue (vitrine/evals/tuning.py; docs/tuning.md)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from vitrine.cli import data_option, main, make_settings, model_options
+
+log = logging.getLogger("vitrine")
+
+
+def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0) -> Any:
+    """Tune ``engine``'s catalogue, save the settings in its data dir, write the report."""
+    from vitrine.evals.tuning import tune, write_report  # noqa: PLC0415
+
+    result = tune(engine, seed=seed)
+    out = report_dir if report_dir is not None else Path(engine.data_dir) / "tuning-report"
+    paths = write_report(result, out)
+    r = result.report
+    ho = r["heldout"]
+    click.echo(f"tuned on {r['queries']['total']} pseudo-queries in {r['seconds']['total']} s: held-out objective "
+               f"native-only {ho['native_only (floor)']['objective']:.4f}, fitted {ho['fitted']['objective']:.4f} "
+               f"-> {'accepted ' + str(r['chosen']) if r['accepted'] else 'floor kept (native only)'}; "
+               f"slot filters {'on' if result.calibration.slot_filters else 'off'}", err=True)
+    click.echo(f"settings: {result.path}; report: {', '.join(str(p) for p in paths)}", err=True)
+    return result
+
+
+def maybe_tune_after_ingest(engine: Any) -> None:
+    """After an ingest: tune when settings allow and the catalogue is small enough to be cheap."""
+    s = engine.settings
+    n = len(engine)
+    if not s.tune_after_ingest or s.calibration != "auto" or n == 0:
+        return
+    if n > s.tune_auto_max_products:
+        click.echo(f"not tuning automatically: {n} products > tune_auto_max_products "
+                   f"({s.tune_auto_max_products}); run `vitrine tune --data {engine.data_dir}`", err=True)
+        return
+    cal = engine.calibration
+    if cal.source == "tuned":
+        return  # still fits this catalogue
+    run_tune(engine, None)
+
+
+def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: bool, **kw: Any) -> dict[str, Any]:
+    """`vitrine train gate --data DIR` (vitrine/evals/gate_training.py)."""
+    from vitrine.evals.gate_training import train_on_data  # noqa: PLC0415
+    from vitrine.search.engine import Engine  # noqa: PLC0415
+
+    engine = Engine.open(make_settings(data_dir=data_dir))
+    try:
+        target = out if out is not None else Path(data_dir) / "adapters" / f"{kind}-{int(time.time())}"
+        return train_on_data(engine, target, kind=kind, install=install, **kw)
+    finally:
+        engine.close()
+
+
+@main.command("tune")
+@data_option
+@model_options
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for tuning.md/.json/.png (default: DATA/tuning-report)")
+@click.option("--seed", type=int, default=0, show_default=True, help="Pseudo-query sampling seed")
+@click.option("--intent", "intent_members", type=int, default=0, show_default=True,
+              help="Also retrain the intent classifier with this catalogue's titles, with this many members "
+                   "(0: no; ~6 min of one core per member), into DATA/intent-model")
+def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, intent_members: int, **model: Any) -> None:
+    """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
+    kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
+    from vitrine.search.engine import Engine  # noqa: PLC0415
+
+    engine = Engine.open(make_settings(data_dir=data_dir, **model))
+    try:
+        run_tune(engine, report_dir, seed=seed)
+        if intent_members:
+            from vitrine.intent.tuning import catalogue_titles, tune_intent  # noqa: PLC0415
+
+            out = Path(data_dir) / "intent-model"
+            titles = catalogue_titles(r.doc for r in engine.records.iter_rows(with_vectors=False))
+            summary = tune_intent(titles, out, members=intent_members, cache_dir=engine.settings.cache_dir, seed=seed)
+            click.echo(f"intent classifier with {len(titles)} catalogue titles: {out} "
+                       f"(serve it with VITRINE_INTENT_MODEL={out}); held-out: "
+                       f"{ {k: v for k, v in summary.items() if isinstance(v, (int, float))} }", err=True)
+    finally:
+        engine.close()
+
+
+# -- the leave-domain-out protocol's aligner training (vitrine/evals/domain_shift.py) -------------
+DOMAIN_SHIFT_EPOCHS = 10  # 2 shared cores: ~10 epochs of the MLP on ~13k pairs, early-stopped on val
+
+
+def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, *, kind: str = "mlp",
+                          epochs: int = DOMAIN_SHIFT_EPOCHS, seed: int = 0) -> Path:
+    """An aligner trained by the encoders' training code on the bundled catalogue's ``rows`` only
+    (their train split; early-stopped on their val split; no augmented views, to fit 2 cores)."""
+    from vitrine.cli.training import build_pairs, features_encoder, tune_fuse_weight  # noqa: PLC0415
+    from vitrine.encoders.adapters import create_adapter  # noqa: PLC0415
+    from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter  # noqa: PLC0415
+    from vitrine.evals.datasets import Catalog  # noqa: PLC0415
+
+    if (out / "config.json").is_file():  # trained by an earlier run of the protocol
+        return out
+    seed_everything(seed)
+    full = Catalog.load()
+    catalog = Catalog(source=full.source, rows=rows, splits=full.splits)
+    encoder = features_encoder(settings)
+    # title <-> photo pairs only: the attribute pseudo-queries (~40k texts per domain) are not in the feature
+    # cache once a domain is left out, and encoding them would take longer than the training itself
+    train, _ = build_pairs(catalog, encoder, "train", queries=False, seed=seed, progress=False)
+    val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed, progress=False)
+    adapter = create_adapter(kind, image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim, dim=256,
+                             hidden=512, towers_key=encoder.towers.key, model=settings.model, name=f"{kind}-{out.parent.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    train_adapter(adapter, train, val, TrainConfig(epochs=epochs, patience=3, seed=seed), progress=False,
+                  log_path=out / "train_log.jsonl")
+    if kind != "moe":
+        adapter.config["fuse_image_weight"] = tune_fuse_weight(adapter, catalog, encoder)["best"]
+    adapter.save_pretrained(out)
+    return out
+
+
+def domain_shift_command(settings: Any, work_dir: Path, n_attr: int, retrain: bool) -> dict[str, Any]:
+    from vitrine.evals.datasets import Catalog  # noqa: PLC0415
+    from vitrine.evals.domain_shift import domain_shift  # noqa: PLC0415
+    from vitrine.index.graph import GraphData  # noqa: PLC0415
+
+    full = Catalog.load()
+    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
+    return domain_shift(settings, full.rows, full.splits, full.photo,
+                        lambda rows, out: train_aligner_on_rows(settings, rows, out), work_dir,
+                        n_attr=n_attr, n_words=max(1, n_attr // 2), brand_fn=brands.from_title, retrain=retrain)

@@ -1,0 +1,170 @@
+"""`vitrine train gate --data DIR`: train the aligner on an ingested catalogue, whatever its domain.
+
+The catalogue is read from the data dir (records + stored photos), so any JSONL/CSV ingest
+serves, not only the bundled folder format. Training pairs:
+
+- title <-> photo of every product with a photo (products sharing a title are interchangeable);
+- pseudo-query <-> product (vitrine/evals/pseudo_queries.py: titles with words dropped, category
+  names, brand + type, facet values + type), each query's relevant products its positives.
+
+Products are split by a hash of their id: the held-out ones are never trained on, and their
+pseudo title queries -> photo MRR@10 early-stops training. The adapter is trained by the
+encoders' own training loop (vitrine/encoders/train.py); this module only builds its data. The
+result is installed through the canary-checked hot swap (vitrine/search/swap.py), and the
+catalogue is tuned again for the new shared space (vitrine/evals/tuning.py).
+
+A catalogue without photos has nothing to align a photo to: the aligner is not trained there
+(its text search rests on the floor and `vitrine tune`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitrine.encoders.adapters import create_adapter
+from vitrine.encoders.train import PairSet, TrainConfig, seed_everything, train_adapter
+from vitrine.errors import InvalidInput
+from vitrine.evals import pseudo_queries as pq
+from vitrine.search.engine import Engine, product_text
+from vitrine.search.models import Product
+
+log = logging.getLogger(__name__)
+
+
+def _leaf(doc: dict[str, Any]) -> str:
+    cat = doc.get("category") or []
+    return str(cat[-1]) if cat else ""
+
+
+def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
+                    counts: dict[str, int] | None = None) -> tuple[PairSet, PairSet, dict[str, Any]]:
+    """(train pairs with pseudo-queries, held-out pseudo title queries -> photo, what was used)."""
+    rows = [r for r in engine.records.iter_rows(with_vectors=False) if r.image_key]
+    photos, keep = [], []
+    for r in rows:
+        data = engine.images.get(r.image_key)  # type: ignore[arg-type]
+        if data is not None:
+            photos.append(data)
+            keep.append(r)
+    if len(keep) < 50:
+        raise InvalidInput(f"{engine.data_dir} holds {len(keep)} products with photos: too few to train the "
+                           "aligner (text-only catalogues rank by the floor and `vitrine tune`)")
+    errors: dict[int, str] = {}
+    img = engine.encoder.image_features(photos, progress=True, errors=errors)
+    ok = [i for i in range(len(keep)) if i not in errors]
+    keep = [keep[i] for i in ok]
+    img = img[ok]
+    docs = [{**r.doc, "id": r.id} for r in keep]
+    txt = engine.encoder.text_features([product_text(Product.model_validate(r.doc)) for r in keep], progress=True)
+    salt = f"vitrine-gate-{seed}"
+    split = np.array([pq.split_of(d["id"], heldout, salt) for d in docs])  # noqa: SLF001 - same module family
+    tr, ho = np.flatnonzero(split == "fit"), np.flatnonzero(split == "heldout")
+    titles: dict[str, int] = {}
+    group = np.array([titles.setdefault(str(d["title"]).casefold(), len(titles)) for d in docs], dtype=np.int64)
+
+    # pseudo-queries: one "subset" per kind of key, each product's key under it (-1: none)
+    queries = pq.generate(docs, counts=counts or {"title": 4000, "category": 400, "brand_type": 600,
+                                                  "attributes": 1500}, heldout=0.0, seed=seed)
+    keys: dict[str, int] = {}
+    sub_of: dict[str, int] = {}
+
+    def product_key(kind: str, d: dict[str, Any], q: pq.PseudoQuery) -> str | None:
+        if kind == "title":
+            return str(d["title"]).casefold()
+        if kind == "category":
+            return _leaf(d) or None
+        if kind == "brand_type":
+            return f"{d.get('brand')}|{_leaf(d)}" if d.get("brand") else None
+        facets = q.meta.get("facets") or {}
+        attrs = d.get("attributes") or {}
+        vals = [str((d.get("brand") if k == "brand" else attrs.get(k)) or "").strip() for k in sorted(facets)]
+        return "|".join(vals) + "|" + _leaf(d) if all(vals) else None
+
+    local = {int(i): j for j, i in enumerate(tr)}
+    id_row = {d["id"]: i for i, d in enumerate(docs)}
+    q_rows, q_sub, q_key, q_text = [], [], [], []
+    sub_query: dict[int, pq.PseudoQuery] = {}  # one query of each subset: how its keys are made
+    for q in queries:
+        if q.kind == "photo" or not q.text:
+            continue
+        sig = q.kind if q.kind != "attributes" else "attributes:" + ",".join(sorted(q.meta.get("facets") or {}))
+        s = sub_of.setdefault(sig, len(sub_of))
+        src = [id_row[p] for p in q.relevant if p in id_row and id_row[p] in local]
+        if not src:
+            continue
+        key = product_key(q.kind, docs[src[0]], q)
+        if key is None:
+            continue
+        q_rows.append(local[src[0]])
+        q_sub.append(s)
+        q_key.append(keys.setdefault(f"{s}:{key}", len(keys)))
+        q_text.append(q.text)
+        sub_query.setdefault(s, q)
+    pkeys = np.full((max(1, len(sub_of)), len(tr)), -1, dtype=np.int64)
+    for s, q0 in sub_query.items():
+        for j, i in enumerate(tr):
+            key = product_key(q0.kind, docs[int(i)], q0)
+            if key is not None and f"{s}:{key}" in keys:
+                pkeys[s, j] = keys[f"{s}:{key}"]
+    train = PairSet(image=img[tr], text=txt[tr], group=group[tr])
+    if q_text:
+        train.query_rows = np.array(q_rows, dtype=np.int64)
+        train.query_subset = np.array(q_sub, dtype=np.int64)
+        train.query_key = np.array(q_key, dtype=np.int64)
+        train.query_text = engine.encoder.text_features(q_text, progress=True)
+        train.product_keys = pkeys
+    # early stopping: held-out products, found by a pseudo title query (words dropped) among their photos
+    rng = random.Random(seed)
+    vq = [pq.title_variant(str(docs[int(i)]["title"]), rng) or str(docs[int(i)]["title"]) for i in ho]
+    val = PairSet(image=img[ho], text=engine.encoder.text_features(vq), group=group[ho])
+    info = {"products_with_photos": len(keep), "train_products": len(tr), "heldout_products": len(ho),
+            "pseudo_queries": len(q_text), "query_subsets": sorted(sub_of, key=sub_of.get)}
+    return train, val, info
+
+
+def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int = 20, patience: int = 4,
+                  batch_size: int = 1024, lr: float = 2e-3, dim: int = 256, hidden: int = 512, seed: int = 0,
+                  install: bool = True, retune: bool = True, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train an aligner of ``kind`` on the engine's catalogue, save it to ``out``, and (``install``)
+    hot-swap it in through the canary checks, then tune the catalogue again."""
+    t0 = time.time()
+    seed_everything(seed)
+    train, val, info = catalogue_pairs(engine, seed=seed)
+    towers = engine.encoder.towers
+    cfg: dict[str, Any] = {"image_dim": towers.image_dim, "text_dim": towers.text_dim, "dim": dim,
+                           "hidden": hidden, "towers_key": towers.key, "model": engine.settings.model,
+                           "name": f"{kind}-{Path(engine.data_dir).name}"}
+    cfg |= overrides or {}
+    adapter = create_adapter(kind, **cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
+                       modality_dropout=0.15 if kind == "moe" else 0.0,
+                       text_text_weight=0.5 if kind == "moe" else 0.0)
+    result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
+    adapter.save_pretrained(out)
+    summary: dict[str, Any] = {"kind": kind, "out": str(out), **info, "best_epoch": result.best_epoch,
+                               "heldout_MRR@10": result.best_score, "epochs_run": len(result.history),
+                               "train_seconds": round(result.seconds, 1)}
+    if install:
+        from vitrine.search.swap import SwapRefused, SwapRequest  # noqa: PLC0415
+
+        try:
+            rep = engine.swap(SwapRequest(adapter=str(out)), progress=True)
+            summary["swap"] = {"accepted": rep.accepted, "switched": rep.switched, "reason": rep.reason}
+        except SwapRefused as e:
+            summary["swap"] = {"accepted": False, "switched": False, "reason": str(e)}
+        if summary["swap"]["switched"] and retune:
+            from vitrine.evals.tuning import tune  # noqa: PLC0415
+
+            res = tune(engine, seed=seed)
+            summary["tune"] = {"accepted": res.calibration.accepted, "weights": res.calibration.text_weights}
+    summary["seconds"] = round(time.time() - t0, 1)
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

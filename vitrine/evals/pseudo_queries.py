@@ -1,0 +1,211 @@
+"""Pseudo-queries generated from a catalogue's own records, for calibrating Vitrine to it.
+
+A shop's catalogue comes without shopper queries or relevance judgements, so `vitrine tune`
+and `vitrine train gate --data` make their own, from what every product record says:
+
+- ``title``: a product's title with words dropped and re-ordered (a shopper remembering part of
+  a product name); relevant: that product (and any with the same title);
+- ``category``: a category name (the leaf of a category path); relevant: the products under it;
+- ``brand_type``: brand + category leaf ("Acme drills"); relevant: that brand's products there;
+- ``attributes``: one or two facet values (or the brand) + category leaf ("blue men tshirts");
+  relevant: the products with all of them. Facets are the attribute keys with a few repeated string values
+  (learned from the catalogue, not a fashion list);
+- ``photo``: a product's photo (where there are photos); relevant: that product.
+
+Queries are split into ``fit`` and ``heldout`` by a hash of what they were made from (a
+product's id, a category's name), so a product's title queries never land on both sides.
+Nothing here reads a test split: the queries come from the records alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("title", "category", "brand_type", "attributes", "photo")
+DEFAULT_COUNTS = {"title": 600, "category": 150, "brand_type": 200, "attributes": 250, "photo": 0}
+_WORD = re.compile(r"\w[\w'&.-]*", re.UNICODE)
+_NUMERIC = re.compile(r"^[\d.,:/ -]+$")
+
+
+@dataclass
+class PseudoQuery:
+    """One generated query: ``text`` (or ``photo_of``: the product whose photo is the query),
+    ``relevant`` product ids with their grade, ``kind``, ``split`` (fit / heldout)."""
+
+    kind: str
+    relevant: dict[str, float]
+    split: str
+    text: str | None = None
+    photo_of: str | None = None
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "text": self.text, "photo_of": self.photo_of, "split": self.split,
+                "relevant": self.relevant, "source": self.source}
+
+
+def split_of(key: str, heldout: float, salt: str) -> str:
+    """fit or heldout, by a hash of ``key``: a share ``heldout`` lands held out."""
+    h = int(hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "heldout" if h < heldout else "fit"
+
+
+def _leaf(doc: Mapping[str, Any]) -> str | None:
+    cat = doc.get("category") or []
+    return str(cat[-1]) if cat else None
+
+
+def facet_keys(docs: Sequence[Mapping[str, Any]], max_values: int = 60, min_share: float = 0.3) -> list[str]:
+    """Attribute keys that behave like facets in this catalogue: string values, repeated (at most
+    ``max_values`` distinct), set on at least ``min_share`` of the products, not numeric."""
+    values: dict[str, Counter[str]] = defaultdict(Counter)
+    for d in docs:
+        for k, v in (d.get("attributes") or {}).items():
+            if isinstance(v, str) and v.strip() and not _NUMERIC.match(v):
+                values[str(k)][v.strip()] += 1
+    n = max(1, len(docs))
+    out = []
+    for k, c in values.items():
+        if 2 <= len(c) <= max_values and sum(c.values()) >= min_share * n and max(c.values()) >= 2:
+            out.append(k)
+    return sorted(out)
+
+
+def title_variant(title: str, rng: random.Random) -> str | None:
+    words = _WORD.findall(title)
+    if len(words) < 3:
+        return None
+    keep = max(2, round(len(words) * rng.uniform(0.45, 0.75)))
+    picked = sorted(rng.sample(range(len(words)), keep))
+    out = [words[i] for i in picked]
+    if rng.random() < 0.5:
+        rng.shuffle(out)
+    text = " ".join(out)
+    return None if text.casefold() == title.casefold() else text.lower() if rng.random() < 0.5 else text
+
+
+def inflect(word: str, rng: random.Random) -> str:
+    """A category name as a shopper may type it: half the time its last word's plural ``s``
+    dropped or added ("tshirt", "heel", "sofas")."""
+    if rng.random() < 0.5:
+        return word
+    head, _, last = word.rpartition(" ")
+    last = last[:-1] if last.endswith("s") and len(last) > 3 else last + "s"
+    return f"{head} {last}".strip()
+
+
+def phrase(values: list[str], leaf: str, rng: random.Random) -> str:
+    """Facet values and a category name in one of a few orders shoppers use ("blue shirts",
+    "shirts blue", "shirts in blue", "blue shirts for men")."""
+    form = rng.randrange(4)
+    if form == 0 or not values:
+        return " ".join([*values, leaf])
+    if form == 1:
+        return " ".join([leaf, *values])
+    if form == 2:
+        return f"{' '.join([leaf, *values[:-1]])} in {values[-1]}"
+    return f"{' '.join([*values[:-1], leaf])} for {values[-1]}"
+
+
+def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int] | None = None,
+             heldout: float = 0.4, seed: int = 0, with_photo: Iterable[str] = (),
+             max_relevant: int = 500) -> list[PseudoQuery]:
+    """Pseudo-queries from product documents (each with ``id``, ``title``, optional ``brand``,
+    ``category`` path, ``attributes``). ``counts``: how many of each kind at most (photo queries
+    only for the ids in ``with_photo``); queries with more than ``max_relevant`` relevant
+    products (too broad to tell rankings apart) are skipped."""
+    counts = {**DEFAULT_COUNTS, **(counts or {})}
+    rng = random.Random(seed)
+    salt = f"vitrine-pq-{seed}"
+    docs = [p for p in products if p.get("id") is not None and p.get("title")]
+    by_title: dict[str, list[str]] = defaultdict(list)
+    by_leaf: dict[str, list[str]] = defaultdict(list)
+    by_brand_leaf: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for d in docs:
+        pid = str(d["id"])
+        by_title[str(d["title"]).casefold()].append(pid)
+        leaf = _leaf(d)
+        if leaf:
+            by_leaf[leaf].append(pid)
+            if d.get("brand"):
+                by_brand_leaf[(str(d["brand"]), leaf)].append(pid)
+    out: list[PseudoQuery] = []
+
+    # titles with words dropped / re-ordered
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    n = 0
+    for i in order:
+        if n >= counts["title"]:
+            break
+        d = docs[i]
+        text = title_variant(str(d["title"]), rng)
+        if text is None:
+            continue
+        same = by_title[str(d["title"]).casefold()]
+        out.append(PseudoQuery("title", {p: 1.0 for p in same}, split_of(str(d["id"]), heldout, salt),
+                               text=text, source=str(d["id"])))
+        n += 1
+
+    # category names
+    leaves = [c for c, ids in by_leaf.items() if len(ids) <= max_relevant]
+    rng.shuffle(leaves)
+    for leaf in leaves[:counts["category"]]:
+        out.append(PseudoQuery("category", {p: 1.0 for p in by_leaf[leaf]}, split_of("c:" + leaf, heldout, salt),
+                               text=inflect(leaf, rng), source=leaf))
+
+    # brand + type
+    pairs = [k for k, ids in by_brand_leaf.items() if len(ids) <= max_relevant]
+    rng.shuffle(pairs)
+    for brand, leaf in pairs[:counts["brand_type"]]:
+        leaf_text = inflect(leaf, rng)
+        text = leaf_text if brand.casefold() in leaf.casefold() else f"{brand} {leaf_text}"
+        out.append(PseudoQuery("brand_type", {p: 1.0 for p in by_brand_leaf[(brand, leaf)]},
+                               split_of(f"b:{brand}|{leaf}", heldout, salt), text=text, source=f"{brand}|{leaf}"))
+
+    # facet values + category leaf
+    keys = facet_keys(docs)
+    if keys and counts["attributes"]:
+        combos: dict[tuple[tuple[tuple[str, str], ...], str], list[str]] = defaultdict(list)
+        for d in docs:
+            leaf = _leaf(d)
+            attrs = {k: str(v).strip() for k, v in (d.get("attributes") or {}).items() if k in keys and isinstance(v, str)}
+            if d.get("brand"):  # the brand combines with facets like one ("acme blue drills")
+                attrs["brand"] = str(d["brand"]).strip()
+            attrs = {k: v for k, v in attrs.items() if v and v.casefold() != (leaf or "").casefold()}
+            if not leaf or not attrs:
+                continue
+            items = sorted(attrs.items())
+            for a in items:
+                combos[((a,), leaf)].append(str(d["id"]))
+            for j, a in enumerate(items):
+                for b in items[j + 1:]:
+                    combos[((a, b), leaf)].append(str(d["id"]))
+        cands = [c for c, ids in combos.items() if 1 <= len(ids) <= max_relevant]
+        rng.shuffle(cands)
+        for vals, leaf in cands[:counts["attributes"]]:
+            words = [v for _, v in vals]
+            rng.shuffle(words)
+            text = phrase(words, inflect(leaf, rng), rng)
+            key = "a:" + "|".join(f"{k}={v}" for k, v in vals) + "|" + leaf
+            out.append(PseudoQuery("attributes", {p: 1.0 for p in combos[(vals, leaf)]},
+                                   split_of(key, heldout, salt), text=text.lower() if rng.random() < 0.5 else text,
+                                   source=key, meta={"facets": dict(vals)}))
+
+    # photos as queries
+    photo_ids = [str(p) for p in with_photo]
+    rng.shuffle(photo_ids)
+    for pid in photo_ids[:counts["photo"]]:
+        out.append(PseudoQuery("photo", {pid: 1.0}, split_of(pid, heldout, salt), photo_of=pid, source=pid))
+    return out
+
+
+def split(queries: Sequence[PseudoQuery], which: str) -> list[PseudoQuery]:
+    return [q for q in queries if q.split == which]

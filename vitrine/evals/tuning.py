@@ -1,0 +1,314 @@
+"""`vitrine tune`: fit text ranking to one catalogue on pseudo-queries made from it.
+
+1. Pseudo-queries from the catalogue's records (vitrine/evals/pseudo_queries.py), split into fit
+   and held-out.
+2. Each query's candidate pool is built once, as the engine builds it (vitrine/search/fusion.py:
+   shared-space, native-space, BM25 and graph retrievers), and kept as a matrix of signals.
+3. Coordinate descent over a grid of weights per signal (``native``, ``vector`` = the shared
+   space, ``bm25``, each graph signal), maximising nDCG@10 on the fit queries, averaged per query
+   kind so that no kind dominates. Rankings are computed exactly as the engine's weighted fusion
+   ranks (same signals, same tie order), vectorised over all pools at once.
+4. The guard: the fitted mix is accepted only if it beats native-only (the floor) on the
+   held-out queries by ``margin``; otherwise the floor stays.
+5. Slot filters: held-out queries searched end to end through the engine, with the intent
+   classifier's slot filters on and off; on only if that gains on held-out.
+6. The settings are saved in the data dir (vitrine/search/calibration.py, tied to the
+   catalogue's version) and a report written: markdown + JSON + plot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitrine.evals import pseudo_queries as pq
+from vitrine.search import calibration, fusion
+from vitrine.search.engine import Engine
+from vitrine.search.models import SearchRequest
+
+log = logging.getLogger(__name__)
+
+SIGNALS = ("native", "vector", "bm25", *fusion.GRAPH_SIGNALS)
+GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
+K = 10
+
+
+@dataclass
+class Pools:
+    """Every query's candidate pool as one padded array: ``x`` (Q, N, S) signals, ``rel`` (Q, N)
+    relevance, ``valid`` (Q, N), ``n_rel`` relevant products per query (in the pool or not)."""
+
+    x: np.ndarray
+    rel: np.ndarray
+    valid: np.ndarray
+    n_rel: np.ndarray
+    kinds: np.ndarray
+
+    def subset(self, rows: np.ndarray) -> "Pools":
+        return Pools(self.x[rows], self.rel[rows], self.valid[rows], self.n_rel[rows], self.kinds[rows])
+
+
+def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 64) -> Pools:
+    """Candidate pools of text queries with every signal, as the engine's hybrid ranking sees them."""
+    texts = [q.text or "" for q in queries]
+    shared = np.concatenate([engine.query_encoder.text(texts[s:s + batch]) for s in range(0, len(texts), batch)]) \
+        if texts else np.zeros((0, engine.encoder.dim), np.float32)
+    native = np.stack([engine.query_encoder.native(t) for t in texts]) if texts else None
+    id_to_iid = {r.id: int(r.iid) for r in engine.records.iter_rows(with_vectors=False)}  # type: ignore[arg-type]
+    rows: list[tuple[np.ndarray, np.ndarray]] = []
+    n_rel = np.zeros(len(queries))
+    for i, q in enumerate(queries):
+        pool = fusion.build_pool(engine, {"text": shared[i]}, texts[i], K, None, signals=("bm25", "graph"),
+                                 native_q=native[i])  # type: ignore[index]
+        cols = np.column_stack([pool.native if pool.native is not None else np.zeros(len(pool)), pool.vector,
+                                pool.bm25_norm(), pool.graph])
+        rel_iids = {id_to_iid[p] for p in q.relevant if p in id_to_iid}
+        rows.append((cols, np.isin(pool.iids, list(rel_iids)).astype(np.float64)))
+        n_rel[i] = len(rel_iids)
+    n = max((len(r[1]) for r in rows), default=1)
+    x = np.zeros((len(rows), n, len(SIGNALS)))
+    rel = np.zeros((len(rows), n))
+    valid = np.zeros((len(rows), n), dtype=bool)
+    for i, (cols, r) in enumerate(rows):  # pool rows are in iid order: the engine's tie order
+        x[i, :len(r)], rel[i, :len(r)], valid[i, :len(r)] = cols, r, True
+    return Pools(x, rel, valid, n_rel, np.array([q.kind for q in queries]))
+
+
+def per_query(pools: Pools, w: np.ndarray) -> dict[str, np.ndarray]:
+    """nDCG@10, R@10 and MRR@10 of every query under weights ``w`` (binary relevance)."""
+    score = pools.x @ w
+    score = np.where(pools.valid, score, -np.inf)
+    order = np.argsort(-score, axis=1, kind="stable")[:, :K]  # ties: earlier row = smaller iid
+    gains = np.take_along_axis(pools.rel, order, axis=1) * np.take_along_axis(pools.valid, order, axis=1)
+    disc = 1.0 / np.log2(np.arange(2, K + 2))
+    ideal = np.array([disc[:int(min(K, r))].sum() for r in pools.n_rel])
+    dcg = (gains * disc).sum(1)
+    ndcg = np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
+    recall = np.divide(gains.sum(1), pools.n_rel, out=np.zeros_like(dcg), where=pools.n_rel > 0)
+    first = np.where(gains.any(1), gains.argmax(1), -1)
+    mrr = np.divide(1.0, first + 1.0, out=np.zeros_like(dcg), where=first >= 0)
+    return {"nDCG@10": ndcg, "R@10": recall, "MRR@10": mrr}
+
+
+def objective(pools: Pools, w: np.ndarray) -> float:
+    """Mean nDCG@10 per query kind, averaged over kinds (each kind counts the same)."""
+    nd = per_query(pools, w)["nDCG@10"]
+    return float(np.mean([nd[pools.kinds == k].mean() for k in np.unique(pools.kinds)])) if len(nd) else 0.0
+
+
+def summary(pools: Pools, w: np.ndarray) -> dict[str, Any]:
+    m = per_query(pools, w)
+    out: dict[str, Any] = {name: round(float(v.mean()), 4) if len(v) else 0.0 for name, v in m.items()}
+    out["objective"] = round(objective(pools, w), 4)
+    out["by_kind"] = {str(k): round(float(m["nDCG@10"][pools.kinds == k].mean()), 4) for k in np.unique(pools.kinds)}
+    return out
+
+
+def weights_vec(d: dict[str, float]) -> np.ndarray:
+    return np.array([float(d.get(s, 0.0)) for s in SIGNALS])
+
+
+def weights_dict(w: np.ndarray) -> dict[str, float]:
+    return {s: float(x) for s, x in zip(SIGNALS, w) if x != 0.0}
+
+
+def coordinate_descent(pools: Pools, start: np.ndarray, *, passes: int = 3,
+                       active: tuple[int, ...] | None = None) -> tuple[np.ndarray, float]:
+    """Improve ``start`` one weight at a time over :data:`GRID` (a change must gain > 1e-4)."""
+    w, best = start.copy(), objective(pools, start)
+    active = active if active is not None else tuple(range(len(SIGNALS)))
+    for _ in range(passes):
+        moved = False
+        for j in active:
+            for g in GRID:
+                if g == w[j]:
+                    continue
+                trial = w.copy()
+                trial[j] = g
+                if not trial[:2].any():  # some vector space must rank
+                    continue
+                val = objective(pools, trial)
+                if val > best + 1e-4:
+                    w, best, moved = trial, val, True
+        if not moved:
+            break
+    return w, best
+
+
+def prune(pools: Pools, w: np.ndarray, best: float) -> tuple[np.ndarray, float]:
+    """Switch off the signals the fit does not need (removing them costs <= 1e-4 on fit)."""
+    w = w.copy()
+    for j in np.flatnonzero(w)[::-1]:
+        trial = w.copy()
+        trial[j] = 0.0
+        if trial[:2].any():
+            val = objective(pools, trial)
+            if val >= best - 1e-4:
+                w, best = trial, max(best, val)
+    return w, best
+
+
+def usable_signals(pools: Pools) -> tuple[int, ...]:
+    """Signals present in some fit pool (a graph signal this catalogue never fires stays 0)."""
+    return tuple(j for j in range(len(SIGNALS)) if np.abs(pools.x[:, :, j][pools.valid]).max(initial=0.0) > 0)
+
+
+def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool) -> float:
+    """Mean nDCG@10 of held-out queries searched end to end (intent on), slot filters on/off."""
+    from vitrine.evals.metrics import ndcg_at_k  # noqa: PLC0415
+
+    cal = engine.calibration
+    engine.set_calibration(calibration.Calibration(**{**cal.__dict__, "slot_filters": slots}))
+    try:
+        vals = []
+        for q in queries:
+            r = engine.search(SearchRequest(text=q.text, k=K, use_intent=True))
+            vals.append(ndcg_at_k([h.id for h in r.results], q.relevant, K))
+        return float(np.mean(vals)) if vals else 0.0
+    finally:
+        engine.set_calibration(cal)
+
+
+def catalogue_docs(engine: Engine) -> list[dict[str, Any]]:
+    """Every live product document with its id; a product without a brand field gets the brand
+    the knowledge graph learned for it (from its title), so brand queries are generated too."""
+    out = []
+    for r in engine.records.iter_rows(with_vectors=False):
+        doc = {**r.doc, "id": r.id}
+        if not doc.get("brand"):
+            facts = engine.graph.facts(int(r.iid))  # type: ignore[arg-type]
+            if facts is not None and facts.brand:
+                doc["brand"] = facts.brand
+        out.append(doc)
+    return out
+
+
+@dataclass
+class TuneResult:
+    calibration: calibration.Calibration
+    report: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
+         margin: float = 0.005, slot_queries: int = 150, save: bool = True) -> TuneResult:
+    """Fit the catalogue's text ranking (see the module doc); saves it in the data dir."""
+    t0 = time.time()
+    docs = catalogue_docs(engine)
+    version = calibration.catalogue_version(engine.records, engine.store_id)
+    queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed) if q.text]
+    fit_rows = np.array([i for i, q in enumerate(queries) if q.split == "fit"], dtype=np.int64)
+    ho_rows = np.array([i for i, q in enumerate(queries) if q.split == "heldout"], dtype=np.int64)
+    log.info("tune: %d products, %d pseudo-queries (%d fit, %d held out)", len(docs), len(queries),
+             len(fit_rows), len(ho_rows))
+    pools = build_pools(engine, queries)
+    t_pools = time.time() - t0
+    fit, ho = pools.subset(fit_rows), pools.subset(ho_rows)
+    floor_w = weights_vec(calibration.FLOOR_WEIGHTS)
+    shared_w = weights_vec({"vector": 1.0})
+    configured = weights_vec(engine.settings.fusion_weights)
+    active = usable_signals(fit)
+    cands = [coordinate_descent(fit, floor_w, active=active),
+             coordinate_descent(fit, shared_w, active=active),
+             coordinate_descent(fit, configured, active=active)]
+    fitted, fit_obj = prune(fit, *max(cands, key=lambda c: c[1]))
+    ho_floor, ho_fitted = objective(ho, floor_w), objective(ho, fitted)
+    accepted = bool(len(ho_rows)) and ho_fitted > ho_floor + margin
+    chosen = fitted if accepted else floor_w
+    # what each choice gained on held-out: the fitted mix without each of its signals
+    ablation = {}
+    for j in np.flatnonzero(fitted):
+        w = fitted.copy()
+        w[j] = 0.0
+        if w[:2].any():
+            ablation[SIGNALS[j]] = round(ho_fitted - objective(ho, w), 4)
+    weights = weights_dict(chosen)
+    cal = calibration.Calibration(text_weights=weights, slot_filters=False, accepted=accepted,
+                                  catalogue=version, model_key=engine.model_key, source="tuned",
+                                  created=time.time())
+    slots: dict[str, Any] = {"tested": False}
+    if engine.understanding is not None and engine.settings.intent_slot_filters and slot_queries:
+        sq = [queries[i] for i in ho_rows[:slot_queries]]
+        engine.set_calibration(cal)
+        try:
+            off, on = _search_ndcg(engine, sq, False), _search_ndcg(engine, sq, True)
+        finally:
+            engine.reload_calibration()
+        cal.slot_filters = on > off + margin
+        slots = {"tested": True, "queries": len(sq), "nDCG@10_off": round(off, 4), "nDCG@10_on": round(on, 4),
+                 "on": cal.slot_filters}
+    report = {
+        "catalogue": version, "model_key": engine.model_key, "products": len(docs),
+        "queries": {"total": len(queries), "fit": len(fit_rows), "heldout": len(ho_rows),
+                    "by_kind": {str(k): int((pools.kinds == k).sum()) for k in np.unique(pools.kinds)}},
+        "signals_seen": [SIGNALS[j] for j in active],
+        "fitted": weights_dict(fitted), "fit_objective": round(fit_obj, 4), "accepted": accepted, "margin": margin,
+        "chosen": weights,
+        "heldout": {"native_only (floor)": summary(ho, floor_w), "shared_only": summary(ho, shared_w),
+                    "configured_defaults": summary(ho, configured), "fitted": summary(ho, fitted)},
+        "fit": {"native_only (floor)": summary(fit, floor_w), "fitted": summary(fit, fitted)},
+        "heldout_gain_per_signal": ablation, "slot_filters": slots,
+        "seconds": {"pools": round(t_pools, 1), "total": round(time.time() - t0, 1)},
+    }
+    cal.summary = {"heldout_floor": round(ho_floor, 4), "heldout_fitted": round(ho_fitted, 4),
+                   "queries": len(queries), "slot_filters": slots}
+    out = TuneResult(cal, report)
+    if save:
+        out.path = calibration.save(engine.data_dir, cal)
+        engine.reload_calibration()
+    log.info("tune: fitted %s; held-out objective floor %.4f, fitted %.4f: %s (%.0fs)", weights_dict(fitted),
+             ho_floor, ho_fitted, "accepted" if accepted else "floor kept", time.time() - t0)
+    return out
+
+
+def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> list[Path]:
+    """``name``.md, .json and .png in ``out_dir``: what was chosen and what each choice gained."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    r = result.report
+    paths = [out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"]
+    paths[0].write_text(json.dumps(r, indent=2, sort_keys=True))
+    lines = [f"# Catalogue tuning ({r['products']} products)", "",
+             f"Pseudo-queries: {r['queries']['total']} ({r['queries']['fit']} fit, {r['queries']['heldout']} held out); "
+             f"by kind: {r['queries']['by_kind']}.", "",
+             f"Fitted weights: `{r['fitted']}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
+             f"(must beat native-only on held-out by {r['margin']}). Served: `{r['chosen']}`.", "",
+             "## Held-out pseudo-queries", "",
+             "| ranking | objective | nDCG@10 | R@10 | MRR@10 | nDCG@10 by kind |", "|---|---|---|---|---|---|"]
+    for label, m in r["heldout"].items():
+        lines.append(f"| {label} | {m['objective']:.4f} | {m['nDCG@10']:.4f} | {m['R@10']:.4f} | {m['MRR@10']:.4f} | "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in m["by_kind"].items()) + " |")
+    lines += ["", "## What each fitted signal gained (held-out objective, fitted minus fitted without it)", "",
+              "| signal | gain |", "|---|---|"]
+    lines += [f"| {k} | {v:+.4f} |" for k, v in r["heldout_gain_per_signal"].items()]
+    lines += ["", f"Slot filters: {r['slot_filters']}", "", f"Signals seen in the pools: {r['signals_seen']}",
+              "", f"Took {r['seconds']['total']} s ({r['seconds']['pools']} s building pools)."]
+    paths[1].write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+
+        labels = list(r["heldout"])
+        kinds = sorted({k for m in r["heldout"].values() for k in m["by_kind"]})
+        fig, ax = plt.subplots(figsize=(8, 4))
+        width = 0.8 / max(1, len(labels))
+        for i, label in enumerate(labels):
+            ax.bar([j + i * width for j in range(len(kinds))], [r["heldout"][label]["by_kind"].get(k, 0) for k in kinds],
+                   width, label=label)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(kinds))], kinds)
+        ax.set_ylabel("held-out nDCG@10")
+        ax.set_title("Catalogue tuning: held-out pseudo-queries")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(paths[2], dpi=100)
+        plt.close(fig)
+    except ImportError:  # pragma: no cover - matplotlib is a dependency of the bench extra
+        paths.pop()
+    return paths

@@ -553,7 +553,21 @@ def test_minilm_embedding_init_option():
     assert len(english_word_ids(ranks, 2000)) > 500
 
 
-# -- through the engine --------------------------------------------------------------------------------------------
+# -- through the engine ----
+@pytest.fixture(autouse=True)
+def _slot_filters_on(request):
+    """The engine tests here exercise the slot filters themselves: they serve without calibration
+    (an untuned catalogue's conservative default keeps slot filters off, see `vitrine tune`)."""
+    names = [n for n in ("engine", "priced_engine") if n in request.fixturenames]
+    engines = [request.getfixturevalue(n) for n in names]
+    before = [(e, e.settings.calibration) for e in engines]
+    for e in engines:
+        e.settings.calibration = "off"
+    yield
+    for e, c in before:
+        e.settings.calibration = c
+
+
 @pytest.fixture(scope="module")
 def priced_rows():
     """Real catalogue rows around the query: every women's red heel, other heels, other red women's

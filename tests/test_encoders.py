@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -155,10 +156,22 @@ def test_adapter_errors(tmp_path):
 def test_shipped_adapters_load_and_match_towers(encoder):
     shipped = list_shipped_adapters()
     assert {"linear", "mlp"} <= set(shipped)
-    for name in ("linear", "mlp"):
+    for name in shipped:
         a = load_adapter(name)
         assert a.config["towers_key"] == encoder.towers.key
         assert a.image_dim == encoder.towers.image_dim
+        assert len(a.config["weights_sha256"]) == 64  # pinned: load_adapter checks it
+
+
+def test_shipped_adapters_refuse_tampered_weights(tmp_path):
+    from vitrine.encoders.adapters import WEIGHTS_DIR
+
+    d = shutil.copytree(WEIGHTS_DIR / "mlp", tmp_path / "mlp")
+    data = bytearray((d / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (d / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="checksum"):
+        load_adapter(d)
 
 
 def test_encoder_aligns_titles_with_their_photos(encoder, subset_rows):
@@ -195,6 +208,31 @@ def test_augmented_views_are_deterministic_and_keep_colours():
     for bad in ("rotate", "crop", "crop1; rm", ""):
         with pytest.raises(InvalidInput):
             augment_view(img, bad, data)
+
+
+def test_degraded_views_are_what_they_say():
+    """Photos unlike the catalogue's: grayscale, a 32-px thumbnail blown up, a negative, a tight
+    seeded crop (55-75% of each side) and the protocol's centre crop (60%), all deterministic."""
+    from PIL import Image
+
+    from vitrine.encoders.images import DEGRADED_VIEWS, TINY_SIDE, is_degraded_view
+
+    data = (SOURCE / "images" / "1163.jpg").read_bytes()
+    img = decode_image(data)
+    px = np.asarray(img).astype(np.int16)
+    gray = np.asarray(augment_view(img, "gray", data)).astype(np.int16)
+    assert gray.shape == px.shape and (gray[..., 0] == gray[..., 1]).all() and (gray[..., 1] == gray[..., 2]).all()
+    assert np.array_equal(np.asarray(augment_view(img, "invert", data)).astype(np.int16), 255 - px)
+    tiny = augment_view(img, "tiny", data)
+    w, h = img.size
+    assert tiny.size == img.size
+    small = tiny.resize((round(w * TINY_SIDE / max(w, h)), round(h * TINY_SIDE / max(w, h))), Image.Resampling.BILINEAR)
+    assert max(small.size) == TINY_SIDE and np.abs(np.asarray(tiny).astype(np.int16) - px).mean() > 1  # detail lost
+    t1, t1b = augment_view(img, "tight1", data), augment_view(img, "tight1", data)
+    assert np.array_equal(np.asarray(t1), np.asarray(t1b))
+    assert 0.55 * w - 1 <= t1.size[0] <= 0.75 * w and 0.55 * h - 1 <= t1.size[1] <= 0.75 * h
+    assert augment_view(img, "center", data).size == (round(w * 0.6), round(h * 0.6))
+    assert all(is_degraded_view(v) for v in (*DEGRADED_VIEWS, "center")) and not is_degraded_view("crop1")
 
 
 def test_view_features_are_cached_apart_from_the_photo(encoder, subset_rows):

@@ -281,8 +281,18 @@ def test_moe_learns_to_align_real_catalogue_features(trained_moe):
     m, before, res, img, txt, val = trained_moe
     after = evaluate_pairs(m, val)
     assert after["MRR@10"] > max(0.25, 2 * before), (before, after)  # chance MRR@10 among 60 is ~0.05
-    stats = m.routing_stats(torch.from_numpy(img), torch.from_numpy(txt))
+    stats = m.routing_stats(torch.from_numpy(img), torch.from_numpy(txt), pairs=True)
     assert not stats["dead_experts"], stats
+    # the shipped gate's figures, checked against brute force
+    with torch.inference_mode():
+        pi, pt = m(torch.from_numpy(img), None).image, m(None, torch.from_numpy(txt)).text
+        assert stats["pair_cosine"] == pytest.approx(float((pi * pt).sum(-1).mean()), abs=1e-3)
+        zi, zt = m._lone_logits(torch.from_numpy(img), None, 512), m._lone_logits(None, torch.from_numpy(txt), 512)
+    p, q = torch.softmax(zi, -1), torch.softmax(zt, -1)
+    kl = 0.5 * ((p * (p / q).log()).sum(-1) + (q * (q / p).log()).sum(-1)).mean()
+    assert stats["route_kl"] == pytest.approx(float(kl), abs=1e-3)
+    load = np.array(stats["load"]) * stats["experts"]
+    assert stats["utilisation_variance"] == pytest.approx(float(load.var()), abs=1e-3)
     assert res.best_epoch >= 0 and m.config["train"]["val_score"] == pytest.approx(res.best_score)
 
 
@@ -298,7 +308,7 @@ def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
     embedders = load_embedders(encoder, ["mlp", f"tiny-moe={tmp_path / 'm'}"])
     result = run_ablation(encoder, catalog, embedders, split=split, n_attr=40)
     rows = {r["name"]: r for r in result["rows"]}
-    assert list(rows) == ["none (ConSE)", "text tower alone", "mlp", "tiny-moe"]
+    assert list(rows) == ["mlp", "none (ConSE)", "text tower alone", "tiny-moe"]  # the first adapter leads
     for r in rows.values():
         assert all(0.0 <= v <= 1.0 for v in r["metrics"].values())
     assert rows["text tower alone"]["metrics"] == {"textonly_attr_nDCG@10": rows["none (ConSE)"]["metrics"][
@@ -306,7 +316,7 @@ def test_ablation_table_on_real_features(encoder, subset_rows, tmp_path):
     assert rows["mlp"]["metrics"]["kagl_R@10"] > rows["none (ConSE)"]["metrics"]["kagl_R@10"]
     assert rows["tiny-moe"]["routing"]["experts"] == 4
     # brute force: KAGL R@10 of the MLP (titles of the split -> every photo; relevant = same title)
-    mlp = embedders[2]
+    mlp = embedders[0]
     img_f, txt_f = catalog.features(encoder, progress=False)
     gal, q = mlp.image(img_f), mlp.text(txt_f[catalog.split_mask(split)])
     titles = np.array(catalog.titles)
@@ -343,6 +353,27 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
         light = fallback.light_query_vectors(eng, row["productDisplayName"], None)
         routed = eng.query_vectors(row["productDisplayName"], None)
         assert float(light["text"] @ routed["text"]) > 0.5  # same space, without the router
+
+        # Break the routing: the router raises. The search still answers, by the light path, marked
+        # degraded; a photo alone too (the light path needs no words).
+        def broken(*a, **kw):  # noqa: ANN002, ANN003
+            raise RuntimeError("router produced NaN weights")
+
+        eng.encoder.adapter.router.forward = broken
+        resp = eng.search(SearchRequest(text=row["productDisplayName"] + " strap", k=5))
+        assert resp.degraded == ["gate"] and resp.results
+        photo = (SOURCE / "images" / f"{row['id']}.jpg").read_bytes()
+        resp = eng.search(SearchRequest(k=3), image=photo)
+        assert resp.degraded == ["gate"] and resp.results[0].id == row["id"]  # its own photo, router-free
+    finally:
+        eng.close()
+    # The same data dir opened with another aligner re-embeds every product on open.
+    eng = Engine.open(settings_factory(tmp_path / "data", adapter="mlp", intent=False))
+    try:
+        assert "+mlp-" in eng.model_key
+        assert {r.model_key for r in eng.records.iter_rows(with_vectors=False)} == {eng.model_key}
+        resp = eng.search(SearchRequest(text=row["productDisplayName"], k=5))
+        assert any(h.id == row["id"] for h in resp.results) and not resp.degraded
     finally:
         eng.close()
 
@@ -407,3 +438,63 @@ def test_training_on_augmented_views_uses_them():
     assert scores[0.9] < scores[0.0] - 0.1, scores
     with pytest.raises(ValueError):
         PairSet(img, txt, np.arange(128), image_views=noise[:, :64])
+
+
+def test_composed_queries_and_protocol_on_real_features(encoder, subset_rows):
+    """Photo + words naming one changed attribute: the queries' relevant sets are what they say,
+    and the photo-only row matches a brute-force ranking."""
+    from vitrine.evals import composed as C
+    from vitrine.evals.datasets import Catalog
+
+    catalog = Catalog.load(limit_ids={r["id"] for r in subset_rows})
+    qs = C.composed_queries(catalog, "train", n=30, seed=1, min_relevant=1)
+    assert qs and {q["kind"] for q in qs} <= set(C.KINDS)
+    for q in qs:
+        p = catalog.rows[q["row"]]
+        assert q["new"] != q["old"] == C.attribute_value(p, q["kind"]) and q["row"] not in q["relevant"]
+        assert q["words"] == C.words_for(q["kind"], q["new"])
+        want = {j for j, r in enumerate(catalog.rows)
+                if r["articleType"] == p["articleType"] and C.attribute_value(r, q["kind"]) == q["new"]} - {q["row"]}
+        assert set(q["relevant"]) == want
+    result = C.composed_eval(encoder, catalog, split="train", tune_split="train", n=30)
+    assert {"photo", "text"} <= set(result["rows"]) and result["composed"] in result["rows"]
+    # brute force: photo-only R@10 = the photo's vector against every product photo vector
+    img_f, txt_f = catalog.features(encoder, progress=False)
+    qs = C.composed_queries(catalog, "train", n=30, seed=3, has_photo=~np.isnan(img_f).any(1))
+    with torch.inference_mode():
+        gal = encoder.embed(img_f, None).image
+        vs = [encoder.embed(img_f[[q["row"]]], None).image[0] for q in qs]
+    recalls = []
+    for q, v in zip(qs, vs):
+        top = np.argsort(-(gal @ v), kind="stable")[:10]
+        recalls.append(len(set(top.tolist()) & set(q["relevant"])) / len(q["relevant"]))
+    assert result["rows"]["photo"]["R@10"] == pytest.approx(np.mean(recalls), abs=2e-3)
+
+
+def test_degraded_photo_protocol_on_real_features(encoder, subset_rows, tmp_path):
+    """Same-category P@10 of clean and grayscale photos, checked by brute force, and the report."""
+    from vitrine.evals import degraded as D
+    from vitrine.evals.datasets import Catalog
+
+    catalog = Catalog.load(limit_ids={r["id"] for r in subset_rows})
+    split = max(("train", "val", "test"), key=lambda s: int(catalog.split_mask(s).sum()))
+    result = D.degraded_eval(encoder, catalog, ["mlp"], split=split, degradations=("gray",), progress=False)
+    m = result["rows"][0]["metrics"]
+    assert set(m) == {"clean", "gray"} and all(0.0 <= v <= 1.0 for d in m.values() for v in d.values())
+    from vitrine.encoders.adapters import load_adapter
+
+    mlp = load_adapter("mlp")
+    img_f, _ = catalog.features(encoder, progress=False)
+    with torch.inference_mode():
+        vec = mlp(torch.from_numpy(img_f), None).image.numpy()
+    types = np.array([r["articleType"] for r in catalog.rows])
+    precisions = []
+    for q in np.flatnonzero(catalog.split_mask(split)):
+        sims = vec @ vec[q]
+        sims[q] = -np.inf  # its own product left out
+        top = np.argsort(-sims, kind="stable")[:10]
+        precisions.append(float((types[top] == types[q]).mean()))
+    assert m["clean"]["articleType"] == pytest.approx(np.mean(precisions), abs=2e-3)
+    paths = D.write_report(result, tmp_path)
+    assert [p.name for p in paths] == ["degraded.md", "degraded.json", "degraded.png"]
+    assert "| mlp |" in paths[0].read_text()

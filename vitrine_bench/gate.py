@@ -27,7 +27,10 @@ def run(out: Path, adapters: list[str], *, n: int = 2000, flush_mb: int = 64) ->
     from vitrine.search.engine import build_encoder
     from vitrine.search.settings import Settings
 
+    from vitrine_bench.encoders import matmul_flops
+
     torch.set_num_threads(1)
+    gflops = round(matmul_flops(1) / 1e9, 1)  # this machine's fp32 matmul rate on one core, beside every figure
     rep = Report("gate_latency", out, "Adapter / MoE gate cost per query (CPU, batch 1, one thread)")
     encoder = build_encoder(Settings())
     img_f, txt_f = Catalog.load().features(encoder, progress=False)
@@ -52,13 +55,19 @@ def run(out: Path, adapters: list[str], *, n: int = 2000, flush_mb: int = 64) ->
                         adapter(p, t)
                         if i >= 100:  # warm-up
                             lat.append(time.perf_counter() - t0)
-                rows_out.append({"adapter": name, "cache": cache, "query": kind, **summary_ms(lat)})
+                rows_out.append({"adapter": name, "cache": cache, "query": kind, **summary_ms(lat),
+                                 "core_GFLOPs": gflops})
                 series[f"{name} {kind} {cache}"] = sorted(x * 1000 for x in lat)
     rep.add("results", rows_out)
+    rep.add("matmul_GFLOP_per_s_one_core", gflops)
     rep.text(f"{n} queries per cell (the first 100 are warm-up), features of real catalogue products; "
              "time of `adapter(photo, text)` alone. *warm*: queries back to back; *cold*: each after reading "
-             f"{flush_mb} MiB (more than the last-level cache), as the towers do between two queries in the service.")
-    rep.table(rows_out, ["adapter", "cache", "query", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n"], heading="Results")
+             f"{flush_mb} MiB (more than the last-level cache), as the towers do between two queries in the service. "
+             f"This machine's fp32 matmul rate on one core (`core_GFLOPs`, measured as `vitrine bench encoders` does, "
+             f"2048x2048 products): {gflops} GFLOP/s; these machines range from about 70 to 200, so compare latencies "
+             "across machines against it.")
+    rep.table(rows_out, ["adapter", "cache", "query", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n",
+                          "core_GFLOPs"], heading="Results")
 
     def draw(ax):  # noqa: ANN001
         for label, xs in series.items():

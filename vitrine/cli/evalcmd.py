@@ -14,7 +14,7 @@ from vitrine.cli import main, make_settings, model_options, store_option
 log = logging.getLogger("vitrine")
 
 PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation",
-             "domain-shift"]
+             "domain-shift", "composed", "degraded"]
 
 
 @main.command("eval")
@@ -33,21 +33,24 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
                    "(default from settings)")
 @click.option("--signals", default=None, help="Signals fused with the vectors: bm25,graph | bm25 | graph | none")
 @click.option("--n", "n_queries", type=int, default=None,
-              help="Queries for --protocol attr (default 500) or anchors for --protocol complements (default 200)")
+              help="Queries for --protocol attr (default 500) or composed (400), anchors for --protocol complements "
+                   "(default 200), photos for --protocol degraded (default: every photo of the split)")
 @click.option("--intent/--no-intent", "use_intent", default=None,
               help="Query intent + slot filters in the searches (default from settings)")
-@click.option("--adapters", default="linear,mlp",
-              help="--protocol ablation: adapters to compare, comma-separated (shipped names or folders; "
+@click.option("--adapters", default=None,
+              help="--protocol ablation (default linear,mlp) or degraded (default: the served adapter and mlp): "
+                   "adapters to compare, comma-separated (shipped names or folders; "
                    "NAME=FOLDER labels one; FOLDER@KEY=VALUE sets an inference option of those weights, e.g. "
                    "moe-dk=moe@dynamic_k=true@dynamic_threshold=0.7); the ConSE and text-tower baselines "
                    "are always in")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="--protocol ablation: write gate_ablation.md/.json/.png here (domain-shift: domain-shift.md/...)")
+              help="--protocol ablation / degraded: write gate_ablation.* / degraded.* (.md/.json/.png) here "
+                   "(domain-shift: domain-shift.md/...)")
 @model_options
 @store_option
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
-             use_intent: bool | None, adapters: str, report_dir: Path | None, **model: Any) -> None:
+             use_intent: bool | None, adapters: str | None, report_dir: Path | None, **model: Any) -> None:
     """Measure retrieval quality: Recall@K, MRR, nDCG (and the KAGL protocols)."""
     from vitrine.evals.datasets import Catalog, load_qrels
     from vitrine.evals import protocols as P
@@ -83,8 +86,14 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         return
     settings = make_settings(data_dir=data_dir, fusion=fusion, fusion_signals=signals, intent=use_intent, **model)
     if protocol == "ablation":  # every adapter kind on the same split (no data dir needed)
-        _ablation(settings, [a.strip() for a in adapters.split(",") if a.strip()], split, n_queries or 500,
-                  json_out, report_dir)
+        _ablation(settings, _adapter_list(adapters or "linear,mlp"), split, n_queries or 500, json_out, report_dir)
+        return
+    if protocol in ("composed", "degraded"):  # over the bundled catalogue's features (no data dir needed)
+        from vitrine.cli.evalextra import composed_or_degraded
+
+        default = f"{settings.adapter},mlp" if settings.adapter != "mlp" else "mlp"
+        composed_or_degraded(protocol, settings, split=split, n=n_queries, adapters=_adapter_list(adapters or default),
+                             json_out=json_out, report_dir=report_dir)
         return
     if protocol in ("qrels", "photo-self", "attr", "complements"):
         if data_dir is None:
@@ -134,6 +143,10 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(text + "\n")
+
+
+def _adapter_list(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",") if a.strip()]
 
 
 def attribute_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[dict]:

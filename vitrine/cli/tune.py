@@ -98,7 +98,7 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
                           epochs: int = DOMAIN_SHIFT_EPOCHS, seed: int = 0) -> Path:
     """An aligner trained by the encoders' training code on the bundled catalogue's ``rows`` only
     (their train split; early-stopped on their val split; no augmented views, to fit 2 cores)."""
-    from vitrine.cli.training import build_pairs, features_encoder, tune_fuse_weight  # noqa: PLC0415
+    from vitrine.cli.train import build_pairs, features_encoder, tune_fuse_weight  # noqa: PLC0415
     from vitrine.encoders.adapters import create_adapter  # noqa: PLC0415
     from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter  # noqa: PLC0415
     from vitrine.evals.datasets import Catalog  # noqa: PLC0415

@@ -255,6 +255,17 @@ class MultimodalEncoder:
         return out
 
     # -- shared space ----------------------------------------------------------------------
+    def query_photo_weight(self, image_vec: np.ndarray, text_vec: np.ndarray, default: float) -> float:
+        """The photo's weight for a query with a photo and words (their shared-space vectors): the
+        adapter's per-query choice when it makes one (the MoE's modality gate), else ``default``."""
+        fn = getattr(self.adapter, "query_photo_weight", None)
+        if fn is None:
+            return default
+        with torch.inference_mode():
+            w = fn(torch.from_numpy(np.asarray(image_vec, dtype=np.float32)[None]),
+                   torch.from_numpy(np.asarray(text_vec, dtype=np.float32)[None]))
+        return float(w[0])
+
     @torch.inference_mode()
     def embed(self, image_feats: np.ndarray | None, text_feats: np.ndarray | None) -> Embeddings:
         """Adapter over backbone features. Rows whose image features are NaN count as no photo."""

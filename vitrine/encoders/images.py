@@ -133,29 +133,68 @@ class ImagePreprocess:
 
 
 #: Photo views for training-time augmentation: ``flip`` (mirrored) and ``crop<N>`` (the N-th
-#: seeded crop keeping 85-97% of each side, mirrored half of the time).
-VIEW_PATTERN = re.compile(r"^(flip|crop\d{1,3})$")
+#: seeded crop keeping 85-97% of each side, mirrored half of the time); and photos unlike the
+#: catalogue's (a shopper's scan, thumbnail or phone crop): ``gray`` (grayscale), ``tiny``
+#: (downscaled to 32 px on its longest side and back), ``invert`` (negative: a dark background)
+#: and ``tight<N>`` (the N-th seeded crop keeping 55-75% of each side). ``center`` (the middle
+#: 60% of each side) is the degraded-photo protocol's crop, kept out of training.
+VIEW_PATTERN = re.compile(r"^(flip|gray|tiny|invert|center|crop\d{1,3}|tight\d{1,3})$")
+
+#: The degraded views the gate trains on besides ``flip`` and ``crop<N>``.
+DEGRADED_VIEWS: tuple[str, ...] = ("gray", "tiny", "invert", "tight1")
+
+
+
+def is_degraded_view(view: str) -> bool:
+    """Whether ``view`` degrades the photo (a colour, size or framing no catalogue photo has)."""
+    return view in ("gray", "tiny", "invert", "center") or view.startswith("tight")
+
+
+#: Longest side of the ``tiny`` view, in pixels.
+TINY_SIDE = 32
 
 
 def check_view(view: str) -> str:
     """``view`` if it names a training view, else :class:`InvalidInput` saying which exist."""
     if not VIEW_PATTERN.match(view):
-        raise InvalidInput(f"unknown photo view {view!r}: use 'flip' or 'crop<N>' (e.g. crop1)")
+        raise InvalidInput(f"unknown photo view {view!r}: use flip, gray, tiny, invert, center, "
+                           "crop<N> or tight<N> (e.g. crop1)")
     return view
 
 
-def augment_view(img: Image.Image, view: str, data: bytes) -> Image.Image:
-    """``img`` (decoded from ``data``) as the training view ``view``. Deterministic: the crop of
-    ``crop<N>`` is seeded by the photo's bytes and N, so a view's features can be cached and a
-    training run repeated. Never changes colours: shoppers name colours, the gate must see them."""
-    check_view(view)
-    if view == "flip":
-        return ImageOps.mirror(img)
+def _seeded_crop(img: Image.Image, view: str, data: bytes, low: float, high: float) -> Image.Image:
     seed = int.from_bytes(hashlib.sha256(view.encode() + b"\0" + data).digest()[:8], "little")
     rng = np.random.default_rng(seed)
     w, h = img.size
-    scale = rng.uniform(0.85, 0.97)
+    scale = rng.uniform(low, high)
     cw, ch = max(1, int(w * scale)), max(1, int(h * scale))
     x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
     img = img.crop((x0, y0, x0 + cw, y0 + ch))
     return ImageOps.mirror(img) if rng.random() < 0.5 else img
+
+
+def augment_view(img: Image.Image, view: str, data: bytes) -> Image.Image:
+    """``img`` (decoded from ``data``) as the view ``view``. Deterministic: the crops of
+    ``crop<N>``/``tight<N>`` are seeded by the photo's bytes and N, so a view's features can be
+    cached and a training run repeated. ``flip`` and the crops keep colours (shoppers name
+    colours); ``gray`` and ``invert`` do not, as photos from outside the catalogue may not."""
+    check_view(view)
+    if view == "flip":
+        return ImageOps.mirror(img)
+    if view == "gray":
+        return ImageOps.grayscale(img).convert("RGB")
+    if view == "invert":
+        return ImageOps.invert(img.convert("RGB"))
+    if view == "tiny":
+        w, h = img.size
+        f = TINY_SIDE / max(w, h)
+        small = img.resize((max(1, round(w * f)), max(1, round(h * f))), Image.Resampling.BILINEAR)
+        return small.resize((w, h), Image.Resampling.BILINEAR)
+    if view == "center":
+        w, h = img.size
+        cw, ch = max(1, round(w * 0.6)), max(1, round(h * 0.6))
+        x0, y0 = (w - cw) // 2, (h - ch) // 2
+        return img.crop((x0, y0, x0 + cw, y0 + ch))
+    if view.startswith("tight"):
+        return _seeded_crop(img, view, data, 0.55, 0.75)
+    return _seeded_crop(img, view, data, 0.85, 0.97)

@@ -113,6 +113,16 @@ class CrossModalMoE(Adapter):
         self.gate = nn.Sequential(nn.Linear(3 * self.dim, 64), nn.GELU(), nn.Linear(64, 1))
         # Added to the logits when choosing experts (balance="bias"); zeros otherwise.
         self.register_buffer("route_bias", torch.zeros(self.experts_n))
+        self.gumbel_tau = 0.0  # > 0 while training: straight-through Gumbel-softmax routing
+
+    def set_training_routing(self, *, gumbel_tau: float = 0.0) -> None:
+        """How the router picks experts while training: noisy top-k (``gumbel_tau`` 0, the default)
+        or straight-through Gumbel-softmax at temperature ``gumbel_tau`` (the top-k of the
+        Gumbel-perturbed logits run; the gradient reaches the router through the whole softmax).
+        Inference is the same either way: the clean top-k."""
+        if gumbel_tau < 0:
+            raise ModelError(f"gumbel_tau must be >= 0, not {gumbel_tau}")
+        self.gumbel_tau = float(gumbel_tau)
 
     def train(self, mode: bool = True) -> CrossModalMoE:
         self._half = None  # weights may change: the float16 query copies are made again when needed
@@ -157,9 +167,12 @@ class CrossModalMoE(Adapter):
     def _route_logits(self, logits: torch.Tensor, r_in: torch.Tensor | None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         noisy = logits
-        if self.training and self.router_noise and r_in is not None:
+        gumbel = self.training and self.gumbel_tau > 0 and r_in is not None
+        if gumbel:
+            noisy = logits - torch.empty_like(logits).exponential_().log()  # + Gumbel(0, 1) noise
+        elif self.training and self.router_noise and r_in is not None:
             noisy = logits + torch.randn_like(logits) * F.softplus(self.noise(r_in))
-        probs = F.softmax(noisy, dim=-1)
+        probs = F.softmax(noisy / self.gumbel_tau if gumbel else noisy, dim=-1)
         _, top_i = (noisy.detach() + self.route_bias).topk(self.top_k, dim=-1)
         top_w = probs.gather(1, top_i)
         if self.dynamic_k and self.top_k > 1:  # a confident route keeps its first expert only
@@ -168,7 +181,10 @@ class CrossModalMoE(Adapter):
             top_w = torch.where(keep, top_w, torch.zeros_like(top_w))
         top_w = top_w / top_w.sum(-1, keepdim=True).clamp_min(1e-9)
         weights = torch.zeros_like(probs).scatter(1, top_i, top_w)
-        return logits, weights, weights > 0
+        chosen = weights > 0
+        if gumbel:  # straight-through: the chosen weights forward, the whole softmax's gradient back
+            weights = weights + (probs - probs.detach())
+        return logits, weights, chosen
 
     def _experts_out(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Skip path plus each token's weighted experts, L2-normalised; every chosen expert runs
@@ -254,6 +270,17 @@ class CrossModalMoE(Adapter):
         """The gate's photo weight per product."""
         return torch.sigmoid(self.gate(torch.cat([image, text, image * text], dim=-1))).squeeze(-1)
 
+    def query_mix_logit(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """For queries with a photo and words (their shared-space vectors, one query per row, as
+        the engine holds them): the modality gate's logit of the photo's weight in the blend of
+        the two scores (``query_photo_weight`` adds the offset tuned on val)."""
+        return self.gate(torch.cat([image, text, image * text], dim=-1)).squeeze(-1)
+
+    def query_photo_weight(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """The photo's weight per photo + words query: the gate's logit plus ``query_mix_offset``
+        (config: the offset the composed-query protocol tunes on val, docs/models.md)."""
+        return torch.sigmoid(self.query_mix_logit(image, text) + float(self.config.get("query_mix_offset", 0.0)))
+
     def forward(self, image: torch.Tensor | None = None, text: torch.Tensor | None = None) -> AdapterOutput:
         """Both given: one product (or query) per row, each token routed seeing the other."""
         if image is None and text is None:
@@ -289,6 +316,9 @@ class CrossModalMoE(Adapter):
         fused = self.fuse(img, txt)
         fused = torch.where(hidden[:, None], txt, fused)
         aux = self._aux(stats)
+        # Routing agreement: symmetric KL between each product's photo and title routes.
+        lp_i, lp_t = F.log_softmax(stats[0][0], dim=-1), F.log_softmax(stats[1][0], dim=-1)
+        aux["route_kl"] = 0.5 * ((lp_i.exp() * (lp_i - lp_t)).sum(-1) + (lp_t.exp() * (lp_t - lp_i)).sum(-1)).mean()
         # The load of the tokens routed alone: what indexing and queries see, what the bias evens out.
         lone_chosen = torch.cat([stats[0][2][lone], stats[1][2][lone | hidden]]).float()
         aux["lone_load"] = (lone_chosen.sum(0) / lone_chosen.sum().clamp_min(1.0)).detach()
@@ -375,7 +405,10 @@ class CrossModalMoE(Adapter):
         entropy (nats), experts never chosen, mean experts per token. With ``pairs`` (row i of
         ``image`` and of ``text`` are one product): ``pairs_sharing_an_expert``, the share of
         products whose photo and title choose at least one common expert (low: the experts split
-        by modality rather than by what the product is)."""
+        by modality rather than by what the product is); ``route_kl``, the mean symmetric KL
+        between a product's photo and title routing distributions; ``pair_cosine``, the mean
+        cosine of a product's photo and title in the shared space. ``utilisation_variance``: the
+        variance of each expert's load relative to an even share (load x experts; 0 = even)."""
         self.eval()
         logits = self._lone_logits(image, text, batch)
         if not len(logits):
@@ -387,6 +420,13 @@ class CrossModalMoE(Adapter):
                 raise ModelError("routing_stats(pairs=True) needs as many photos as texts, one product per row")
             n = len(image)
             extra["pairs_sharing_an_expert"] = round(float((chosen[:n] & chosen[n:]).any(1).float().mean()), 4)
+            lp = F.log_softmax(logits, dim=-1)
+            lp_i, lp_t = lp[:n], lp[n:]
+            kl = 0.5 * ((lp_i.exp() * (lp_i - lp_t)).sum(-1) + (lp_t.exp() * (lp_t - lp_i)).sum(-1))
+            extra["route_kl"] = round(float(kl.mean()), 4)
+            cos = [float((self(image[s:s + batch], None).image * self(None, text[s:s + batch]).text).sum(-1).sum())
+                   for s in range(0, n, batch)]
+            extra["pair_cosine"] = round(sum(cos) / n, 4)
         chosen = chosen.float()
         p = F.softmax(logits, dim=-1)
         entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)
@@ -396,6 +436,7 @@ class CrossModalMoE(Adapter):
             "experts": self.experts_n, "top_k": self.top_k, "dynamic_k": self.dynamic_k, "tokens": int(len(chosen)),
             "load": [round(float(v), 4) for v in load],
             "load_cv": round(float(load.std(unbiased=False)) / mean, 4) if mean > 0 else math.inf,
+            "utilisation_variance": round(float((load * self.experts_n).var(unbiased=False)), 4),
             "entropy": round(float(entropy.mean()), 4),
             "max_entropy": round(math.log(self.experts_n), 4),
             "dead_experts": [i for i, v in enumerate(load.tolist()) if v == 0.0],

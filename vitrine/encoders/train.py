@@ -49,7 +49,7 @@ class PairSet:
     query_key: np.ndarray | None = None
     product_keys: np.ndarray | None = None
     hard_negatives: np.ndarray | None = None
-    image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos
+    image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos (NaN rows: none)
 
     def __post_init__(self) -> None:
         if not (len(self.image) == len(self.text) == len(self.group)):
@@ -73,6 +73,8 @@ class TrainConfig:
     modality_dropout: float = 0.0  # chance that a product's photo is hidden during training
     ema_decay: float = 0.0  # > 0: validate and keep an exponential moving average of the weights
     view_prob: float = 0.5  # chance that a row trains on an augmented photo view (when views are given)
+    gumbel_tau: float = 0.0  # > 0: adapters with a router route by straight-through Gumbel-softmax at this temperature
+    route_kl_weight: float = 0.0  # weight of the routing-agreement loss (symmetric KL, photo vs title routes)
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -147,6 +149,8 @@ def train_adapter(
     seed_everything(cfg.seed)
     dev = torch.device(cfg.device)
     adapter.to(dev)
+    if hasattr(adapter, "set_training_routing"):  # the MoE gate: how it routes while training
+        adapter.set_training_routing(gumbel_tau=cfg.gumbel_tau)
     adapter.set_feature_stats(torch.from_numpy(train.image).to(dev), torch.from_numpy(train.text).to(dev))
     score_fn = score_fn or (lambda m: m["MRR@10"])
 
@@ -161,7 +165,10 @@ def train_adapter(
         q_key = torch.from_numpy(train.query_key).to(dev)
         p_keys = torch.from_numpy(train.product_keys).to(dev)
     hard = torch.from_numpy(train.hard_negatives).to(dev) if train.hard_negatives is not None else None
-    views = torch.from_numpy(train.image_views).to(dev) if train.image_views is not None else None
+    views = view_ok = None
+    if train.image_views is not None:  # a view may exist for some rows only (NaN rows): they keep their photo
+        view_ok = torch.from_numpy(~np.isnan(train.image_views).any(-1)).to(dev)
+        views = torch.from_numpy(np.nan_to_num(train.image_views)).to(dev)
 
     params = [p for p in adapter.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -211,6 +218,7 @@ def train_adapter(
                     # Feature-level augmentation: some rows see an augmented view of their photo.
                     v = torch.randint(0, len(views), (len(idx),), generator=gen).to(dev)
                     use = (torch.rand(len(idx), generator=gen) < cfg.view_prob).to(dev)
+                    use = use & view_ok[v, idx]
                     bi = torch.where(use[:, None], views[v, idx], bi)
                 if cfg.modality_dropout > 0:
                     hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout
@@ -242,6 +250,10 @@ def train_adapter(
                             lq = lq + cfg.text_text_weight * multi_positive_ce(scale * qo.text @ out.text.t(), pos)
                         loss = loss + cfg.query_weight * lq
                         parts["query"] = lq.item()
+                route_kl = out.aux.get("route_kl")
+                if cfg.route_kl_weight > 0 and route_kl is not None:
+                    loss = loss + cfg.route_kl_weight * route_kl
+                    parts["route_kl"] = float(route_kl.item())
                 aux_loss = out.aux.get("loss")
                 if aux_loss is not None:
                     loss = loss + cfg.aux_weight * aux_loss

@@ -202,12 +202,13 @@ def run_ablation(encoder: MultimodalEncoder, catalog: Catalog, embedders: Sequen
 
 
 def load_embedders(encoder: MultimodalEncoder, adapters: Sequence[str]) -> list[Embedder]:
-    """The baselines, then each adapter (a folder or a shipped name; ``name=path`` to label it)."""
-    out = [conse_embedder(encoder), text_tower_embedder()]
+    """The first adapter (the one served: the report's first row), the baselines, then the other
+    adapters (each a folder or a shipped name; ``name=path`` to label it)."""
+    loaded = []
     for spec in adapters:
         name, path, overrides = parse_adapter_spec(spec)
-        out.append(adapter_embedder(name, load_adapter(path, overrides=overrides)))
-    return out
+        loaded.append(adapter_embedder(name, load_adapter(path, overrides=overrides)))
+    return loaded[:1] + [conse_embedder(encoder), text_tower_embedder()] + loaded[1:]
 
 
 def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablation") -> list[Path]:
@@ -235,13 +236,15 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablati
     if routing:
         lines += ["", f"Routing on the {result['split']} split (photos and titles, each alone as when indexed or "
                   "queried):", "",
-                  "| adapter | load CV | entropy (max) | dead experts | experts/token | photo & title share an expert "
-                  "| load |", "|---|---|---|---|---|---|---|"]
+                  "| adapter | load CV | utilisation variance | entropy (max) | dead experts | experts/token "
+                  "| photo & title share an expert | routing KL photo/title | photo-title cosine | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in routing:
             s = r["routing"]
-            lines.append(f"| {r['name']} | {s['load_cv']} | {s['entropy']} ({s['max_entropy']}) | "
-                         f"{s['dead_experts'] or 'none'} | {s['experts_per_token']} | "
-                         f"{s.get('pairs_sharing_an_expert', '')} | {s['load']} |")
+            lines.append(f"| {r['name']} | {s['load_cv']} | {s.get('utilisation_variance', '')} | {s['entropy']} "
+                         f"({s['max_entropy']}) | {s['dead_experts'] or 'none'} | {s['experts_per_token']} | "
+                         f"{s.get('pairs_sharing_an_expert', '')} | {s.get('route_kl', '')} | "
+                         f"{s.get('pair_cosine', '')} | {s['load']} |")
     md = out_dir / f"{stem}.md"
     png = out_dir / f"{stem}.png"
     lines += ["", f"![{png.name}]({png.name})", ""]

@@ -61,14 +61,20 @@ class Catalog:
         return self._image, self._text  # type: ignore[return-value]
 
     def view_features(self, encoder: MultimodalEncoder, views: Sequence[str], rows: np.ndarray, *,
-                      progress: bool = True) -> np.ndarray:
-        """Backbone features of augmented views (``flip``, ``crop<N>``) of these rows' photos,
+                      progress: bool = True, shares: dict[str, float] | None = None, seed: int = 0) -> np.ndarray:
+        """Backbone features of augmented views (``flip``, ``crop<N>``, ...) of these rows' photos,
         (views, rows, image_dim), for training; cached like the plain features. Each photo is
-        read once for all views."""
+        read once for all views. ``shares``: a view made for a seeded share of the rows only
+        (the other rows' are NaN)."""
         photos = [self.photo(self.rows[int(r)]["id"]) for r in rows]
-        out = np.empty((len(views), len(photos), encoder.towers.image_dim), dtype=np.float32)
+        out = np.full((len(views), len(photos), encoder.towers.image_dim), np.nan, dtype=np.float32)
         for i, view in enumerate(views):
-            out[i] = encoder.image_features(photos, progress=progress, view=view)
+            share = (shares or {}).get(view, 1.0)
+            if share >= 1.0:
+                out[i] = encoder.image_features(photos, progress=progress, view=view)
+                continue
+            pick = np.sort(np.random.default_rng(seed).permutation(len(photos))[: int(round(share * len(photos)))])
+            out[i, pick] = encoder.image_features([photos[j] for j in pick], progress=progress, view=view)
         return out
 
     def title_groups(self) -> np.ndarray:

@@ -777,6 +777,13 @@ class Engine:
 
             return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()
 
+    def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:
+        """The photo's weight for a photo + words query: the aligner's per-query choice
+        (``query_mix="gate"``, the MoE's modality gate) or the fixed ``query_image_weight``."""
+        if self.settings.query_mix != "gate":
+            return self.settings.query_image_weight
+        return self.encoder.query_photo_weight(qv["image"], qv["text"], self.settings.query_image_weight)
+
     def _rank(
         self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None
     ) -> list[tuple[int, float, dict[str, float]]]:
@@ -790,7 +797,7 @@ class Engine:
             scores, ids = self.vectors[field].search(q[None], k, allowed)
             return [(int(i), float(sc), {f"{mod}->{field}": float(sc)})
                     for sc, i in zip(scores[0], ids[0]) if i >= 0]
-        w = self.settings.query_image_weight
+        w = self.query_image_weight(qv)
         kk = k * self.settings.candidate_multiplier
         cand: set[int] = set()
         for mod, field in (("image", "image"), ("text", "fused")):

@@ -214,7 +214,7 @@ def vector_scores(engine: "Engine", qv: Mapping[str, np.ndarray], iids: np.ndarr
         have, vecs = index.get_present(iids)
         sc = (vecs @ q).astype(np.float64)
         return have, sc, sc[:, None], (f"{mod}->{'image' if mod == 'image' else 'fused'}",)
-    w = engine.settings.query_image_weight
+    w = engine.query_image_weight(dict(qv))
     have, vecs = fused.get_present(iids)
     s_txt = vecs @ qv["text"]
     has_img, img_vecs = image.get_present(iids[have])

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     query_image_weight: float = Field(
         0.5, ge=0.0, le=1.0, description="Weight of the photo when a query has both photo and text."
     )
+    query_mix: Literal["gate", "fixed"] = Field(
+        "fixed", description="Photo + words queries: always query_image_weight (fixed), or the MoE gate's modality "
+        "gate weighs the photo per query (gate; adapters without one use query_image_weight). Chosen on val by "
+        "`vitrine eval --protocol composed` (docs/models.md).")
     candidate_multiplier: int = Field(4, ge=1, le=100, description="Over-fetch factor for multi-signal ranking.")
     default_k: int = Field(10, ge=1, description="Results per search when the request gives no k.")
     max_k: int = Field(100, ge=1, le=10_000, description="Deepest result a search may ask for (offset + k); "

@@ -125,10 +125,12 @@ def singular(word: str) -> str:
     return w
 
 
-def shopper_form(name: str, rng: random.Random, typo: Callable[[str], str], *, typo_p: float = 0.15) -> str:
-    """A category name typed as a shopper would: one of its sides, lower-cased, sometimes
-    singular, with probability ``typo_p`` one typo in a long word."""
-    text = rng.choice(_sides(name)).lower()
+def shopper_form(name: str, rng: random.Random, typo: Callable[[str], str], *, typo_p: float = 0.15,
+                 whole: bool = False) -> str:
+    """A category name typed as a shopper would: one of its sides (``whole``: the whole name, with
+    "&" or "and"), lower-cased, sometimes singular, with probability ``typo_p`` one typo in a long
+    word."""
+    text = rng.choice(_sides(name)[:2] if whole else _sides(name)).lower()
     words = text.split()
     if words and rng.random() < 0.35:
         words[-1] = singular(words[-1])
@@ -187,14 +189,14 @@ def taxonomy_phrase(name: str, rng: random.Random, typo: Callable[[str], str], b
 
 
 def heldout_leaf_queries(seed: int = 0, path: Path | None = None) -> list[tuple[str, str]]:
-    """Every held-out leaf typed as a shopper would (English): (query, leaf name). Lower-cased,
-    one of its sides when it is "A & B", a third with one typo in a long word. None of these leaves
-    is in any training query."""
+    """Every held-out leaf typed as a shopper would (English): (query, leaf name). The whole name
+    lower-cased ("&" or "and"), sometimes singular, a third with one typo in a long word. None of
+    these leaves is in any training query (one side of an "A & B" leaf may be a word that is)."""
     from vitrine.intent.typos import typo_fn  # noqa: PLC0415 - tiny helper
 
     rng = random.Random(f"{seed}:leaves")
     typo = typo_fn(rng)
     out = []
     for name in taxonomy_names(path).heldout_leaves:
-        out.append((shopper_form(name, rng, typo, typo_p=0.34), name))
+        out.append((shopper_form(name, rng, typo, typo_p=0.34, whole=True), name))
     return out

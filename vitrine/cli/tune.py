@@ -67,8 +67,8 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
               help="Folder for tuning.md/.json/.png (default: DATA/tuning-report)")
 @click.option("--seed", type=int, default=0, show_default=True, help="Pseudo-query sampling seed")
 @click.option("--intent", "intent_members", type=int, default=0, show_default=True,
-              help="Also retrain the intent classifier with this catalogue's titles, with this many members "
-                   "(0: no; ~6 min of one core per member), into DATA/intent-model")
+              help="Also fine-tune the shipped intent classifier's members on this catalogue's titles, this "
+                   "many members (0: no), into DATA/intent-model")
 def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, intent_members: int, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
@@ -82,7 +82,8 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, intent_members:
 
             out = Path(data_dir) / "intent-model"
             titles = catalogue_titles(r.doc for r in engine.records.iter_rows(with_vectors=False))
-            summary = tune_intent(titles, out, members=intent_members, cache_dir=engine.settings.cache_dir, seed=seed)
+            summary = tune_intent(titles, out, members=intent_members, cache_dir=engine.settings.cache_dir / "intent",
+                                  seed=seed)
             click.echo(f"intent classifier with {len(titles)} catalogue titles: {out} "
                        f"(serve it with VITRINE_INTENT_MODEL={out}); held-out: "
                        f"{ {k: v for k, v in summary.items() if isinstance(v, (int, float))} }", err=True)

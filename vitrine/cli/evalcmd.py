@@ -17,6 +17,15 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
              "domain-shift", "composed", "degraded"]
 
 
+def emit_json(result: Any, json_out: Path | None) -> None:
+    """Print an eval's result as JSON and, with ``--json``, write the same text to that file."""
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    click.echo(text)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+
+
 @main.command("eval")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
               help="Data dir to search (qrels and photo-self protocols)")
@@ -71,11 +80,7 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
 
         work = data_dir or Path(tempfile.mkdtemp(prefix="vitrine-domain-shift-"))
         result = domain_shift_command(make_settings(**model), work, n_queries or 200, retrain=True)
-        text = json.dumps(result, indent=2)
-        click.echo(text)
-        if json_out:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(text + "\n")
+        emit_json(result, json_out)
         if report_dir:
             from vitrine.evals.domain_shift import write_report
 
@@ -138,11 +143,7 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     result["adapter"] = settings.adapter
     if protocol in ("qrels", "attr"):
         result["fusion"] = {"method": settings.fusion, "signals": settings.fusion_signals}
-    text = json.dumps(result, indent=2)
-    click.echo(text)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
+    emit_json(result, json_out)
 
 
 def _adapter_list(text: str) -> list[str]:
@@ -200,11 +201,7 @@ def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_
     except VitrineError as e:
         raise click.BadParameter(str(e), param_hint="--adapters") from e
     result = run_ablation(encoder, Catalog.load(), embedders, split=split, n_attr=n_attr)
-    text = json.dumps(result, indent=2)
-    click.echo(text)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
+    emit_json(result, json_out)
     if report_dir:
         for p in write_report(result, report_dir):
             click.echo(f"wrote {p}", err=True)
@@ -222,14 +219,10 @@ def _intent_eval(json_out: Path | None) -> None:
                          "slot_exact_match": result["slot_exact_match"],
                          "heldout_titles_search_rate": result["heldout_titles"]["search_rate"],
                          "heldout_taxonomy_leaves_search_rate": result["heldout_taxonomy_leaves"]["search_rate"]}
-    text = json.dumps(result, indent=2, ensure_ascii=False)
-    click.echo(text)
+    emit_json(result, json_out)
     click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
                f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']}); held-out catalogue "
                f"titles sent to search {result['heldout_titles']['search_rate']:.4f} "
                f"(n={result['heldout_titles']['n']}); held-out taxonomy leaves sent to search "
                f"{result['heldout_taxonomy_leaves']['search_rate']:.4f} (n={result['heldout_taxonomy_leaves']['n']})",
                err=True)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")

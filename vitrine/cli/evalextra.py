@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import click
 
 def composed_or_degraded(protocol: str, settings: Any, *, split: str, n: int | None, adapters: list[str],
                          json_out: Path | None, report_dir: Path | None) -> None:
+    from vitrine.cli.evalcmd import emit_json
     from vitrine.errors import VitrineError
     from vitrine.evals.datasets import Catalog
     from vitrine.search.engine import build_encoder
@@ -31,10 +31,6 @@ def composed_or_degraded(protocol: str, settings: Any, *, split: str, n: int | N
         except VitrineError as e:
             raise click.BadParameter(str(e), param_hint="--adapters") from e
         paths = write_report(result, report_dir) if report_dir else []
-    text = json.dumps(result, indent=2)
-    click.echo(text)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
+    emit_json(result, json_out)
     for p in paths:
         click.echo(f"wrote {p}", err=True)

@@ -191,7 +191,7 @@ def test_generator_variety(splits, terms):
     mixed = [e.text for e in train if e.lang == "zh" and any(c.isascii() and c.isalpha() for c in e.text)]
     assert len(mixed) > 1000  # code-mixing: Latin brand/product words inside Chinese queries
     with_price = [e for e in train if "price_max" in (e.slots or {}) or "price_min" in (e.slots or {})]
-    assert len(with_price) > 500
+    assert len(with_price) > 0.02 * len(train)  # a share: the shipped members' draw size sets len(train)
     # the generator is deterministic
     again = QueryGenerator(terms, "test", 0).generate(5)
     assert [e.text for e in again] == [e.text for e in QueryGenerator(terms, "test", 0).generate(5)]

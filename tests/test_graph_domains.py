@@ -211,7 +211,9 @@ def test_leading_brands_from_titles():
 @pytest.mark.slow
 def test_engine_ingests_another_domain_and_persists_the_mapping(settings_factory, encoder, tmp_path, expected):
     data_dir = tmp_path / "data"
-    eng = Engine(settings_factory(data_dir), encoder)
+    # the graph signals themselves are under test: rank with the configured fusion weights, not the
+    # untuned floor (an untuned catalogue ranks text by the text tower alone)
+    eng = Engine(settings_factory(data_dir, calibration="off"), encoder)
     report = ingest_file(eng, OTHER / "catalog.jsonl", progress=False)
     assert report.upserted == 96 and not report.failed
     mapping = {" > ".join(m["path"]): m for m in eng.graph.mapping() if m["products"]}

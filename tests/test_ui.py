@@ -339,7 +339,8 @@ def test_more_results_sort_and_facet_counts_from_the_response(page, api):
     assert both[24:] == [h["id"] for h in api.post("/v1/search", json=nxt).json()["results"]]
     # highlighted words are <mark> elements, built from the API's spans
     marks = page.eval_on_selector_all("#results .card-title mark", "els => els.map(e => e.textContent)")
-    assert marks and all(m.casefold().startswith(query[:3]) for m in marks), marks
+    # (typo-tolerant, as BM25: "shirt" also marks the "Tshirt" it matched)
+    assert marks and all(query[:3] in m.casefold() for m in marks), marks
     shot(page, "06-more-results")
     # a sort order: the request says it, the address keeps it
     before = renders(page)

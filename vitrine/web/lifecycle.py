@@ -75,6 +75,8 @@ async def _follow_loop(eng: Engine, every_s: float) -> None:
                 log.info("picked up %d products changed by other processes", n)
         except (StorageError, OSError, VitrineError) as e:
             log.error("catching up with the data dir failed (%s); trying again in %gs", e, every_s)
+        except Exception:  # noqa: BLE001 - a follower that dies silently serves stale results forever
+            log.exception("catching up with the data dir failed; trying again in %gs", every_s)
 
 
 async def _snapshot_loop(eng: Engine, every_s: float) -> None:

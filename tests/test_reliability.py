@@ -561,7 +561,7 @@ def test_fusion_failure_or_timeout_falls_back_to_plain_vectors(own_encoder_engin
     finally:
         fusion.rank = real_rank
     assert res.degraded == ["fusion"] and len(res.results) == 5
-    plain = eng._rank(eng.query_vectors(q.text, None), 5, None)
+    plain = eng.rank_vectors(eng.query_vectors(q.text, None), 5, None)
     assert [h.id for h in res.results] == [eng.records.get_by_iids([i])[i].id for i, _, _ in plain]
     eng.settings.fusion_timeout_ms = 2000
     eng.graph.match_query = None  # the graph breaks: its retriever degrades alone
@@ -628,4 +628,4 @@ def test_searches_during_upserts_and_deletes_never_see_a_torn_state(subset_engin
         t.join(30)
     assert not errors, errors[:3]
     assert counts["writes"] > 50 and counts["searches"] > 50, counts
-    assert eng._state.writes >= counts["writes"]  # each one an exclusive step
+    assert eng.index.lock.writes >= counts["writes"]  # each one an exclusive step

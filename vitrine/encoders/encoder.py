@@ -113,6 +113,12 @@ class MultimodalEncoder:
         self.max_image_pixels = max_image_pixels
         self._lock = threading.Lock()  # torch modules are not re-entrant across threads for us
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held by every forward of the towers (their feature taps keep per-forward state):
+        whoever runs the towers outside this class (tracing an export) holds it too."""
+        return self._lock
+
     @classmethod
     def create(
         cls,

@@ -192,7 +192,7 @@ class QueryEncoder:
                 config._attn_implementation = "eager"
             return lambda: setattr(config, "_attn_implementation", old) if old is not None else None
 
-        with self.encoder._lock:  # the towers are shared with ingest; nobody encodes while we trace
+        with self.encoder.lock:  # the towers are shared with ingest; nobody encodes while we trace
             return OnnxModule.export(
                 module, probes[0], key=f"text:{towers.key}", cache_dir=onnx_dir or Path(tempfile.gettempdir()),
                 input_names=["ids"], dynamic_axes={"ids": {0: "batch", 1: "tokens"}, "out": {0: "batch"}},
@@ -227,7 +227,7 @@ class QueryEncoder:
         h, w = towers.preprocess.size
         gen = torch.Generator().manual_seed(0)
         probes = [(torch.randn(n, 3, h, w, generator=gen),) for n in (1, 3)]
-        with self.encoder._lock:  # the block taps keep per-forward state: no other forward meanwhile
+        with self.encoder.lock:  # the block taps keep per-forward state: no other forward meanwhile
             return OnnxModule.export(
                 towers.image_export_module().eval(), probes[0], key=f"image:{towers.key}",
                 cache_dir=onnx_dir or Path(tempfile.gettempdir()), input_names=["pixels"],
@@ -353,7 +353,7 @@ class QueryEncoder:
         """Backbone text features through the query text tower (its precision), (N, text_dim)."""
         towers = self.encoder.towers
         if self._text_module is None:  # open_clip tokenizer towers: the encoder's own path
-            with self.encoder._lock:
+            with self.encoder.lock:
                 return towers.text_features(list(texts)).cpu().numpy()
         if self._onnx_text is not None and self.text_precision == "int8":
             # one text per run: dynamic int8 scales activations by the whole input tensor, so in a

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 K1 = 1.2
 B = 0.75
-_TOKENIZE = re.search(r"tokenize='([^']*)'", symbolic._SCHEMA).group(1)  # type: ignore[union-attr]
+_TOKENIZE = re.search(r"tokenize='([^']*)'", symbolic.SCHEMA).group(1)  # type: ignore[union-attr]
 _REBUILD_FRACTION = 0.2  # more changed products than this share of the catalogue: rebuild
 
 

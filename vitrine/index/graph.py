@@ -110,6 +110,12 @@ class ProductGraph:
             self.g = graph
             self._reindex()
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The graph's lock: hold it to read several of its facts as of one moment (every
+        write takes it)."""
+        return self._lock
+
     # -- backbone ---------------------------------------------------------------------------------
     def _taxonomy_node(self, tid: int) -> str:
         """Add taxonomy node ``tid`` and its ancestors; returns its node id."""

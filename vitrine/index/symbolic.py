@@ -23,7 +23,7 @@ COLUMNS = ("title", "brand", "category", "attrs")
 # Column weights for bm25(): a word in the brand or the category counts more than one in the title.
 COLUMN_WEIGHTS = (1.0, 2.0, 1.5, 1.0)
 FTS_VERSION = "1"
-_SCHEMA = (f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5("
+SCHEMA = (f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5("
            f"{', '.join(COLUMNS)}, tokenize='porter unicode61 remove_diacritics 2')")
 _WORD = re.compile(r"\w+", re.UNICODE)
 STOPWORDS = frozenset({
@@ -49,7 +49,7 @@ def ensure(conn: sqlite3.Connection) -> bool:
         log.warning("this SQLite has no FTS5: BM25 retrieval is off")
         return False
     have = conn.execute("SELECT value FROM meta WHERE key='fts'").fetchone()
-    conn.execute(_SCHEMA)
+    conn.execute(SCHEMA)
     if have is None or have[0] != FTS_VERSION:
         conn.execute("BEGIN IMMEDIATE")
         try:

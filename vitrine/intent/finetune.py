@@ -37,7 +37,7 @@ FINETUNE_DEFAULTS: dict[str, Any] = {"train_per_label": 2000, "epochs": 2, "lr":
 def grow_vocabulary(model: IntentModel, new_ids: Sequence[int]) -> IntentModel:
     """``model`` with embedding rows added for ``new_ids`` (token ids it had no row for); each new
     row starts as its unknown-token row, every other weight is kept."""
-    torch = model._torch  # noqa: SLF001 - same module family: the model's own torch handle
+    import torch  # noqa: PLC0415 - loaded on use, never at import
     have = set(model.keep_ids.tolist())
     add = np.array(sorted(i for i in set(new_ids) if i not in have), dtype=np.int64)
     if not len(add):

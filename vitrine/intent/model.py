@@ -70,14 +70,13 @@ def qwen2_config(arch: dict[str, Any], vocab_rows: int, num_labels: int) -> Any:
     kw = dict(arch["qwen2"])
     rope_theta = kw.pop("rope_theta", None)
     cfg = Qwen2Config(vocab_size=vocab_rows, num_labels=num_labels, pad_token_id=PAD, bos_token_id=None,
-                      eos_token_id=EOS, **kw)
+                      eos_token_id=EOS, attn_implementation=arch.get("attn_implementation", "sdpa"), **kw)
     if rope_theta is not None:
         rp = getattr(cfg, "rope_parameters", None)
         if isinstance(rp, dict):
             rp["rope_theta"] = float(rope_theta)
         else:  # transformers 4.x
             cfg.rope_theta = float(rope_theta)
-    cfg._attn_implementation = arch.get("attn_implementation", "sdpa")
     return cfg
 
 

@@ -93,11 +93,11 @@ class StateLock:
 
 
 def reads_state(fn: F) -> F:
-    """Run an engine method under its state lock's read side (``self._state``)."""
+    """Run an engine method under its index state lock's read side (``self.index.lock``)."""
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self._state.read():
+        with self.index.lock.read():
             return fn(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

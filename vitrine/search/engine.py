@@ -4,8 +4,9 @@ write: validated products (+ photo bytes) -> encoder (towers -> adapter) -> one 
        transaction (records + vectors + photos) -> in-memory vector and filter indexes.
 read:  query -> encoder (query vectors) -> filters -> FAISS -> records -> hits with explanation.
 
-The record store is the source of truth; the FAISS indexes are snapshotted with the change
-sequence number they reflect, and catch up by replaying later changes when a data dir opens.
+The engine is a facade: the record store and every index over it, their change sequence and
+their locks belong to one owner, :class:`~vitrine.search.state.IndexState` (``engine.index``;
+opening a data dir: vitrine/search/recovery.py). The engine encodes, ranks and explains.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,19 +27,17 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
 from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
-from vitrine.index import taxonomy_map
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
-from vitrine.index.records import SCHEMA_VERSION, RecordRow
-from vitrine.index.store import open_stores
-from vitrine.index.snapshots import Snapshot, SnapshotStore
+from vitrine.index.records import RecordRow
+from vitrine.index.snapshots import SnapshotStore
+from vitrine.index.store import PhotoStoreAPI, RecordStoreAPI
 from vitrine.index.vectors import VectorIndex
 from vitrine.search.models import (
     CompareResponse,
     Explanation,
     FacetsResponse,
-    FacetValue,
     Filters,
     Hit,
     ItemError,
@@ -50,21 +49,23 @@ from vitrine.search.models import (
     UpsertReport,
     decode_b64,
 )
-from vitrine.search import calibration, fusion, native, recommend
+from vitrine.search import calibration, fusion, native, recommend, recovery
 from vitrine.search import understanding
 from vitrine.search import fallback
 from vitrine.search import swap as hotswap
 from vitrine.search import storefront
-from vitrine.search.concurrency import StateLock, reads_state
+from vitrine.search.concurrency import reads_state
 from vitrine.search.settings import Settings
+from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, filter_values: re-exported
+    FILTER_FIELDS,
+    INDEX_FIELDS,
+    IndexState,
+    Ranked,
+    filter_values,
+    product_out,
+)
 
 log = logging.getLogger(__name__)
-
-FILTER_FIELDS = ("category", "gender", "colour", "brand")
-INDEX_FIELDS = ("fused", "image")
-MANIFEST = "manifest.json"
-GRAPH_FILE = "graph.json"
-
 
 @dataclass
 class ProductInput:
@@ -88,26 +89,6 @@ def product_text(p: Product) -> str:
     return " ".join(parts)
 
 
-def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
-    """The filterable facets of a stored product document."""
-    attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
-
-    def first(*keys: str) -> list[str]:
-        for k in keys:
-            v = attrs.get(k)
-            if v not in (None, "") and not isinstance(v, list):
-                return [str(v)]
-        return []
-
-    values = {
-        "category": list(doc.get("category") or []),
-        "gender": first("gender"),
-        "colour": first("colour", "color", "basecolour", "basecolor"),
-        "brand": [doc["brand"]] if doc.get("brand") else [],
-    }
-    return values, doc.get("price")
-
-
 class Engine:
     """Vitrine's search engine over one data dir. Build with :meth:`open`."""
 
@@ -115,38 +96,73 @@ class Engine:
         self.settings = settings
         self.encoder = encoder
         self.data_dir = Path(settings.data_dir)
-        # SQLite in the data dir, or a shared PostgreSQL (settings.store; vitrine/index/store.py)
-        self.records, self.images = open_stores(settings.store, self.data_dir)
-        self.filters = FilterIndex(FILTER_FIELDS)
-        self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
-        mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
-            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, encoder.text_features, encoder.towers.key,
-            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
-        self.graph_data.use_mapper(mapper, mapper.identity)
-        self.graph = ProductGraph(self.graph_data)
-        self.vectors: dict[str, VectorIndex] = {}
-        self.native = self._new_native()  # the text tower's own space (vitrine/search/native.py)
-        self._write_lock = threading.Lock()
-        self._state = StateLock()  # searches read together; the visible step of a write is exclusive
-        self.snapshots = SnapshotStore(self.data_dir / "index", keep=settings.snapshot_keep)
-        self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
-        self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
+        # the index state below the engine: stores, indexes, change sequence, locks (vitrine/search/state.py)
+        self.index = IndexState(settings, dim=encoder.dim, towers_key=encoder.towers.key,
+                                text_dim=encoder.towers.text_dim, model_key=encoder.model_key,
+                                text_features=lambda texts: self.encoder.text_features(texts))
         self.swaps: list[dict[str, Any]] = []  # hot swaps tried by this process (newest last)
         self.model_spec = hotswap.ModelSpec(settings.model, settings.adapter, settings.pretrained)
-        self.store_id = self._store_identity()
-        self._index_seq = 0
-        self._dirty = False
-        self.model_key = encoder.model_key
         # the query fast path (micro-batched, cached query embeddings); built on first use
         self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.query_cache_size)
         self._query_encoder: QueryEncoder | None = None
         self._query_encoder_lock = threading.Lock()
         MemoryBM25.typo_tolerance = settings.typo_tolerance  # one engine per process sets it
-        self._load_indexes()
+        recovery.open_indexes(self.index, (lambda: self.reembed(progress=True)) if settings.reembed_on_open else None)
         self._calibration: calibration.Calibration | None = None
         self._calibration_seq = -1
         # query intent + slots (vitrine/intent), loaded here, never at import
         self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
+
+    # -- the index state's parts (owned by self.index) -----------------------------------------
+    @property
+    def records(self) -> RecordStoreAPI:
+        return self.index.records
+
+    @property
+    def images(self) -> PhotoStoreAPI:
+        return self.index.images
+
+    @property
+    def vectors(self) -> dict[str, VectorIndex]:
+        return self.index.vectors
+
+    @property
+    def native(self) -> native.NativeSpace:
+        return self.index.native
+
+    @property
+    def filters(self) -> FilterIndex:
+        return self.index.filters
+
+    @property
+    def graph(self) -> ProductGraph:
+        return self.index.graph
+
+    @property
+    def graph_data(self) -> GraphData:
+        return self.index.graph_data
+
+    @property
+    def snapshots(self) -> SnapshotStore:
+        return self.index.snapshots
+
+    @property
+    def snapshot_version(self) -> str | None:
+        return self.index.snapshot_version
+
+    @property
+    def recovery(self) -> dict[str, Any]:
+        """What opening the data dir found and did (logged, /health)."""
+        return self.index.recovery
+
+    @property
+    def store_id(self) -> str:
+        return self.index.store_id
+
+    @property
+    def model_key(self) -> str:
+        """The model the served vectors were made by."""
+        return self.index.model_key
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -180,21 +196,6 @@ class Engine:
             eng.recovery.setdefault("notes", []).extend(notes)
         return eng
 
-    def _new_index(self, field: str = "fused") -> VectorIndex:
-        s = self.settings
-        if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
-            if not s.store:
-                raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
-            from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
-
-            return PgVectorIndex(s.store, field, self.encoder.dim, ef_search=s.ef_search)  # type: ignore[return-value]
-        return VectorIndex(self.encoder.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
-
-    def _new_native(self) -> native.NativeSpace:
-        s = self.settings
-        return native.NativeSpace(self.encoder.towers.text_dim, self.encoder.towers.key, s.index_factory,
-                                  nprobe=s.nprobe, ef_search=s.ef_search)
-
     @property
     def calibration(self) -> calibration.Calibration:
         """How text queries rank on this catalogue: the data dir's tuned settings while they fit
@@ -224,140 +225,6 @@ class Engine:
         self._calibration = None
         return self.calibration
 
-    def _store_identity(self) -> str:
-        """A random id of this record store (its snapshots name it; another store's are refused)."""
-        sid = self.records.get_meta("store_id")
-        if sid is None:
-            import uuid
-
-            self.records.set_meta("store_id", uuid.uuid4().hex)
-            sid = self.records.get_meta("store_id")
-        return str(sid)
-
-    def _load_indexes(self) -> None:
-        """Open the data dir: the newest usable snapshot version (every file checked against its
-        manifest's SHA-256), then the record store's changes since it; a refused version falls
-        back to the previous one, and with none usable everything is rebuilt from the records.
-        What was found and done goes to the log and to ``self.recovery`` (/health)."""
-        t0 = time.time()
-        rec: dict[str, Any] = {"records_seq": self.records.seq, "snapshot": None, "snapshot_seq": None,
-                               "refused": [], "skipped": [], "partial": [p.name for p in self.snapshots.partials()]}
-        loaded: Snapshot | None = None
-        graph_loaded = False
-        # pgvector: the vectors live in the database, nothing of them is snapshotted locally
-        for snap in self.snapshots.candidates() if self.settings.vector_backend == "faiss" else []:
-            why, fatal, graph_loaded = self._try_snapshot(snap)
-            if why is None:
-                loaded = snap
-                break
-            (rec["refused"] if fatal else rec["skipped"]).append({"version": snap.name, "reason": why})
-            (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
-        if loaded is None:
-            self.vectors = {f: self._new_index(f) for f in INDEX_FIELDS}
-            self.native = self._new_native()
-            self._index_seq = 0
-            graph_loaded = False
-        else:
-            rec["snapshot"], rec["snapshot_seq"] = loaded.name, self._index_seq
-            self.snapshot_version = loaded.name
-        stale_model = 0
-        replayed = 0
-        if not graph_loaded:  # no usable graph snapshot: build it from every record
-            self.graph = ProductGraph(self.graph_data)
-            if self.graph.upsert_many((r.iid, r.id, r.doc) for r in self.records.iter_rows(with_vectors=False)):  # type: ignore[misc]
-                self._dirty = True
-        # Filters always rebuild from records; vectors and graph replay what the snapshot lacks.
-        for row in self.records.iter_rows(with_vectors=False):
-            values, price = filter_values(row.doc)
-            self.filters.upsert(row.iid, values, price)  # type: ignore[arg-type]
-            if row.model_key != self.model_key:
-                stale_model += 1
-        for batch in self._changes_since(self._index_seq, 5000):
-            replayed += self._apply_rows_to_indexes(batch)
-        self._index_seq = self.records.seq
-        if self.native.fill_missing(self):
-            self._dirty = True
-        if replayed or loaded is None:
-            self._dirty = True
-        rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,
-                   products=self.records.count(), stale_model=stale_model)
-        if stale_model and self.settings.reembed_on_open:
-            log.warning("%d products were embedded by another model; re-embedding them with %s",
-                        stale_model, self.model_key)
-            rec["reembedded"] = self.reembed(progress=True)
-            stale_model = 0
-        rec["seconds"] = round(time.time() - t0, 3)
-        rec["summary"] = _recovery_summary(rec)
-        self.recovery = rec
-        (log.warning if rec["refused"] or rec["partial"] else log.info)(
-            "opened %s: %d products in %.2fs; %s", self.data_dir, self.records.count(), time.time() - t0, rec["summary"])
-        if stale_model:
-            log.warning(
-                "%d products were embedded by another model; run `vitrine reindex --data %s` to re-embed",
-                stale_model, self.data_dir,
-            )
-
-    def _try_snapshot(self, snap: Snapshot) -> tuple[str | None, bool, bool]:
-        """Load one snapshot version into the engine. Returns (why not, whether that is damage
-        rather than a different model or index, whether its graph was loaded)."""
-        m = snap.manifest
-        if m is None:
-            return snap.error or "no manifest", True, False
-        if m.get("model_key") != self.model_key:
-            return f"built by another model ({m.get('model_key')})", False, False
-        if m.get("factory") != self.settings.index_factory:
-            return f"a {m.get('factory')} index (configured: {self.settings.index_factory})", False, False
-        try:
-            seq = int(m["seq"])
-        except (KeyError, TypeError, ValueError):
-            return "manifest has no change sequence number", True, False
-        if seq > self.records.seq:
-            return (f"it reflects change {seq} but the record store is at {self.records.seq} "
-                    "(the records were replaced by an older copy)"), True, False
-        store = (m.get("records") or {}).get("store_id")
-        if store and store != self.store_id:
-            return "it belongs to another record store", True, False
-        try:
-            vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
-                                           nprobe=self.settings.nprobe, ef_search=self.settings.ef_search)
-                       for f in INDEX_FIELDS}
-            graph = None
-            same_graph = m.get("graph_fingerprint") in (None, self.graph_data.fingerprint)
-            if GRAPH_FILE in (m.get("files") or {}) and same_graph:
-                graph = ProductGraph.load(snap.file(GRAPH_FILE), self.graph_data, snap.sha256(GRAPH_FILE))
-            nat = self._new_native()
-            if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
-                nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE),
-                         nprobe=self.settings.nprobe, ef_search=self.settings.ef_search)
-        except StorageError as e:
-            return str(e), True, False
-        except (KeyError, ValueError, OSError) as e:
-            return f"unreadable: {e}", True, False
-        self.vectors, self._index_seq, self.native = vectors, seq, nat  # missing native: filled after replay
-        if graph is not None:
-            self.graph = graph
-        return None, False, graph is not None
-
-    def _apply_rows_to_indexes(self, rows: Sequence[RecordRow]) -> int:
-        if not rows:
-            return 0
-        # the graph holds every live product, whichever model embedded it (a batch: its new
-        # categories are mapped and its titles' brands learned together)
-        self.graph.delete([r.id for r in rows if r.deleted])
-        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
-        lacking = self.native.apply(rows)
-        if lacking:  # written by another model or before native vectors were kept
-            self.native.fill(self, lacking)
-        dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
-        for f in INDEX_FIELDS:
-            if dead:
-                self.vectors[f].delete(dead)
-            live = [r for r in rows if not r.deleted and r.model_key == self.model_key
-                    and r.vectors and r.vectors.get(f) is not None]
-            if live:
-                self.vectors[f].upsert([r.iid for r in live], np.stack([r.vectors[f] for r in live]))  # type: ignore[index]
-        return len(rows)
-
     # -- writes ---------------------------------------------------------------------------------
     def upsert(self, items: Sequence[ProductInput], *, progress: bool = False) -> UpsertReport:
         """Encode and store products; unchanged and stale ones are skipped, bad ones reported."""
@@ -369,7 +236,7 @@ class Engine:
             by_id.pop(it.product.id, None)
             by_id[it.product.id] = it
         todo: list[tuple[ProductInput, bytes | None, str | None]] = []
-        with self._write_lock:
+        with self.index.write_lock:
             existing = self.records.get_many(list(by_id), include_deleted=True)
             for pid, it in by_id.items():
                 img = it.image
@@ -400,15 +267,7 @@ class Engine:
                     photos = {it.product.id: img for it, img, _ in todo if img is not None}
                     # photos first: a record never points at a missing file
                     self.images.put_many({r.image_key: photos[r.id] for r in rows if r.image_key})
-                    with self._state.write():  # searches see all of this write or none of it
-                        seq, iids = self.records.upsert_many(rows)
-                        for r, iid in zip(rows, iids):
-                            r.iid, r.seq = iid, seq
-                        self._apply_rows_to_indexes(rows)
-                        for r in rows:
-                            values, price = filter_values(r.doc)
-                            self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
-                        self._advance_seq(seq)
+                    seq = self.index.commit(rows)  # searches see all of this write or none of it
                     report.upserted += len(rows)
                     report.seq = seq
         report.seconds = time.time() - t0
@@ -459,111 +318,28 @@ class Engine:
         """Delete products by id; unknown ids are ignored. Returns how many were deleted.
 
         With ``versions``, a delete older than the stored version is ignored (stale)."""
-        with self._write_lock:
-            if versions is not None:
-                existing = self.records.get_many(list(ids))
-                keep = [(i, v) for i, v in zip(ids, versions)
-                        if not (v is not None and i in existing and existing[i].version is not None
-                                and v < existing[i].version)]  # type: ignore[operator]
-                ids = [i for i, _ in keep]
-                versions = [v for _, v in keep]
-            with self._state.write():  # searches see all of this delete or none of it
-                seq, iids = self.records.delete_many(list(ids), versions)
-                if iids:
-                    for f in INDEX_FIELDS:
-                        self.vectors[f].delete(iids)
-                    self.native.delete(iids)
-                    for iid in iids:
-                        self.filters.delete(iid)
-                    self.graph.delete_iids(iids)
-                if seq > self._index_seq:
-                    self._advance_seq(seq)
-            return len(iids)
+        return self.index.delete(ids, versions)
 
     # -- several processes on one data dir (ingest workers, API replicas) -------------------------
-    def _advance_seq(self, seq: int) -> None:
-        """After this engine's own write committed at ``seq`` (write lock held). A gap in the
-        sequence means another process wrote to the record store meanwhile: replay its changes,
-        so ``_index_seq`` (what a snapshot claims to hold) never skips a change."""
-        if seq > self._index_seq + 1:
-            self._catch_up_locked()
-        self._index_seq = max(self._index_seq, seq)
-        self._dirty = True
-
-    def _catch_up_locked(self) -> int:
-        target = self.records.seq
-        applied = sum(self._apply_changed_rows(b) for b in self._changes_since(self._index_seq, 2000))
-        self._index_seq = max(self._index_seq, target)
-        return applied
-
-    def _changes_since(self, seq: int, size: int) -> Iterator[list[RecordRow]]:
-        """Record-store rows changed after ``seq`` (deletions included), in batches of ``size``."""
-        batch: list[RecordRow] = []
-        for row in self.records.iter_rows(since_seq=seq, include_deleted=True):
-            batch.append(row)
-            if len(batch) >= size:
-                yield batch
-                batch = []
-        yield batch
-
-    def _apply_changed_rows(self, rows: Sequence[RecordRow]) -> int:
-        self._apply_rows_to_indexes(rows)
-        for r in rows:
-            if r.deleted:
-                self.filters.delete(r.iid)  # type: ignore[arg-type]
-            else:
-                values, price = filter_values(r.doc)
-                self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
-        return len(rows)
-
     def refresh(self) -> int:
         """Catch up with what other processes wrote to this data dir (an ingest worker beside
         API replicas): replays the records changed since the indexes' sequence number. Cheap when
         nothing changed. Returns the number of changed records applied."""
-        with self._write_lock:
-            if self.records.seq <= self._index_seq:
-                return 0
-            with self._state.write():
-                applied = self._catch_up_locked()
-            self._dirty = True
-            return applied
+        return self.index.refresh()
 
     @property
     def needs_snapshot(self) -> bool:
         """Whether the indexes changed since the last snapshot version."""
-        return self._dirty
+        return self.index.needs_snapshot
 
     def wait_for_writes(self) -> None:
         """Return once the write (or snapshot) in flight, if any, has finished."""
-        with self._write_lock:
-            pass
+        self.index.wait_for_writes()
 
     def save(self) -> bool:
-        """Publish a snapshot version of the indexes (vectors + graph, with the change sequence
-        number they reflect and every file's SHA-256; vitrine/index/snapshots.py). Returns False
-        if nothing changed since the last one."""
-        with self._write_lock:
-            if (not self._dirty and self.snapshot_version is not None) or self.settings.vector_backend != "faiss":
-                return False
-            with self.snapshots.publish() as pub:
-                files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
-                files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
-                files[native.FILE] = self.native.save(pub.dir)
-                snap = pub.commit({
-                    "seq": self._index_seq, "model_key": self.model_key, "factory": self.settings.index_factory,
-                    "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
-                    "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
-                    "native_towers": self.native.towers_key,
-                    # The records take part by reference: SQLite's own transactions keep them; this
-                    # version reflects every change up to ``seq``, and opening replays the later ones.
-                    "records": {"file": self.records.location if self.settings.store else "records.sqlite",
-                                "seq": self._index_seq, "store_id": self.store_id,
-                                "schema": SCHEMA_VERSION},
-                    "artifacts": self.artifacts(),
-                })
-            self.snapshot_version = snap.name
-            self._dirty = False
-            return True
+        """Publish a snapshot version of the indexes (vitrine/search/state.py). Returns False if
+        nothing changed since the last one."""
+        return self.index.save(self.model_spec.as_dict(), self.artifacts)
 
     def artifacts(self) -> dict[str, Any]:
         """SHA-256 of every model artifact serving this engine (towers, adapter, intent)."""
@@ -577,12 +353,10 @@ class Engine:
         try:
             self.save()
         finally:
-            for index in self.vectors.values():
-                if hasattr(index, "close"):  # a pgvector index holds database connections
-                    index.close()
-            self.records.close()
+            self.index.close()
             if self._query_encoder is not None:
                 self._query_encoder.close()
+
 
     # -- reads -----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -593,7 +367,7 @@ class Engine:
         row = self.records.get(pid)
         if row is None:
             raise NotFound("product", pid)
-        return self._product_out(row)
+        return product_out(row)
 
     def image_path(self, key: str) -> Path:
         path = self.images.path_for(key)
@@ -601,14 +375,10 @@ class Engine:
             raise NotFound("image", key)
         return path
 
-    def _product_out(self, row: RecordRow) -> ProductOut:
-        d = row.doc
-        return ProductOut(
-            id=row.id, title=d.get("title", ""), brand=d.get("brand"), category=d.get("category") or [],
-            attributes=d.get("attributes") or {}, price=d.get("price"), currency=d.get("currency"),
-            description=d.get("description"), version=row.version,
-            image_url=f"/images/{row.image_key}" if row.image_key else None,
-        )
+    def product_out(self, row: RecordRow) -> ProductOut:
+        """A stored record as the API shows a product."""
+        return product_out(row)
+
 
     def query_vectors(self, text: str | None, image: bytes | None, text_vector: Future[np.ndarray] | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
@@ -648,9 +418,9 @@ class Engine:
             return qe
 
     def allowed_ids(self, filters: Filters | None) -> np.ndarray | None:
-        if filters is None or filters.is_empty():
-            return None
-        return self.filters.allowed(filters.terms(), filters.price_min, filters.price_max)
+        """The product ids ``filters`` allow (None: no filter)."""
+        return self.index.allowed(filters)
+
 
     @reads_state
     def search(self, req: SearchRequest, *, image: bytes | None = None) -> SearchResponse:
@@ -689,7 +459,7 @@ class Engine:
             row = rows.get(iid)
             if row is None:  # deleted between ranking and fetching
                 continue
-            p = self._product_out(row)
+            p = product_out(row)
             hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
             if marks is not None:
                 hit.highlights = marks.of(p.title, p.description)
@@ -772,7 +542,7 @@ class Engine:
                         return scored, vs, ["fusion"], terms
                 except Exception as e2:  # noqa: BLE001
                     log.warning("native fallback failed too: %s", e2)
-            scored = self._rank(dict(qv), depth, allowed)
+            scored = self.rank_vectors(dict(qv), depth, allowed)
             from vitrine.index.graph import QueryTerms  # noqa: PLC0415
 
             return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()
@@ -784,38 +554,12 @@ class Engine:
             return self.settings.query_image_weight
         return self.encoder.query_photo_weight(qv["image"], qv["text"], self.settings.query_image_weight)
 
-    def _rank(
-        self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None
-    ) -> list[tuple[int, float, dict[str, float]]]:
+    def rank_vectors(self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None) -> Ranked:
         """Vector ranking. Text searches the fused product vectors, a photo searches photo
         vectors; with both, candidates of each are re-scored by the weighted sum."""
-        if allowed is not None and len(allowed) == 0:
-            return []
-        if len(qv) == 1:
-            mod, q = next(iter(qv.items()))
-            field = "image" if mod == "image" else "fused"
-            scores, ids = self.vectors[field].search(q[None], k, allowed)
-            return [(int(i), float(sc), {f"{mod}->{field}": float(sc)})
-                    for sc, i in zip(scores[0], ids[0]) if i >= 0]
-        w = self.query_image_weight(qv)
-        kk = k * self.settings.candidate_multiplier
-        cand: set[int] = set()
-        for mod, field in (("image", "image"), ("text", "fused")):
-            _, ids = self.vectors[field].search(qv[mod][None], kk, allowed)
-            cand.update(int(i) for i in ids[0] if i >= 0)
-        if not cand:
-            return []
-        cids = np.fromiter(cand, dtype=np.int64)
-        img_idx, fused_idx = self.vectors["image"], self.vectors["fused"]
-        s_txt = fused_idx.get(cids) @ qv["text"]
-        has_img = np.array([i in img_idx for i in cids.tolist()])
-        s_img = np.zeros(len(cids), dtype=np.float32)
-        if has_img.any():
-            s_img[has_img] = img_idx.get(cids[has_img]) @ qv["image"]
-        total = w * s_img + (1 - w) * s_txt
-        order = np.argsort(-total)[:k]
-        return [(int(cids[j]), float(total[j]), {"image->image": float(s_img[j]), "text->fused": float(s_txt[j])})
-                for j in order]
+        return self.index.rank(qv, k, allowed, image_weight=self.query_image_weight(qv) if len(qv) > 1 else 0.0,
+                               multiplier=self.settings.candidate_multiplier)
+
 
     # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
     @reads_state
@@ -837,25 +581,13 @@ class Engine:
 
     @reads_state
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
-        row = self.records.get(pid)
-        if row is None:
-            raise NotFound("product", pid)
-        return self.vectors[field].get([row.iid])[0]  # type: ignore[list-item]
+        return self.index.vector_of(pid, field)
 
     @reads_state
     def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
         """Filter values per field, most common first (at most ``limit`` each)."""
-        fields = list(fields) if fields else list(FILTER_FIELDS)
-        unknown = [f for f in fields if f not in FILTER_FIELDS]
-        if unknown:
-            raise InvalidInput(f"unknown facet field(s) {unknown}; known: {list(FILTER_FIELDS)}")
-        if not 1 <= limit <= 1000:
-            raise InvalidInput("limit must be between 1 and 1000")
-        out = {}
-        for f in fields:
-            counts = sorted(self.filters.facet(f).items(), key=lambda kv: (-kv[1], kv[0].casefold()))
-            out[f] = [FacetValue(value=v, count=n) for v, n in counts[:limit]]
-        return FacetsResponse(facets=out, products=len(self))
+        return self.index.facets(fields, limit)
+
 
     def stats(self) -> dict[str, Any]:
         clf = self.understanding.classifier if self.understanding is not None else None
@@ -879,7 +611,7 @@ class Engine:
             doc = dict(r.doc)
             img = self.images.get(r.image_key) if r.image_key else None
             items.append(ProductInput(Product.model_validate(doc), image=img))
-        with self._write_lock:
+        with self.index.write_lock:
             todo = [(it, it.image, hashlib.sha256(it.image).hexdigest() if it.image else None) for it in items]
             report = UpsertReport()
             rows = self._encode_rows(todo, report, progress=progress)
@@ -888,12 +620,7 @@ class Engine:
                 r.version = versions.get(r.id)
             if not rows:
                 return 0
-            with self._state.write():
-                seq, iids = self.records.upsert_many(rows)
-                for r, iid in zip(rows, iids):
-                    r.iid = iid
-                self._apply_rows_to_indexes(rows)
-                self._advance_seq(seq)
+            self.index.commit(rows)
         return len(rows)
 
     # -- hot swap (vitrine/search/swap.py) ---------------------------------------------------------
@@ -906,15 +633,13 @@ class Engine:
         """Switch to a checked candidate: catch it up with the latest writes, then swap models and
         indexes in one exclusive step; remember the model in the data dir and snapshot it."""
         warnings: list[str] = []
-        with self._write_lock:
+        with self.index.write_lock:
             hotswap.catch_up(self, cand)
             hotswap.write_active_model(self.data_dir / "index", cand)
-            with self._state.write():
-                self.encoder, self.model_key, self.vectors = cand.encoder, cand.model_key, cand.vectors
-                self.model_spec = cand.spec
+            with self.index.lock.write():
+                self.encoder, self.model_spec = cand.encoder, cand.spec
+                self.index.swap_in(cand.vectors, cand.model_key, cand.seq)
                 self.settings.index_factory = cand.factory
-                self._index_seq = max(self._index_seq, cand.seq)
-                self._dirty = True
         try:
             self.save()
         except (StorageError, OSError) as e:  # the switch stands; the records still hold every change
@@ -926,22 +651,6 @@ class Engine:
         self.swaps.append({"at": time.time(), "accepted": report.accepted, "switched": report.switched,
                            "reason": report.reason, "model_key": report.candidate.get("model_key")})
         del self.swaps[:-20]
-
-
-def _recovery_summary(rec: dict[str, Any]) -> str:
-    parts = []
-    if rec.get("snapshot"):
-        parts.append(f"loaded snapshot {rec['snapshot']} (change {rec['snapshot_seq']})")
-    else:
-        parts.append("no usable snapshot: rebuilt from the records")
-    parts.append(f"replayed {rec.get('replayed', 0)} later changes")
-    for r in rec.get("refused", []):
-        parts.append(f"refused {r['version']}: {r['reason']}")
-    if rec.get("partial"):
-        parts.append(f"ignored {len(rec['partial'])} half-written snapshot(s) left by a crash")
-    if rec.get("reembedded"):
-        parts.append(f"re-embedded {rec['reembedded']} products made by another model")
-    return "; ".join(parts)
 
 
 def _image_key(sha: str, data: bytes) -> str:

@@ -233,7 +233,7 @@ def _vector_ids(engine: "Engine", qv: Mapping[str, np.ndarray], n: int, allowed:
             return np.zeros(0, dtype=np.int64)
         _, ids = engine.vectors["image" if mod == "image" else "fused"].search(q[None], n, allowed)
         return ids[0][ids[0] >= 0]
-    return np.array([iid for iid, _, _ in engine._rank(dict(qv), n, allowed)], dtype=np.int64)
+    return np.array([iid for iid, _, _ in engine.rank_vectors(dict(qv), n, allowed)], dtype=np.int64)
 
 
 def _in_time(deadline: float | None) -> None:
@@ -310,7 +310,7 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     gmat = np.zeros((len(iids), len(GRAPH_SIGNALS)))
     if use_graph and len(iids):
         try:
-            with graph._lock:
+            with graph.lock:
                 scorer = GraphScorer(graph, terms)
                 gmat = np.array([scorer.row(graph.facts(i)) for i in iids.tolist()], dtype=np.float64)
         except Exception as e:  # noqa: BLE001
@@ -418,7 +418,7 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
     s = engine.settings
     weights, nq, degraded = text_weights(engine, qv, text)
     if not text or s.fusion == "off" or (weights is None and not s.fusion_signals):
-        scored = engine._rank(dict(qv), depth or k, allowed)
+        scored = engine.rank_vectors(dict(qv), depth or k, allowed)
         return scored, {i: sc for i, sc, _ in scored}, degraded, QueryTerms()
     if allowed is not None and len(allowed) == 0:
         return [], {}, degraded, QueryTerms()

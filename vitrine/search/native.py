@@ -12,7 +12,7 @@ a data dir made before they existed gets them from its products' texts when it o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from vitrine.encoders.queries import unit_rows
 from vitrine.index.records import RecordRow
+from vitrine.index.store import RecordStoreAPI
 from vitrine.index.vectors import VectorIndex
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,9 +69,10 @@ class NativeSpace:
         if iids:
             self.index.delete(iids)
 
-    def fill(self, engine: "Engine", rows: Sequence[RecordRow], batch: int = 2048) -> int:
-        """Native vectors of ``rows`` computed from their texts (the feature cache usually holds
-        the text tower's output already: ingest computed it)."""
+    def fill(self, text_features: Callable[[list[str]], np.ndarray], rows: Sequence[RecordRow],
+             batch: int = 2048) -> int:
+        """Native vectors of ``rows`` computed from their texts by ``text_features`` (the text
+        tower; the feature cache usually holds its output already: ingest computed it)."""
         from vitrine.search.engine import product_text  # noqa: PLC0415 - engine imports this module
         from vitrine.search.models import Product  # noqa: PLC0415
 
@@ -78,21 +80,21 @@ class NativeSpace:
         for s in range(0, len(rows), batch):
             part = rows[s:s + batch]
             texts = [product_text(Product.model_validate(r.doc)) for r in part]
-            vecs = unit_rows(engine.encoder.text_features(texts))
+            vecs = unit_rows(text_features(texts))
             self.index.upsert([int(r.iid) for r in part], vecs)  # type: ignore[arg-type]
             done += len(part)
         return done
 
-    def fill_missing(self, engine: "Engine") -> int:
+    def fill_missing(self, records: RecordStoreAPI, text_features: Callable[[list[str]], np.ndarray]) -> int:
         """Give every live product lacking a native vector one (stored vector or from its text)."""
-        missing = [r.iid for r in engine.records.iter_rows(with_vectors=False) if r.iid not in self.index]
+        missing = [r.iid for r in records.iter_rows(with_vectors=False) if r.iid not in self.index]
         if not missing:
             return 0
         log.info("%d products lack a native text vector: filling them in", len(missing))
-        rows = list(engine.records.get_by_iids(missing, with_vectors=True).values())  # type: ignore[arg-type]
+        rows = list(records.get_by_iids(missing, with_vectors=True).values())  # type: ignore[arg-type]
         lacking = self.apply(rows)
         if lacking:
-            self.fill(engine, lacking)
+            self.fill(text_features, lacking)
         return len(rows)
 
     def save(self, folder: Path) -> str:

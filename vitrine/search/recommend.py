@@ -22,6 +22,7 @@ import numpy as np
 
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.graph import ProductFacts, norm_key
+from vitrine.search.state import product_out
 from vitrine.search.models import (
     CompareAttribute,
     CompareResponse,
@@ -56,7 +57,7 @@ def _cos(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
 
 
 def _hit(engine: "Engine", row: "RecordRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
-    p = engine._product_out(row)
+    p = product_out(row)
     return RecommendHit(score=round(float(score), 6), relation=relation,
                         explanation=Explanation(vector_score=round(float(signals.get("vector", score)), 6),
                                                 signals={k: round(float(v), 6) for k, v in signals.items()},
@@ -99,7 +100,7 @@ def recommend(engine: "Engine", pid: str, kind: str = "similar", k: int = 10) ->
     row = engine.records.get(pid)
     if row is None:
         raise NotFound("product", pid)
-    anchor = engine._product_out(row)
+    anchor = product_out(row)
     fused = engine.vectors["fused"]
     if row.iid not in fused:  # embedded by another model: nothing to compare it with yet
         return RecommendResponse(anchor=anchor, kind=kind, results=[],
@@ -120,7 +121,7 @@ def _similar(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: ProductF
     allowed = None
     relation = "nearest in the shared space"
     if facts.category:
-        with g._lock:
+        with g.lock:
             members = g.products_of_category(facts.category)
             members.discard(row.iid)  # type: ignore[arg-type]
             if facts.gender:  # a shopper's "similar" keeps to the anchor's gender (unisex fits both)
@@ -155,7 +156,7 @@ def _complementary(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: Pr
                    k: int) -> list[RecommendHit]:
     g = engine.graph
     fused = engine.vectors["fused"]
-    with g._lock:
+    with g.lock:
         comps = g.complements_of(facts.category, facts.gender)
         if not comps:
             return []
@@ -257,7 +258,7 @@ def compare(engine: "Engine", ids: list[str]) -> CompareResponse:
         if i not in rows:
             raise NotFound("product", i)
     ordered = [rows[i] for i in ids]
-    products: list[ProductOut] = [engine._product_out(r) for r in ordered]
+    products: list[ProductOut] = [product_out(r) for r in ordered]
     facts = [_facts(engine, r) for r in ordered]
     table: dict[str, dict[str, Any]] = {}
     for r, p, f in zip(ordered, products, facts):
@@ -290,7 +291,7 @@ def compare(engine: "Engine", ids: list[str]) -> CompareResponse:
             if ra.iid in image_idx and rb.iid in image_idx else None
         fused = _cos(fused_idx.get([ra.iid])[0], fused_idx.get([rb.iid])[0]) \
             if ra.iid in fused_idx and rb.iid in fused_idx else _cos(va.get("fused"), vb.get("fused"))
-        with engine.graph._lock:
+        with engine.graph.lock:
             rel = engine.graph.relation(fa.category, fb.category, fa.gender)
         pairwise.append(PairwiseSimilarity(a=ra.id, b=rb.id, photo=photo, text=_cos(va.get("text"), vb.get("text")),
                                            fused=fused, relation=rel))  # type: ignore[arg-type]

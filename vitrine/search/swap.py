@@ -53,6 +53,7 @@ from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex
 from vitrine.progress import progress_bar
 from vitrine.search.models import Product
+from vitrine.search.state import INDEX_FIELDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.search.engine import Engine
@@ -60,7 +61,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 ACTIVE_MODEL = "active_model.json"
-INDEX_FIELDS = ("fused", "image")
 
 
 class SwapRequest(BaseModel):
@@ -330,13 +330,13 @@ def build_candidate(engine: "Engine", req: SwapRequest, *, progress: bool = Fals
         return cand
     cand.vectors = {f: new() for f in INDEX_FIELDS}
     if model_key == engine.model_key:  # same model, another index: copy the live vectors
-        with engine._state.read():
+        with engine.index.lock.read():
             for f in INDEX_FIELDS:
                 ids = engine.vectors[f].ids()
                 for st in range(0, len(ids), 20_000):
                     part = ids[st:st + 20_000]
                     cand.vectors[f].upsert(part, engine.vectors[f].get(part))
-            cand.seq = engine._index_seq
+            cand.seq = engine.index.seq
         catch_up(engine, cand, progress=progress)
         return cand
     rows = list(engine.records.iter_rows(with_vectors=True))
@@ -429,7 +429,7 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
     c = canary_set(engine)
     same = cand.model_key == engine.model_key
     checks: list[Check] = []
-    with engine._state.read():
+    with engine.index.lock.read():
         live_vecs = engine.vectors
         live_t, live_p = _query_vecs(engine.encoder, c)
         live_count = len(live_vecs["fused"])
@@ -462,7 +462,7 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
         cos = [float(x) for x in np.sum(live_t * cand_t, axis=1)] + [float(x) for x in np.sum(live_p * cand_p, axis=1)]
         pids = [i for i in c.text_iids if i is not None and i in cand_ids and i in live_ids]
         if pids:
-            with engine._state.read():
+            with engine.index.lock.read():
                 lv = engine.vectors["fused"].get(pids)
             cos += [float(x) for x in np.sum(lv * cand.vectors["fused"].get(pids), axis=1)]
         ag = float(np.mean(cos)) if cos else 1.0
@@ -472,7 +472,7 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
         rhos = []
         probes_all = set(c.text_iids) | set(c.photo_iids)
         probes_all.discard(None)
-        with engine._state.read():
+        with engine.index.lock.read():
             for qi, (kind, row) in enumerate([("t", i) for i in range(len(cand_t))] + [("p", i) for i in range(len(cand_p))]):
                 lq, cq = (live_t[row], cand_t[row]) if kind == "t" else (live_p[row], cand_p[row])
                 field = "fused" if kind == "t" else "image"

@@ -1,0 +1,128 @@
+"""Opening a data dir: the in-memory indexes from the newest usable snapshot version, then the
+record store's changes since it.
+
+Every snapshot file is checked against its manifest's SHA-256; a refused version falls back to
+the previous one, and with none usable everything is rebuilt from the records. What was found
+and done goes to the log and to ``IndexState.recovery`` (/health).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vitrine.errors import StorageError
+from vitrine.index.graph import ProductGraph
+from vitrine.index.snapshots import Snapshot
+from vitrine.index.vectors import VectorIndex
+from vitrine.search import native
+from vitrine.search.state import GRAPH_FILE, INDEX_FIELDS, IndexState
+
+log = logging.getLogger(__name__)
+
+
+def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) -> dict[str, Any]:
+    """Load ``state``'s indexes (see the module docstring); ``reembed`` re-embeds the products
+    another model embedded (None: only warn about them). Returns and keeps the recovery report."""
+    t0 = time.time()
+    records, s = state.records, state.settings
+    rec: dict[str, Any] = {"records_seq": records.seq, "snapshot": None, "snapshot_seq": None,
+                           "refused": [], "skipped": [], "partial": [p.name for p in state.snapshots.partials()]}
+    loaded: Snapshot | None = None
+    graph_loaded = False
+    # pgvector: the vectors live in the database, nothing of them is snapshotted locally
+    for snap in state.snapshots.candidates() if s.vector_backend == "faiss" else []:
+        why, fatal, graph_loaded = _try_snapshot(state, snap)
+        if why is None:
+            loaded = snap
+            break
+        (rec["refused"] if fatal else rec["skipped"]).append({"version": snap.name, "reason": why})
+        (log.warning if fatal else log.info)("index snapshot %s not used: %s", snap.name, why)
+    if loaded is None:
+        state.restore({f: state.new_index(f) for f in INDEX_FIELDS}, state.new_native(), None, 0, None)
+        graph_loaded = False
+    else:
+        rec["snapshot"], rec["snapshot_seq"] = loaded.name, state.seq
+    if not graph_loaded:  # no usable graph snapshot: build it from every record
+        state.rebuild_graph()
+    # Filters always rebuild from records; vectors and graph replay what the snapshot lacks.
+    replayed, stale_model = state.replay()
+    if loaded is None:
+        state.mark_changed()
+    rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,
+               products=records.count(), stale_model=stale_model)
+    if stale_model and reembed is not None:
+        log.warning("%d products were embedded by another model; re-embedding them with %s",
+                    stale_model, state.model_key)
+        rec["reembedded"] = reembed()
+        stale_model = 0
+    rec["seconds"] = round(time.time() - t0, 3)
+    rec["summary"] = summary(rec)
+    state.recovery = rec
+    (log.warning if rec["refused"] or rec["partial"] else log.info)(
+        "opened %s: %d products in %.2fs; %s", state.data_dir, records.count(), time.time() - t0, rec["summary"])
+    if stale_model:
+        log.warning(
+            "%d products were embedded by another model; run `vitrine reindex --data %s` to re-embed",
+            stale_model, state.data_dir,
+        )
+    return rec
+
+
+def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, bool]:
+    """Load one snapshot version into ``state``. Returns (why not, whether that is damage rather
+    than a different model or index, whether its graph was loaded)."""
+    s = state.settings
+    m = snap.manifest
+    if m is None:
+        return snap.error or "no manifest", True, False
+    if m.get("model_key") != state.model_key:
+        return f"built by another model ({m.get('model_key')})", False, False
+    if m.get("factory") != s.index_factory:
+        return f"a {m.get('factory')} index (configured: {s.index_factory})", False, False
+    try:
+        seq = int(m["seq"])
+    except (KeyError, TypeError, ValueError):
+        return "manifest has no change sequence number", True, False
+    if seq > state.records.seq:
+        return (f"it reflects change {seq} but the record store is at {state.records.seq} "
+                "(the records were replaced by an older copy)"), True, False
+    store = (m.get("records") or {}).get("store_id")
+    if store and store != state.store_id:
+        return "it belongs to another record store", True, False
+    try:
+        vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
+                                       nprobe=s.nprobe, ef_search=s.ef_search)
+                   for f in INDEX_FIELDS}
+        graph = None
+        same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
+        if GRAPH_FILE in (m.get("files") or {}) and same_graph:
+            graph = ProductGraph.load(snap.file(GRAPH_FILE), state.graph_data, snap.sha256(GRAPH_FILE))
+        nat = state.new_native()
+        if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
+            nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE), nprobe=s.nprobe, ef_search=s.ef_search)
+    except StorageError as e:
+        return str(e), True, False
+    except (KeyError, ValueError, OSError) as e:
+        return f"unreadable: {e}", True, False
+    state.restore(vectors, nat, graph, seq, snap.name)  # missing native: filled after replay
+    return None, False, graph is not None
+
+
+def summary(rec: dict[str, Any]) -> str:
+    """One line saying what opening the data dir found and did."""
+    parts = []
+    if rec.get("snapshot"):
+        parts.append(f"loaded snapshot {rec['snapshot']} (change {rec['snapshot_seq']})")
+    else:
+        parts.append("no usable snapshot: rebuilt from the records")
+    parts.append(f"replayed {rec.get('replayed', 0)} later changes")
+    for r in rec.get("refused", []):
+        parts.append(f"refused {r['version']}: {r['reason']}")
+    if rec.get("partial"):
+        parts.append(f"ignored {len(rec['partial'])} half-written snapshot(s) left by a crash")
+    if rec.get("reembedded"):
+        parts.append(f"re-embedded {rec['reembedded']} products made by another model")
+    return "; ".join(parts)

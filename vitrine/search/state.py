@@ -1,0 +1,411 @@
+"""The index state below the engine, and its one owner: :class:`IndexState`.
+
+It holds everything a write changes and a search reads: the record store (the source of truth)
+and photo store, the vector indexes of the shared space, the text tower's native space, the
+filter/facet index, the product graph, the change sequence number the indexes reflect, and
+the locks and flag that keep them consistent:
+
+- ``write_lock`` serialises writers (the engine's writes, catching up with other processes,
+  snapshots, hot swaps);
+- ``lock`` (vitrine/search/concurrency.py) lets searches read together and makes the visible
+  step of each write exclusive, so a search never sees half a write;
+- ``needs_snapshot``: the indexes changed since the last snapshot version.
+
+The record store is the source of truth; the in-memory indexes are snapshotted with the change
+sequence number they reflect (vitrine/index/snapshots.py) and catch up by replaying the later
+changes when a data dir opens (vitrine/search/recovery.py) or another process wrote
+(:meth:`IndexState.refresh`). Encoding is not done here: writers hand over encoded rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitrine.errors import InvalidInput, NotFound
+from vitrine.index import taxonomy_map
+from vitrine.index.filters import FilterIndex
+from vitrine.index.graph import GraphData, ProductGraph
+from vitrine.index.records import SCHEMA_VERSION, RecordRow
+from vitrine.index.snapshots import SnapshotStore
+from vitrine.index.store import open_stores
+from vitrine.index.vectors import VectorIndex
+from vitrine.search import native
+from vitrine.search.concurrency import StateLock
+from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut
+from vitrine.search.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FILTER_FIELDS = ("category", "gender", "colour", "brand")
+INDEX_FIELDS = ("fused", "image")
+GRAPH_FILE = "graph.json"
+
+TextFeatures = Callable[[list[str]], np.ndarray]
+Ranked = list[tuple[int, float, dict[str, float]]]
+
+
+def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
+    """The filterable facets of a stored product document."""
+    attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}
+
+    def first(*keys: str) -> list[str]:
+        for k in keys:
+            v = attrs.get(k)
+            if v not in (None, "") and not isinstance(v, list):
+                return [str(v)]
+        return []
+
+    values = {
+        "category": list(doc.get("category") or []),
+        "gender": first("gender"),
+        "colour": first("colour", "color", "basecolour", "basecolor"),
+        "brand": [doc["brand"]] if doc.get("brand") else [],
+    }
+    return values, doc.get("price")
+
+
+def product_out(row: RecordRow) -> ProductOut:
+    """A stored record as the API shows a product."""
+    d = row.doc
+    return ProductOut(
+        id=row.id, title=d.get("title", ""), brand=d.get("brand"), category=d.get("category") or [],
+        attributes=d.get("attributes") or {}, price=d.get("price"), currency=d.get("currency"),
+        description=d.get("description"), version=row.version,
+        image_url=f"/images/{row.image_key}" if row.image_key else None,
+    )
+
+
+class IndexState:
+    """The record store and every index over it, for vectors made by ``model_key``.
+
+    ``text_features`` embeds texts with the serving text tower (the native space of rows that
+    came without a native vector, and the taxonomy mapper's category vectors)."""
+
+    def __init__(self, settings: Settings, *, dim: int, towers_key: str, text_dim: int, model_key: str,
+                 text_features: TextFeatures) -> None:
+        self.settings = settings
+        self.dim, self.towers_key, self.text_dim = dim, towers_key, text_dim
+        self.model_key = model_key
+        self.text_features = text_features
+        self.data_dir = Path(settings.data_dir)
+        # SQLite in the data dir, or a shared PostgreSQL (settings.store; vitrine/index/store.py)
+        self.records, self.images = open_stores(settings.store, self.data_dir)
+        self.filters = FilterIndex(FILTER_FIELDS)
+        self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
+            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, text_features, towers_key,
+            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
+        self.graph_data.use_mapper(mapper, mapper.identity)
+        self.graph = ProductGraph(self.graph_data)
+        self.vectors: dict[str, VectorIndex] = {}
+        self.native = self.new_native()  # the text tower's own space (vitrine/search/native.py)
+        self.write_lock = threading.Lock()
+        self.lock = StateLock()  # searches read together; the visible step of a write is exclusive
+        self.snapshots = SnapshotStore(self.data_dir / "index", keep=settings.snapshot_keep)
+        self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
+        self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
+        self.store_id = self._store_identity()
+        self._seq = 0
+        self._dirty = False
+
+    # -- construction ------------------------------------------------------------------------------
+    def new_index(self, field: str = "fused") -> VectorIndex:
+        """An empty vector index of the shared space, as configured."""
+        s = self.settings
+        if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
+            if not s.store:
+                raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
+            from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
+
+            return PgVectorIndex(s.store, field, self.dim, ef_search=s.ef_search)  # type: ignore[return-value]
+        return VectorIndex(self.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
+
+    def new_native(self) -> native.NativeSpace:
+        """An empty native text space for the serving text tower."""
+        s = self.settings
+        return native.NativeSpace(self.text_dim, self.towers_key, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
+
+    def _store_identity(self) -> str:
+        """A random id of this record store (its snapshots name it; another store's are refused)."""
+        sid = self.records.get_meta("store_id")
+        if sid is None:
+            import uuid
+
+            self.records.set_meta("store_id", uuid.uuid4().hex)
+            sid = self.records.get_meta("store_id")
+        return str(sid)
+
+    def restore(self, vectors: dict[str, VectorIndex], nat: native.NativeSpace, graph: ProductGraph | None,
+                seq: int, version: str | None) -> None:
+        """Take indexes loaded from a snapshot version (or fresh ones: ``version`` None, ``seq`` 0)
+        as they were at change ``seq``; a None ``graph`` keeps the current one."""
+        self.vectors, self.native, self._seq = vectors, nat, seq
+        if graph is not None:
+            self.graph = graph
+        if version is not None:
+            self.snapshot_version = version
+
+    def rebuild_graph(self) -> None:
+        """The product graph built again from every record."""
+        self.graph = ProductGraph(self.graph_data)
+        if self.graph.upsert_many((r.iid, r.id, r.doc) for r in self.records.iter_rows(with_vectors=False)):  # type: ignore[misc]
+            self._dirty = True
+
+    def replay(self) -> tuple[int, int]:
+        """Filters rebuilt from every record; vectors and graph given the changes after their
+        sequence number; native vectors filled in where missing. Returns (changes replayed,
+        live products embedded by another model)."""
+        stale_model = 0
+        for row in self.records.iter_rows(with_vectors=False):
+            values, price = filter_values(row.doc)
+            self.filters.upsert(row.iid, values, price)  # type: ignore[arg-type]
+            if row.model_key != self.model_key:
+                stale_model += 1
+        replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
+        self._seq = self.records.seq
+        if self.native.fill_missing(self.records, self.text_features):
+            self._dirty = True
+        if replayed:
+            self._dirty = True
+        return replayed, stale_model
+
+    def mark_changed(self) -> None:
+        """The indexes differ from every snapshot version (a new one is due)."""
+        self._dirty = True
+
+    # -- applying changes --------------------------------------------------------------------------
+    def apply_rows(self, rows: Sequence[RecordRow]) -> int:
+        """Apply written rows to the vector indexes, native space and graph (not the filters)."""
+        if not rows:
+            return 0
+        # the graph holds every live product, whichever model embedded it (a batch: its new
+        # categories are mapped and its titles' brands learned together)
+        self.graph.delete([r.id for r in rows if r.deleted])
+        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
+        lacking = self.native.apply(rows)
+        if lacking:  # written by another model or before native vectors were kept
+            self.native.fill(self.text_features, lacking)
+        dead = [r.iid for r in rows if r.deleted or r.model_key != self.model_key]
+        for f in INDEX_FIELDS:
+            if dead:
+                self.vectors[f].delete(dead)
+            live = [r for r in rows if not r.deleted and r.model_key == self.model_key
+                    and r.vectors and r.vectors.get(f) is not None]
+            if live:
+                self.vectors[f].upsert([r.iid for r in live], np.stack([r.vectors[f] for r in live]))  # type: ignore[index]
+        return len(rows)
+
+    def commit(self, rows: list[RecordRow]) -> int:
+        """The visible step of a write of encoded rows (``write_lock`` held): one record-store
+        transaction, then every index, all in one exclusive step. Sets each row's ``iid`` and
+        ``seq``; returns the change sequence number."""
+        with self.lock.write():  # searches see all of this write or none of it
+            seq, iids = self.records.upsert_many(rows)
+            for r, iid in zip(rows, iids):
+                r.iid, r.seq = iid, seq
+            self.apply_rows(rows)
+            for r in rows:
+                values, price = filter_values(r.doc)
+                self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+            self._advance_seq(seq)
+        return seq
+
+    def delete(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> int:
+        """Delete products by id; unknown ids are ignored. Returns how many were deleted.
+
+        With ``versions``, a delete older than the stored version is ignored (stale)."""
+        with self.write_lock:
+            if versions is not None:
+                existing = self.records.get_many(list(ids))
+                keep = [(i, v) for i, v in zip(ids, versions)
+                        if not (v is not None and i in existing and existing[i].version is not None
+                                and v < existing[i].version)]  # type: ignore[operator]
+                ids = [i for i, _ in keep]
+                versions = [v for _, v in keep]
+            with self.lock.write():  # searches see all of this delete or none of it
+                seq, iids = self.records.delete_many(list(ids), versions)
+                if iids:
+                    for f in INDEX_FIELDS:
+                        self.vectors[f].delete(iids)
+                    self.native.delete(iids)
+                    for iid in iids:
+                        self.filters.delete(iid)
+                    self.graph.delete_iids(iids)
+                if seq > self._seq:
+                    self._advance_seq(seq)
+            return len(iids)
+
+    def swap_in(self, vectors: dict[str, VectorIndex], model_key: str, seq: int) -> None:
+        """Serve the vectors of a hot-swapped model (``write_lock`` and ``lock.write()`` held)."""
+        self.vectors, self.model_key = vectors, model_key
+        self._seq = max(self._seq, seq)
+        self._dirty = True
+
+    # -- several processes on one data dir (ingest workers, API replicas) -------------------------
+    def _advance_seq(self, seq: int) -> None:
+        """After this process's own write committed at ``seq`` (write lock held). A gap in the
+        sequence means another process wrote to the record store meanwhile: replay its changes,
+        so ``seq`` (what a snapshot claims to hold) never skips a change."""
+        if seq > self._seq + 1:
+            self._catch_up_locked()
+        self._seq = max(self._seq, seq)
+        self._dirty = True
+
+    def _catch_up_locked(self) -> int:
+        target = self.records.seq
+        applied = sum(self._apply_changed_rows(b) for b in self.changes_since(self._seq, 2000))
+        self._seq = max(self._seq, target)
+        return applied
+
+    def changes_since(self, seq: int, size: int) -> Iterator[list[RecordRow]]:
+        """Record-store rows changed after ``seq`` (deletions included), in batches of ``size``."""
+        batch: list[RecordRow] = []
+        for row in self.records.iter_rows(since_seq=seq, include_deleted=True):
+            batch.append(row)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+        yield batch
+
+    def _apply_changed_rows(self, rows: Sequence[RecordRow]) -> int:
+        self.apply_rows(rows)
+        for r in rows:
+            if r.deleted:
+                self.filters.delete(r.iid)  # type: ignore[arg-type]
+            else:
+                values, price = filter_values(r.doc)
+                self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+        return len(rows)
+
+    def refresh(self) -> int:
+        """Catch up with what other processes wrote to this data dir (an ingest worker beside
+        API replicas): replays the records changed since the indexes' sequence number. Cheap when
+        nothing changed. Returns the number of changed records applied."""
+        with self.write_lock:
+            if self.records.seq <= self._seq:
+                return 0
+            with self.lock.write():
+                applied = self._catch_up_locked()
+            self._dirty = True
+            return applied
+
+    @property
+    def seq(self) -> int:
+        """The change sequence number the in-memory indexes reflect."""
+        return self._seq
+
+    @property
+    def needs_snapshot(self) -> bool:
+        """Whether the indexes changed since the last snapshot version."""
+        return self._dirty
+
+    def wait_for_writes(self) -> None:
+        """Return once the write (or snapshot) in flight, if any, has finished."""
+        with self.write_lock:
+            pass
+
+    # -- snapshots -----------------------------------------------------------------------------------
+    def save(self, model: dict[str, Any], artifacts: Callable[[], dict[str, Any]]) -> bool:
+        """Publish a snapshot version of the indexes (vectors + graph + native space, with the
+        change sequence number they reflect and every file's SHA-256; vitrine/index/snapshots.py),
+        naming the ``model`` and its ``artifacts``. Returns False if nothing changed since the
+        last one."""
+        with self.write_lock:
+            if (not self._dirty and self.snapshot_version is not None) or self.settings.vector_backend != "faiss":
+                return False
+            with self.snapshots.publish() as pub:
+                files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
+                files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
+                files[native.FILE] = self.native.save(pub.dir)
+                snap = pub.commit({
+                    "seq": self._seq, "model_key": self.model_key, "factory": self.settings.index_factory,
+                    "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
+                    "graph_fingerprint": self.graph_data.fingerprint, "model": model,
+                    "native_towers": self.native.towers_key,
+                    # The records take part by reference: SQLite's own transactions keep them; this
+                    # version reflects every change up to ``seq``, and opening replays the later ones.
+                    "records": {"file": self.records.location if self.settings.store else "records.sqlite",
+                                "seq": self._seq, "store_id": self.store_id,
+                                "schema": SCHEMA_VERSION},
+                    "artifacts": artifacts(),
+                })
+            self.snapshot_version = snap.name
+            self._dirty = False
+            return True
+
+    def close(self) -> None:
+        """Close the database connections (the caller saved first, if it wanted to)."""
+        for index in self.vectors.values():
+            if hasattr(index, "close"):  # a pgvector index holds database connections
+                index.close()
+        self.records.close()
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.vectors["fused"])
+
+    def allowed(self, filters: Filters | None) -> np.ndarray | None:
+        """The product ids ``filters`` allow (None: no filter)."""
+        if filters is None or filters.is_empty():
+            return None
+        return self.filters.allowed(filters.terms(), filters.price_min, filters.price_max)
+
+    def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
+        row = self.records.get(pid)
+        if row is None:
+            raise NotFound("product", pid)
+        return self.vectors[field].get([row.iid])[0]  # type: ignore[list-item]
+
+    def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
+        """Filter values per field, most common first (at most ``limit`` each)."""
+        fields = list(fields) if fields else list(FILTER_FIELDS)
+        unknown = [f for f in fields if f not in FILTER_FIELDS]
+        if unknown:
+            raise InvalidInput(f"unknown facet field(s) {unknown}; known: {list(FILTER_FIELDS)}")
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be between 1 and 1000")
+        out = {}
+        for f in fields:
+            counts = sorted(self.filters.facet(f).items(), key=lambda kv: (-kv[1], kv[0].casefold()))
+            out[f] = [FacetValue(value=v, count=n) for v, n in counts[:limit]]
+        return FacetsResponse(facets=out, products=len(self))
+
+    def rank(self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None, *,
+             image_weight: float, multiplier: int) -> Ranked:
+        """Vector ranking. Text searches the fused product vectors, a photo searches photo
+        vectors; with both, ``multiplier * k`` candidates of each are re-scored by the weighted
+        sum (``image_weight`` for the photo)."""
+        if allowed is not None and len(allowed) == 0:
+            return []
+        if len(qv) == 1:
+            mod, q = next(iter(qv.items()))
+            field = "image" if mod == "image" else "fused"
+            scores, ids = self.vectors[field].search(q[None], k, allowed)
+            return [(int(i), float(sc), {f"{mod}->{field}": float(sc)})
+                    for sc, i in zip(scores[0], ids[0]) if i >= 0]
+        w = image_weight
+        kk = k * multiplier
+        cand: set[int] = set()
+        for mod, field in (("image", "image"), ("text", "fused")):
+            _, ids = self.vectors[field].search(qv[mod][None], kk, allowed)
+            cand.update(int(i) for i in ids[0] if i >= 0)
+        if not cand:
+            return []
+        cids = np.fromiter(cand, dtype=np.int64)
+        img_idx, fused_idx = self.vectors["image"], self.vectors["fused"]
+        s_txt = fused_idx.get(cids) @ qv["text"]
+        has_img = np.array([i in img_idx for i in cids.tolist()])
+        s_img = np.zeros(len(cids), dtype=np.float32)
+        if has_img.any():
+            s_img[has_img] = img_idx.get(cids[has_img]) @ qv["image"]
+        total = w * s_img + (1 - w) * s_txt
+        order = np.argsort(-total)[:k]
+        return [(int(cids[j]), float(total[j]), {"image->image": float(s_img[j]), "text->fused": float(s_txt[j])})
+                for j in order]

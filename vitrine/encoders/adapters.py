@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitrine.atomic import atomic_path, atomic_write_text
 from vitrine.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -120,24 +121,17 @@ class Adapter(nn.Module):
         """Write ``config.json`` + ``model.safetensors`` atomically into ``folder``."""
         from safetensors.torch import save_file
 
+        from vitrine.encoders.factory import sha256_file  # noqa: PLC0415 - as load_adapter does
+
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp_w = folder / (WEIGHTS_NAME + ".tmp")
-        tmp_c = folder / (CONFIG_NAME + ".tmp")
         # float16 on disk keeps shipped adapters small; they compute in float32 once loaded.
         state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
                  for k, v in self.state_dict().items()}
-        save_file(state, str(tmp_w), metadata={"kind": self.kind, "dtype": "float16"})
-        # The config pins its weights: load_adapter refuses a weights file that does not match.
-        from vitrine.encoders.factory import sha256_file  # noqa: PLC0415 - as load_adapter does
-
-        self.config["weights_sha256"] = sha256_file(tmp_w)
-        tmp_c.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        for tmp in (tmp_w, tmp_c):
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp_w, folder / WEIGHTS_NAME)
-        os.replace(tmp_c, folder / CONFIG_NAME)
+        with atomic_path(folder / WEIGHTS_NAME) as tmp_w:
+            save_file(state, str(tmp_w), metadata={"kind": self.kind, "dtype": "float16"})
+            # The config pins its weights: load_adapter refuses a weights file that does not match.
+            self.config["weights_sha256"] = sha256_file(tmp_w)
+        atomic_write_text(folder / CONFIG_NAME, json.dumps(self.config, indent=2, sort_keys=True) + "\n")
         return folder
 
 

@@ -32,7 +32,8 @@ from typing import Any
 
 from vitrine.errors import MissingExtra, StorageError
 from vitrine.index import pgtext
-from vitrine.index.records import SCHEMA_VERSION, ImageStore, RecordRow, doc_json, row_from_tuple, vector_blob
+from vitrine.index.records import (SCHEMA_VERSION, ImageStore, RecordRow, doc_json, keyset_pages, row_from_tuple,
+                                   vector_blob)
 
 try:
     import psycopg
@@ -260,14 +261,9 @@ class PgRecordStore:
     def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
                   batch: int = 2000) -> Iterator[RecordRow]:
         """Rows changed after ``since_seq`` (all live rows when 0), in iid order, streamed."""
-        last = 0
-        while True:
-            where = "iid > %s AND seq > %s" + ("" if include_deleted else " AND NOT deleted")
-            rows = self._select(f"{where} ORDER BY iid LIMIT {int(batch)}", (last, since_seq), with_vectors)
-            if not rows:
-                return
-            yield from rows
-            last = rows[-1].iid  # type: ignore[assignment]
+        where = "iid > %s AND seq > %s" + ("" if include_deleted else " AND NOT deleted")
+        return keyset_pages(lambda last: self._select(f"{where} ORDER BY iid LIMIT {int(batch)}",
+                                                      (last, since_seq), with_vectors))
 
     def _idfs(self, c: psycopg.Connection, words: Sequence[str]) -> list[float]:
         """BM25 idf of each word, cached while the change sequence stays put."""

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +84,18 @@ def blob_vector(b: bytes | None) -> np.ndarray | None:
 def doc_json(doc: dict[str, Any]) -> str:
     """A product document as stored (compact JSON, Unicode kept)."""
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def keyset_pages(page_after: Callable[[int], list[RecordRow]]) -> Iterator[RecordRow]:
+    """Rows streamed page by page in iid order: ``page_after(iid)`` is the next page of rows
+    after ``iid`` (keyset pagination: no OFFSET, and writes meanwhile never repeat a row)."""
+    last = 0
+    while True:
+        rows = page_after(last)
+        if not rows:
+            return
+        yield from rows
+        last = rows[-1].iid  # type: ignore[assignment]
 
 
 def row_from_tuple(r: tuple, with_vectors: bool) -> RecordRow:
@@ -278,14 +290,9 @@ class RecordStore:
     def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
                   batch: int = 2000) -> Iterator[RecordRow]:
         """Rows changed after ``since_seq`` (all live rows when 0), in iid order, streamed."""
-        last = 0
-        while True:
-            where = "iid > ? AND seq > ?" + ("" if include_deleted else " AND deleted=0")
-            rows = self._select(f"{where} ORDER BY iid LIMIT {batch}", (last, since_seq), with_vectors)
-            if not rows:
-                return
-            yield from rows
-            last = rows[-1].iid  # type: ignore[assignment]
+        where = "iid > ? AND seq > ?" + ("" if include_deleted else " AND deleted=0")
+        return keyset_pages(lambda last: self._select(f"{where} ORDER BY iid LIMIT {int(batch)}",
+                                                      (last, since_seq), with_vectors))
 
     def bm25(self, text: str, k: int, *, only: Sequence[int] | None = None) -> list[tuple[int, float]]:
         """Top-``k`` (iid, BM25 score) for ``text`` over titles, brands, categories and

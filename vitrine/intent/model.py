@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from vitrine.atomic import atomic_path, atomic_write_text
 from vitrine.errors import InvalidInput, MissingExtra, ModelError
 
 log = logging.getLogger(__name__)
@@ -156,18 +157,14 @@ class IntentModel:
         from safetensors.torch import save_file  # noqa: PLC0415
 
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
         state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
                  for k, v in self.model.state_dict().items()}
         state[KEEP_IDS_KEY] = torch.from_numpy(self.keep_ids.astype(np.int32))
-        tmp_w = folder / (WEIGHTS_NAME + ".tmp")
-        save_file(state, str(tmp_w), metadata={"architecture": "Qwen2ForSequenceClassification", "dtype": "float16"})
         cfg = dict(self.config)
-        cfg["weights_sha256"] = _sha256(tmp_w)
-        tmp_c = folder / (CONFIG_NAME + ".tmp")
-        tmp_c.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp_w, folder / WEIGHTS_NAME)
-        os.replace(tmp_c, folder / CONFIG_NAME)
+        with atomic_path(folder / WEIGHTS_NAME) as tmp_w:
+            save_file(state, str(tmp_w), metadata={"architecture": "Qwen2ForSequenceClassification", "dtype": "float16"})
+            cfg["weights_sha256"] = _sha256(tmp_w)
+        atomic_write_text(folder / CONFIG_NAME, json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         return folder
 
     @classmethod

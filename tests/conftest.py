@@ -46,7 +46,7 @@ def cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def settings_factory(cache_dir):
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     def make(data_dir: Path, **kw):
         return Settings(data_dir=data_dir, cache_dir=cache_dir, _env_file=None, **kw)

@@ -26,7 +26,7 @@ def write_client(fresh_engine):
 
     from vitrine.web.app import create_app
 
-    fresh_engine.settings.api_key = SecretStr("s3cret")
+    fresh_engine.settings.web.api_key = SecretStr("s3cret")
     with TestClient(create_app(engine=fresh_engine)) as c:
         yield c
 
@@ -85,16 +85,16 @@ def test_bad_input_is_a_clear_4xx(client, body, status, needle):
 def test_oversized_image_and_body(client, engine):
     big = io.BytesIO()
     Image.new("RGB", (1500, 1000), (10, 200, 30)).save(big, "PNG")
-    limit = engine.settings.max_image_bytes
+    limit = engine.settings.encoders.max_image_bytes
     assert len(big.getvalue()) < limit  # under the byte limit: the pixel limit applies
-    engine.settings.max_image_pixels, old = 1_000_000, engine.settings.max_image_pixels
+    engine.settings.encoders.max_image_pixels, old = 1_000_000, engine.settings.encoders.max_image_pixels
     engine.encoder.max_image_pixels = 1_000_000
     try:
         r = client.post("/search", json={"image_b64": base64.b64encode(big.getvalue()).decode()})
         assert r.status_code == 413 and "pixels" in r.json()["error"]["message"]
     finally:
-        engine.settings.max_image_pixels = engine.encoder.max_image_pixels = old
-    r = client.post("/search", content=b"x" * (engine.settings.max_body_bytes + 10),
+        engine.settings.encoders.max_image_pixels = engine.encoder.max_image_pixels = old
+    r = client.post("/search", content=b"x" * (engine.settings.web.max_body_bytes + 10),
                     headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
 
@@ -147,7 +147,7 @@ def test_search_concurrency_lets_that_many_searches_run_at_once(fresh_engine):
     from vitrine.search.models import SearchResponse
     from vitrine.web.app import create_app
 
-    fresh_engine.settings.search_concurrency = 2
+    fresh_engine.settings.web.search_concurrency = 2
     state = {"now": 0, "most": 0}
     lock = threading.Lock()
 

@@ -30,7 +30,7 @@ def test_photo_finds_its_own_product(engine, subset_rows):
 def test_text_search_finds_the_right_kind_of_product(engine):
     # the fashion-configured ranking (aligner + fusion weights); an untuned catalogue's text ranking
     # is the floor (the text tower's own cosine), tested in test_tuning.py
-    engine.settings.calibration = "off"
+    engine.settings.search.calibration = "off"
     try:
         for query, want in [("wrist watch", {"Watches"}), ("women handbag", {"Handbags"}),
                             ("sneakers", {"Casual Shoes", "Sports Shoes"}), ("men shirt", {"Shirts"})]:
@@ -38,7 +38,7 @@ def test_text_search_finds_the_right_kind_of_product(engine):
             kinds = [h.category[-1] for h in res.results]
             assert sum(k in want for k in kinds) >= 3, (query, kinds)
     finally:
-        engine.settings.calibration = "auto"
+        engine.settings.search.calibration = "auto"
 
 
 @pytest.mark.parametrize("flt", [

@@ -235,7 +235,7 @@ def test_warm_up_builds_what_first_queries_would(settings_factory, encoder, engi
     postings and the slot vocabulary exist (a cold first search took 0.8 s on the full catalogue)."""
     from vitrine.search.engine import Engine
 
-    eng = Engine(engine.settings.model_copy(update={"snapshot_interval_s": 0.0}), encoder)
+    eng = Engine(engine.settings.updated(snapshot_interval_s=0.0), encoder)
     try:
         assert eng._query_encoder is None and eng.records._bm25 is None
         assert eng.warm_up() > 0

@@ -268,11 +268,11 @@ def test_bm25_is_transactional_with_the_records(fresh_engine, catalog_dir):
 
 
 def test_hybrid_search_uses_and_explains_every_signal(engine):
-    engine.settings.calibration = "off"  # the configured fusion weights (an untuned catalogue ranks at the floor)
+    engine.settings.search.calibration = "off"  # the configured fusion weights (an untuned catalogue ranks at the floor)
     try:
         res = engine.search(SearchRequest(text="puma sports shoes for men", k=5, explain=True))
     finally:
-        engine.settings.calibration = "auto"
+        engine.settings.search.calibration = "auto"
     assert not {"graph", "bm25"} & set(res.degraded)
     assert res.query["graph_terms"]["brand"] == ["puma"]
     top = res.results[0]
@@ -286,19 +286,19 @@ def test_hybrid_search_uses_and_explains_every_signal(engine):
 
 def test_fusion_switches(engine, subset_rows):
     q = SearchRequest(text="women red heels", k=10, explain=True)
-    before = engine.settings.model_copy()
+    before = engine.settings.model_copy(deep=True)
     try:
-        engine.settings.fusion = "off"
+        engine.settings.search.fusion = "off"
         plain = engine.search(q)
         assert all(set(h.explanation.signals) == {"text->fused"} for h in plain.results)
-        engine.settings.fusion = "weighted"
+        engine.settings.search.fusion = "weighted"
         w = engine.search(q)
-        engine.settings.fusion = "rrf"
-        engine.settings.fusion_signals = ["bm25"]
+        engine.settings.search.fusion = "rrf"
+        engine.settings.search.fusion_signals = ["bm25"]
         b = engine.search(q)
         assert not any(k.startswith("graph:") for h in b.results for k in h.explanation.signals)
     finally:
-        engine.settings.fusion, engine.settings.fusion_signals = before.fusion, before.fusion_signals
+        engine.settings.search.fusion, engine.settings.search.fusion_signals = before.search.fusion, before.search.fusion_signals
     want = {r["id"] for r in subset_rows if r["gender"] == "Women" and r["baseColour"] == "Red"
             and r["articleType"] == "Heels"}
     got_w = [h.id for h in w.results][:len(want)]

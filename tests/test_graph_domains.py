@@ -25,7 +25,7 @@ from vitrine.index.taxonomy_map import (
 from vitrine.ingest.catalog import ingest_file
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
-from vitrine.search.settings import TAXONOMY_VECTORS_FILE
+from vitrine.settings import TAXONOMY_VECTORS_FILE
 
 from conftest import REPO
 

@@ -277,7 +277,7 @@ def test_index_benchmark_reads_the_vectors_of_the_newest_snapshot(engine):
     from vitrine_bench.index import catalogue_vectors
 
     live = engine.vectors["fused"]
-    vecs = catalogue_vectors(engine.settings.data_dir)
+    vecs = catalogue_vectors(engine.settings.storage.data_dir)
     assert vecs.shape == (len(live), live.dim)
     ref = live.get(live.ids())
     # the same vectors, whatever their row order: each live vector has an identical row

@@ -560,12 +560,12 @@ def _slot_filters_on(request):
     (an untuned catalogue's conservative default keeps slot filters off, see `vitrine tune`)."""
     names = [n for n in ("engine", "priced_engine") if n in request.fixturenames]
     engines = [request.getfixturevalue(n) for n in names]
-    before = [(e, e.settings.calibration) for e in engines]
+    before = [(e, e.settings.search.calibration) for e in engines]
     for e in engines:
-        e.settings.calibration = "off"
+        e.settings.search.calibration = "off"
     yield
     for e, c in before:
-        e.settings.calibration = c
+        e.settings.search.calibration = c
 
 
 @pytest.fixture(scope="module")
@@ -709,14 +709,14 @@ def test_unsure_after_sales_keeps_the_products(engine):
     """Only a sure after-sales query (at or above intent_answer_only_confidence) shows the answer
     instead of products; under that bar the answer comes with the products."""
     s = engine.settings
-    before = s.intent_answer_only_confidence
+    before = s.intent.intent_answer_only_confidence
     try:
-        s.intent_answer_only_confidence = 1.01  # no after-sales prediction is that sure
+        s.intent.intent_answer_only_confidence = 1.01  # no after-sales prediction is that sure
         res = engine.search(SearchRequest(text="how do I return these sandals", k=5))
         assert res.intent.label == "after_sales" and res.answer is not None and res.answer.topic == "returns"
         assert len(res.results) == 5 and res.query["answer_with_products"]
     finally:
-        s.intent_answer_only_confidence = before
+        s.intent.intent_answer_only_confidence = before
     sure = engine.search(SearchRequest(text="how do I return these sandals", k=5))
     assert sure.intent.scores["after_sales"] >= before and sure.results == [] and sure.answer is not None
 
@@ -727,20 +727,20 @@ def test_classifier_timeout_and_failure_degrade_to_vector_search(engine, setting
     import time as _time
 
     qu = engine.understanding
-    before, predict = engine.settings.intent_timeout_ms, qu.classifier.predict
+    before, predict = engine.settings.intent.intent_timeout_ms, qu.classifier.predict
 
     def slow_predict(text):  # a classifier that answers after the deadline
         _time.sleep(0.2)
         return predict(text)
 
     try:
-        engine.settings.intent_timeout_ms = 20
+        engine.settings.intent.intent_timeout_ms = 20
         qu.classifier.predict = slow_predict
         res = engine.search(SearchRequest(text="nike vs puma sports shoes", k=5))
         assert res.degraded == ["intent"] and res.intent is None and res.slots == {} and len(res.results) == 5
         assert res.compare is None
     finally:
-        engine.settings.intent_timeout_ms = before
+        engine.settings.intent.intent_timeout_ms = before
         del qu.classifier.predict  # back to the class's method
     broken = Engine(settings_factory(tmp_path / "d", intent_model=str(tmp_path / "no-such-model")), encoder)
     try:

@@ -126,16 +126,16 @@ def test_client_options_carry_tls_and_sasl_from_settings(settings_factory, tmp_p
     s = settings_factory(tmp_path, kafka_bootstrap="b1:9093, b2:9093", kafka_security_protocol="SASL_SSL",
                          kafka_sasl_mechanism="SCRAM-SHA-512", kafka_sasl_username="vitrine",
                          kafka_sasl_password="s3cret", kafka_ssl_cafile=tmp_path / "ca.pem")
-    o = client_options(s, "x")
+    o = client_options(s.ingest, "x")
     assert o["bootstrap_servers"] == ["b1:9093", "b2:9093"] and o["security_protocol"] == "SASL_SSL"
     assert o["sasl_mechanism"] == "SCRAM-SHA-512" and o["sasl_plain_username"] == "vitrine"
     assert o["sasl_plain_password"] == "s3cret" and o["ssl_cafile"] == str(tmp_path / "ca.pem")
     assert "s3cret" not in repr(s)  # a SecretStr in Settings
-    assert client_options(settings_factory(tmp_path), "x")["security_protocol"] == "PLAINTEXT"
+    assert client_options(settings_factory(tmp_path).ingest, "x")["security_protocol"] == "PLAINTEXT"
     with pytest.raises(InvalidInput, match="sasl_mechanism"):
-        client_options(settings_factory(tmp_path, kafka_security_protocol="SASL_PLAINTEXT"))
-    assert dlq_topic_for(s, "cat") == "cat.dlq"
-    assert dlq_topic_for(settings_factory(tmp_path, kafka_dlq_topic="dead"), "cat") == "dead"
+        client_options(settings_factory(tmp_path, kafka_security_protocol="SASL_PLAINTEXT").ingest)
+    assert dlq_topic_for(s.ingest, "cat") == "cat.dlq"
+    assert dlq_topic_for(settings_factory(tmp_path, kafka_dlq_topic="dead").ingest, "cat") == "dead"
 
 
 # -- end to end against the broker ---------------------------------------------------------------------
@@ -196,11 +196,11 @@ def test_publish_consume_search_delete_update(stream, settings_factory, encoder,
         assert eng.get(target).title == "Vitrine test parka" and eng.get(target).version == 2
         assert not np.allclose(eng.vector_of(target), before)
         # at-least-once replay converges: a new group re-reads the whole topic, same index after
-        state = records_state(s.data_dir)
-        s3 = s.model_copy(update={"kafka_group": unique("replay")})
+        state = records_state(s.storage.data_dir)
+        s3 = s.updated(kafka_group=unique("replay"))
         st3 = type(worker)(eng, s3).run(until_idle=1.0, timeout=60)
         assert st3["events"] == SUBSET_SIZE + 21 and st3["applied"]["unchanged"] >= SUBSET_SIZE - 40
-        assert records_state(s.data_dir) == state and len(eng) == SUBSET_SIZE - 20
+        assert records_state(s.storage.data_dir) == state and len(eng) == SUBSET_SIZE - 20
         assert eng.search(SearchRequest(k=1), image=other_photo.read_bytes()).results[0].id == target
     finally:
         eng.close()
@@ -252,7 +252,7 @@ def test_bad_messages_go_to_dead_letters(stream, settings_factory, encoder, cata
         assert len(letters) == len(bad)
         for key, value, kind in bad:  # original bytes, untouched, with the reason
             d = got[(key, value)]
-            assert d["kind"] == kind and d["reason"] and d["source"][0] == s.kafka_topic
+            assert d["kind"] == kind and d["reason"] and d["source"][0] == s.ingest.kafka_topic
         assert "unreachable" in got[bad[7][:2]]["reason"] and "photo root" in got[bad[8][:2]]["reason"]
         assert "not a recognisable image" in got[bad[6][:2]]["reason"]
 
@@ -261,18 +261,18 @@ def test_bad_messages_go_to_dead_letters(stream, settings_factory, encoder, cata
 
         from vitrine.cli import main
 
-        res = CliRunner().invoke(main, ["consume", "--status", "--data", str(s.data_dir), "--bootstrap",
-                                        s.kafka_bootstrap, "--topic", s.kafka_topic, "--group", s.kafka_group])
+        res = CliRunner().invoke(main, ["consume", "--status", "--data", str(s.storage.data_dir), "--bootstrap",
+                                        s.ingest.kafka_bootstrap, "--topic", s.ingest.kafka_topic, "--group", s.ingest.kafka_group])
         assert res.exit_code == 0, res.output
         assert "dlq=10" in res.output and "total lag 0" in res.output and "[stopped" in res.output
-        res = CliRunner().invoke(main, ["consume", "--status", "--data", str(s.data_dir), "--json"])
+        res = CliRunner().invoke(main, ["consume", "--status", "--data", str(s.storage.data_dir), "--json"])
         [w] = json.loads(res.output)["workers"]
         assert w["events"] == st["events"] and w["last_commit_age_s"] is not None
         app = create_app(s, engine=eng)
         app.state.metrics.bind_ingest(worker.status)
         with TestClient(app) as client:
             text = client.get("/metrics").text
-        assert f'vitrine_ingest_dead_letters_total{{group="{s.kafka_group}",kind="photo"' in text
+        assert f'vitrine_ingest_dead_letters_total{{group="{s.ingest.kafka_group}",kind="photo"' in text
         assert "vitrine_ingest_lag{" in text and "vitrine_ingest_last_commit_age_seconds{" in text
     finally:
         eng.close()
@@ -284,17 +284,17 @@ def test_sigterm_finishes_the_batch_and_commits(stream, settings_factory, encode
     s = kafka_settings(settings_factory, tmp_path / "data", stream, kafka_batch_size=4)
     publish_catalog(s, catalog_dir / "catalog.jsonl", progress=False, limit=80)
     pid = fork_worker(s, encoder)
-    wait_for(lambda: any(w["events"] >= 8 for w in worker_status(s.data_dir, pid)), 60, "the worker to start")
+    wait_for(lambda: any(w["events"] >= 8 for w in worker_status(s.storage.data_dir, pid)), 60, "the worker to start")
     os.kill(pid, signal.SIGTERM)
     assert wait_exit(pid, 30) == 0
-    [st] = worker_status(s.data_dir, pid)
+    [st] = worker_status(s.storage.data_dir, pid)
     assert st["state"] == "stopped" and 8 <= st["events"] < 80
     committed = sum(p["committed"] or 0 for p in group_lag(s).values())
     # everything applied was committed, and nothing committed was left unapplied
-    assert committed == st["events"] == len(records_state(s.data_dir))
+    assert committed == st["events"] == len(records_state(s.storage.data_dir))
     pid = fork_worker(s, encoder, until_idle=1.0)  # a restart resumes where it stopped
     assert wait_exit(pid, 60) == 0
-    assert len(records_state(s.data_dir)) == 80 and lag_zero(s)
+    assert len(records_state(s.storage.data_dir)) == 80 and lag_zero(s)
 
 
 # -- crashes, broker restarts, scale-out (slow) ---------------------------------------------------------
@@ -367,7 +367,7 @@ def _seq(data_dir) -> int:  # noqa: ANN001
 
 def _check_index(s, encoder, exp: Expected) -> None:  # noqa: ANN001
     """Every live product exactly once, at its latest version, in the records and the vectors."""
-    assert records_state(s.data_dir) == exp.live
+    assert records_state(s.storage.data_dir) == exp.live
     with FORK_LOCK:
         _check_engine(s, encoder, exp)
 
@@ -401,13 +401,13 @@ def _crash_trial(trial: int, bootstrap: str, settings_factory, encoder, records,
     if mode == "durable":
         target = rng.randrange(1, 8)
         try:
-            wait_for(lambda: _seq(s.data_dir) >= target, 30, "a SQLite commit", every=0.001)
+            wait_for(lambda: _seq(s.storage.data_dir) >= target, 30, "a SQLite commit", every=0.001)
         except AssertionError:
             pass
     elif mode == "progress":
         target = rng.randrange(1, len(events) - 8)
         try:
-            wait_for(lambda: any(w["events"] >= target for w in worker_status(s.data_dir, pid)), 30, "progress",
+            wait_for(lambda: any(w["events"] >= target for w in worker_status(s.storage.data_dir, pid)), 30, "progress",
                      every=0.005)
         except AssertionError:
             pass
@@ -422,15 +422,15 @@ def _crash_trial(trial: int, bootstrap: str, settings_factory, encoder, records,
 
     committed = {p: v["committed"] or 0 for p, v in group_lag(s).items()}
     accounted = _expected([e for e, (p, off) in zip(events, where) if off < committed.get(p, 0)])
-    uncommitted_durable = records_state(s.data_dir) != accounted.live
+    uncommitted_durable = records_state(s.storage.data_dir) != accounted.live
     # restart: a new worker in the same group resumes from the committed offsets
     pid2 = fork_worker(s, encoder)
-    wait_for(lambda: worker_status(s.data_dir, pid2) and records_state(s.data_dir) == exp.live and lag_zero(s),
+    wait_for(lambda: worker_status(s.storage.data_dir, pid2) and records_state(s.storage.data_dir) == exp.live and lag_zero(s),
              60, f"the restarted worker of trial {trial}")
     os.kill(pid2, signal.SIGTERM)
     assert wait_exit(pid2, 30) == 0
     _check_index(s, encoder, exp)
-    after = worker_status(s.data_dir, pid2)[0]
+    after = worker_status(s.storage.data_dir, pid2)[0]
     return (trial, mode, sum(committed.values()), after["events"], uncommitted_durable, len(events),
             len(exp.live))
 
@@ -470,16 +470,16 @@ def test_two_workers_split_partitions_and_build_the_same_index(broker, settings_
                             kafka_batch_size=8)
     from vitrine.ingest.kafka import ensure_topics
 
-    ensure_topics(shared, [topic])
+    ensure_topics(shared.ingest, [topic])
     # two workers in one group over one data dir; they join before the events arrive
     pids = [fork_worker(shared, encoder) for _ in range(2)]
-    wait_for(lambda: len([w for w in worker_status(shared.data_dir) if w["partitions"]]) == 2 and all(
-        len(w["partitions"]) == 2 for w in worker_status(shared.data_dir)), 60, "both workers to get partitions")
+    wait_for(lambda: len([w for w in worker_status(shared.storage.data_dir) if w["partitions"]]) == 2 and all(
+        len(w["partitions"]) == 2 for w in worker_status(shared.storage.data_dir)), 60, "both workers to get partitions")
     exp = _publish_scenario(shared, events)
     # the status files are rewritten every few seconds: wait for their counts too, not only the index
-    wait_for(lambda: records_state(shared.data_dir) == exp.live and lag_zero(shared) and
-             sum(w["events"] for w in worker_status(shared.data_dir)) >= len(events), 120, "the pair to finish")
-    running = worker_status(shared.data_dir)
+    wait_for(lambda: records_state(shared.storage.data_dir) == exp.live and lag_zero(shared) and
+             sum(w["events"] for w in worker_status(shared.storage.data_dir)) >= len(events), 120, "the pair to finish")
+    running = worker_status(shared.storage.data_dir)
     assert len(running) == 2 and all(w["events"] > 0 for w in running)
     parts = [set(w["partitions"]) for w in running]
     assert not parts[0] & parts[1] and parts[0] | parts[1] == {"0", "1", "2", "3"}
@@ -490,7 +490,7 @@ def test_two_workers_split_partitions_and_build_the_same_index(broker, settings_
     assert [wait_exit(pid, 30) for pid in pids] == [0, 0]
     # one worker alone over the same topic
     pid = fork_worker(single, encoder)
-    wait_for(lambda: worker_status(single.data_dir, pid) and records_state(single.data_dir) == exp.live
+    wait_for(lambda: worker_status(single.storage.data_dir, pid) and records_state(single.storage.data_dir) == exp.live
              and lag_zero(single), 120, "the single worker")
     os.kill(pid, signal.SIGTERM)
     assert wait_exit(pid, 30) == 0

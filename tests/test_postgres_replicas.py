@@ -91,7 +91,7 @@ def test_replicas_and_a_kafka_worker_share_one_store(broker, pg_server, pg_url, 
     from vitrine.ingest.kafka import Publisher
     from vitrine.ingest.events import UpsertEvent
     from vitrine.search.models import Product
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
     from vitrine_bench.common import free_port
 
     env = _env(tmp_path, pg_url)

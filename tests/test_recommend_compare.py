@@ -37,14 +37,14 @@ def test_similar_is_same_category_diverse_and_never_itself(engine, subset_rows):
 
 def test_mmr_trades_relevance_for_diversity(engine, subset_rows):
     r = row_of(subset_rows, articleType="Tshirts", gender="Men")
-    lam = engine.settings.mmr_lambda
+    lam = engine.settings.search.mmr_lambda
     try:
-        engine.settings.mmr_lambda = 1.0
+        engine.settings.search.mmr_lambda = 1.0
         pure = engine.recommend(r["id"], "similar", k=8).results
-        engine.settings.mmr_lambda = 0.3
+        engine.settings.search.mmr_lambda = 0.3
         diverse = engine.recommend(r["id"], "similar", k=8).results
     finally:
-        engine.settings.mmr_lambda = lam
+        engine.settings.search.mmr_lambda = lam
     # lambda 1 is plain nearest-first; a lower lambda picks less mutually similar products
     assert [h.score for h in pure] == sorted((h.score for h in pure), reverse=True)
 

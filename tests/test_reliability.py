@@ -71,7 +71,7 @@ def test_snapshots_are_versioned_verified_and_pruned(subset_engine, subset_rows)
         eng.upsert([ProductInput(product(subset_rows[i], f"v{i}"), image=photo(subset_rows[i]["id"]))])
         assert eng.save() and not eng.save()  # nothing changed: no new version
     versions = eng.snapshots.versions()
-    assert len(versions) == eng.settings.snapshot_keep == 3
+    assert len(versions) == eng.settings.storage.snapshot_keep == 3
     assert [v.version for v in versions] == sorted((v.version for v in versions), reverse=True)
     newest = versions[0]
     assert eng.snapshot_version == newest.name
@@ -470,7 +470,7 @@ def test_swap_to_another_index_and_back_to_a_stored_snapshot(subset_engine):
     q = SearchRequest(text="red dress", k=10, use_intent=False)
     before = [h.id for h in eng.search(q).results]
     rep = eng.swap(SwapRequest(index_factory="HNSW32"))
-    assert rep.switched and eng.settings.index_factory == "HNSW32" and eng.vectors["fused"].factory == "HNSW32"
+    assert rep.switched and eng.settings.index.index_factory == "HNSW32" and eng.vectors["fused"].factory == "HNSW32"
     checks = {c.name: c for c in rep.checks}
     assert checks["agreement"].value == 1.0 and checks["overlap"].value >= 0.9
     assert eng.snapshot_version != flat and eng.snapshots.versions()[0].manifest["factory"] == "HNSW32"
@@ -534,7 +534,7 @@ def test_gate_failure_degrades_to_the_light_path_or_to_words(own_encoder_engine,
             return working(*a, **kw)
 
         adapter.forward = slow
-        eng.settings.gate_timeout_ms = 50
+        eng.settings.search.gate_timeout_ms = 50
         r = c.post("/search", json={"text": "navy blue casual shirt gate-2", "k": 5, "use_intent": False})
         assert r.status_code == 200 and r.json()["degraded"] == ["gate"]
         m = c.get("/metrics").text
@@ -543,7 +543,7 @@ def test_gate_failure_degrades_to_the_light_path_or_to_words(own_encoder_engine,
 
 def test_fusion_failure_or_timeout_falls_back_to_plain_vectors(own_encoder_engine):
     eng = own_encoder_engine
-    eng.settings.calibration = "off"  # the configured fusion weights (an untuned catalogue ranks at the floor)
+    eng.settings.search.calibration = "off"  # the configured fusion weights (an untuned catalogue ranks at the floor)
     q = SearchRequest(text="women red handbag", k=5, explain=True, use_intent=False)
     fused = eng.search(q)
     assert fused.degraded == [] and any(k.startswith("graph:") or k == "bm25"
@@ -554,7 +554,7 @@ def test_fusion_failure_or_timeout_falls_back_to_plain_vectors(own_encoder_engin
         time.sleep(0.3)
         return real_rank(*a, **kw)
 
-    eng.settings.fusion_timeout_ms = 50
+    eng.settings.search.fusion_timeout_ms = 50
     fusion.rank = slow_rank
     try:
         res = eng.search(q)
@@ -563,7 +563,7 @@ def test_fusion_failure_or_timeout_falls_back_to_plain_vectors(own_encoder_engin
     assert res.degraded == ["fusion"] and len(res.results) == 5
     plain = eng.rank_vectors(eng.query_vectors(q.text, None), 5, None)
     assert [h.id for h in res.results] == [eng.records.get_by_iids([i])[i].id for i, _, _ in plain]
-    eng.settings.fusion_timeout_ms = 2000
+    eng.settings.search.fusion_timeout_ms = 2000
     eng.graph.match_query = None  # the graph breaks: its retriever degrades alone
     res = eng.search(SearchRequest(text="women red handbag graph", k=5, use_intent=False))
     assert "graph" in res.degraded and len(res.results) == 5

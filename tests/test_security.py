@@ -46,7 +46,7 @@ def test_every_error_status_uses_the_one_json_shape(client, engine, monkeypatch)
     assert_error(client.get("/products/nope"), 404, "not_found", "'nope' not found")
     assert_error(client.get("/search"), 405, "method_not_allowed")
     assert_error(client.delete("/facets"), 405, "method_not_allowed")
-    assert_error(client.post("/search", content=b"x" * (engine.settings.max_body_bytes + 1),
+    assert_error(client.post("/search", content=b"x" * (engine.settings.web.max_body_bytes + 1),
                              headers={"content-type": "application/json"}), 413, "too_large", "limit")
     assert_error(client.post("/search", content=b"text=shoes", headers={"content-type": "text/plain"}),
                  415, "unsupported_media_type", "application/json")
@@ -79,7 +79,7 @@ def test_content_types_are_checked(client):
 def test_a_request_past_its_time_limit_gets_504(fresh_engine, monkeypatch):
     from vitrine.web.app import create_app
 
-    fresh_engine.settings.request_timeout_s = 0.2
+    fresh_engine.settings.web.request_timeout_s = 0.2
     with TestClient(create_app(engine=fresh_engine)) as c:
         def stuck(*a, **kw):  # noqa: ANN002, ANN003
             time.sleep(2)
@@ -107,11 +107,11 @@ def _png_header_only(w: int, h: int) -> bytes:
 def small_limits(engine):
     """Byte and pixel limits small enough to test without megabytes of payload."""
     s, enc = engine.settings, engine.encoder
-    old = (s.max_image_bytes, enc.max_image_bytes, s.max_image_pixels, enc.max_image_pixels)
-    s.max_image_bytes = enc.max_image_bytes = 200_000
-    s.max_image_pixels = enc.max_image_pixels = 4_000_000
+    old = (s.encoders.max_image_bytes, enc.max_image_bytes, s.encoders.max_image_pixels, enc.max_image_pixels)
+    s.encoders.max_image_bytes = enc.max_image_bytes = 200_000
+    s.encoders.max_image_pixels = enc.max_image_pixels = 4_000_000
     yield
-    s.max_image_bytes, enc.max_image_bytes, s.max_image_pixels, enc.max_image_pixels = old
+    s.encoders.max_image_bytes, enc.max_image_bytes, s.encoders.max_image_pixels, enc.max_image_pixels = old
 
 
 def _cases() -> list[tuple[str, bytes, int, str, str]]:
@@ -168,7 +168,7 @@ def test_writes_and_admin_actions_need_the_key(fresh_engine, method, path, body)
         kw = {"json": body} if body is not None else {}
         assert_error(getattr(c, method)(path, headers={"X-API-Key": "anything"}, **kw), 401, "unauthorized",
                      "disabled")
-    fresh_engine.settings.api_key = SecretStr("s3cret-key")
+    fresh_engine.settings.web.api_key = SecretStr("s3cret-key")
     with TestClient(create_app(engine=fresh_engine)) as c:
         kw = {"json": body} if body is not None else {}
         assert_error(getattr(c, method)(path, **kw), 401, "unauthorized", "X-API-Key")

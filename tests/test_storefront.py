@@ -70,7 +70,7 @@ def test_pages_are_slices_of_one_stable_order(client):
 
 def test_total_is_exact_when_the_filters_leave_fewer_than_the_pool(client, small_category, engine):
     body = search(client, text="stylish", k=5, filters={"category": small_category})
-    assert body["total_exact"] is True and body["pool"] <= engine.settings.max_k
+    assert body["total_exact"] is True and body["pool"] <= engine.settings.search.max_k
     assert body["pool"] == len(engine.allowed_ids(__import__("vitrine.search.models", fromlist=["Filters"])
                                                   .Filters(category=small_category)))
 

@@ -241,13 +241,13 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
     from vitrine.evals.catalogue_queries import attribute_queries
     from vitrine.evals.datasets import Catalog, EvalQuery
     from vitrine.search.engine import Engine
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     settings = Settings(data_dir=data_dir, _env_file=None)
     engine = Engine.open(settings)
     catalog = Catalog.load()
     present = set(engine.records.ids())
-    qs = attribute_queries(settings.graph_dir, settings.taxonomy_file, "test", n_attr)
+    qs = attribute_queries(settings.index.graph_dir, settings.index.taxonomy_file, "test", n_attr)
     evq = [EvalQuery(qid=q["qid"], text=q["text"], image=None,
                      relevant={i: 1.0 for i in q["relevant"] if i in present}) for q in qs]
     evq = [q for q in evq if q.relevant]
@@ -258,16 +258,16 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
         if runtime == "onnx" and not onnxrt.available():
             continue
         row: dict[str, Any] = {"precision": prec if runtime == "torch" else f"{prec} (onnxruntime)"}
-        enc = _precision_encoder(engine.encoder, prec, runtime, settings.cache_dir)
+        enc = _precision_encoder(engine.encoder, prec, runtime, settings.storage.cache_dir)
         catalog._key = None  # the catalogue keeps the last encoder's features: make it ask this one
         for split in ("val", "test"):
             k = P.kagl_t2i(enc, catalog, split=split, progress=False)["metrics"]
             tag = "" if split == "test" else "_val"
             row.update({f"kagl_R@10{tag}": k["R@10"], f"kagl_MRR@10{tag}": k["MRR@10"]})
-        engine.settings.query_text_precision = prec  # type: ignore[assignment]
-        engine.settings.query_runtime = runtime  # type: ignore[assignment]
+        engine.settings.encoders.query_text_precision = prec  # type: ignore[assignment]
+        engine.settings.encoders.query_runtime = runtime  # type: ignore[assignment]
         for fusion in ("weighted", "off"):
-            engine.settings.fusion = fusion  # type: ignore[assignment]
+            engine.settings.search.fusion = fusion  # type: ignore[assignment]
             engine._query_encoder = None  # rebuilt with this precision
             engine._query_cache.clear()
             m = P.run_qrels(engine, evq, [10], progress=False)["metrics"]
@@ -285,7 +285,7 @@ def resolution_quality(sizes: list[tuple[int, int]], log) -> list[dict[str, Any]
     from vitrine.evals import protocols as P
     from vitrine.evals.datasets import Catalog
     from vitrine.search.engine import build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     base = build_encoder(Settings(_env_file=None))
     catalog = Catalog.load()
@@ -296,7 +296,7 @@ def resolution_quality(sizes: list[tuple[int, int]], log) -> list[dict[str, Any]
             enc = base
         else:
             towers = create_towers(image_size=size)
-            enc = MultimodalEncoder(towers, base.adapter, cache=None, batch_size=128)
+            enc = MultimodalEncoder(towers, base.encoders.adapter, cache=None, batch_size=128)
         t0 = time.perf_counter()
         cat = Catalog(source=catalog.source, rows=catalog.rows, splits=catalog.splits)
         if enc is base:
@@ -333,7 +333,7 @@ def photo_to_photo(enc: Any, cat: Any, k: int = 10) -> float:
 def run(data_dir: Path, out: Path, *, source: Path, duration: float, n_attr: int, skip_quality: bool,
         sizes: list[tuple[int, int]]) -> Path:
     from vitrine.search.engine import build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
     from vitrine_bench.api import query_pool
 
     rep = Report("fastpath", out, "Vitrine query fast path: batching, cache, threads, precision, photo size")
@@ -349,7 +349,7 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float, n_attr: int
     speed = batching_speed(enc, texts, photos[:200], duration, log)
     hit = cache_hit_us(enc, texts)
     log(f"cache hit: {hit:.1f} us")
-    rt_speed = runtime_speed(enc, texts, photos, Settings(_env_file=None).cache_dir, log)
+    rt_speed = runtime_speed(enc, texts, photos, Settings(_env_file=None).storage.cache_dir, log)
     prec_speed = precision_speed(enc, texts, log)
     res_speed = resolution_speed(photos, sizes, log)
     rep.add("batching", speed)

@@ -75,7 +75,7 @@ def run(data_dir: Path, queries: list[Path], out: Path, *, limit: int | None = N
     from vitrine.evals.datasets import load_qrels
     from vitrine.search.engine import Engine
     from vitrine.search.fusion import build_pool
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     rep = Report("fusion", out, "Vitrine hybrid ranking: fusion methods and weights")
     engine = Engine.open(Settings(data_dir=data_dir, intent=False))  # ranking only: pools bypass intent

@@ -25,7 +25,7 @@ def run(out: Path, adapters: list[str], *, n: int = 2000, flush_mb: int = 64) ->
     from vitrine.encoders.adapters import load_adapter, parse_adapter_spec
     from vitrine.evals.datasets import Catalog
     from vitrine.search.engine import build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     from vitrine_bench.encoders import matmul_flops
 

@@ -154,7 +154,7 @@ def catalogue_end_to_end(source: Path, limit: int | None, log) -> tuple[np.ndarr
     from vitrine.encoders.queries import QueryEncoder
     from vitrine.ingest.fashion import read_styles
     from vitrine.search.engine import build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
     from vitrine_bench.api import query_pool
 
     settings = Settings(_env_file=None, encode_batch_size=256)

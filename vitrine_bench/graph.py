@@ -33,14 +33,14 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
     from vitrine.index import symbolic
     from vitrine.index.graph import GraphData, ProductGraph
     from vitrine.ingest.fashion import read_styles, to_record
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     rep = Report("graph", out, "Vitrine knowledge graph and BM25: build, upsert, persistence")
     settings = Settings()
     rows = read_styles(source)
     docs = [(i + 1, r["id"], to_record(r, f"images/{r['id']}.jpg")) for i, r in enumerate(rows)]
     t0 = time.perf_counter()
-    data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+    data = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file)
     t_data = time.perf_counter() - t0
 
     # build: time without tracing, then memory with tracemalloc in a second build
@@ -56,7 +56,7 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
     del g
     gc.collect()
     tracemalloc.start()
-    g2 = ProductGraph(GraphData.load(settings.graph_dir, settings.taxonomy_file))
+    g2 = ProductGraph(GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file))
     g2.upsert_many(docs)
     cur, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -162,7 +162,7 @@ def _search_cost(data_dir: Path, n: int, source: Path) -> list[dict[str, Any]]:
     from vitrine.ingest.fashion import read_splits, read_styles
     from vitrine.search.engine import Engine
     from vitrine.search.models import SearchRequest
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     rows = read_styles(source)
     splits = read_splits(source)
@@ -174,7 +174,7 @@ def _search_cost(data_dir: Path, n: int, source: Path) -> list[dict[str, Any]]:
         for q in texts:  # warm up: every query's text features computed (and cached) once
             engine.search(SearchRequest(text=q, k=10))
         for fusion in ("off", "rrf", "weighted"):
-            engine.settings.fusion = fusion  # type: ignore[assignment]
+            engine.settings.search.fusion = fusion  # type: ignore[assignment]
             lat = []
             for q in texts:
                 t = time.perf_counter()

@@ -73,7 +73,7 @@ def encode_queries(texts: list[str]) -> tuple[np.ndarray, str]:
     """Real query vectors: the query fast path of the default encoder (text -> shared space)."""
     from vitrine.encoders.queries import QueryEncoder
     from vitrine.search.engine import build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     settings = Settings(_env_file=None)
     enc = build_encoder(settings)

@@ -14,7 +14,7 @@ def run(out: Path, *, n: int, source: Path, batch_size: int = 512, data_dir: Pat
     from vitrine.ingest.catalog import ingest_file
     from vitrine.ingest.fashion import convert, demo_subset
     from vitrine.search.engine import Engine
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     rep = Report("ingest", out, "Vitrine batch ingest throughput")
     with tempfile.TemporaryDirectory() as tmp:

@@ -76,7 +76,7 @@ def run(out: Path, *, n: int, source: Path, freshness_events: int = 100, rate: f
     from vitrine.ingest.fashion import demo_subset
     from vitrine.ingest.kafka import IngestWorker, Publisher
     from vitrine.search.engine import Engine, build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     rep = Report("kafka", out, "Vitrine Kafka ingest: throughput and freshness")
     ids = demo_subset(source, n + freshness_events)

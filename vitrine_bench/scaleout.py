@@ -182,7 +182,7 @@ def run(out: Path, *, n: int = 400, rate: float = 50.0, write_s: float = 20.0, l
         concurrency: int = 4) -> Path:
     from vitrine.ingest.fashion import bundled_dir
     from vitrine.search.engine import build_encoder
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
     from vitrine_bench.api import query_pool
     from vitrine_bench.pgserver import PostgresServer
 
@@ -199,8 +199,8 @@ def run(out: Path, *, n: int = 400, rate: float = 50.0, write_s: float = 20.0, l
             settings = Settings(data_dir=work / "warm", intent=False, _env_file=None)
             encoder = build_encoder(settings)
             _ingest_rate(settings, encoder, catalog)  # warms the feature cache: both runs below reuse it
-            ingest = {"sqlite": _ingest_rate(settings.model_copy(update={"data_dir": work / "sqlite"}), encoder, catalog),
-                      "postgresql": _ingest_rate(settings.model_copy(update={"data_dir": work / "pg-ingest",
+            ingest = {"sqlite": _ingest_rate(settings.updated(**{"data_dir": work / "sqlite"}), encoder, catalog),
+                      "postgresql": _ingest_rate(settings.updated(**{"data_dir": work / "pg-ingest",
                                                                               "store": url}), encoder, catalog)}
             del encoder
             rep.add("ingest", ingest)

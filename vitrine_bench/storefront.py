@@ -74,7 +74,7 @@ def typo(engine: Engine, queries: list[EvalQuery], out: Path, seed: int = 0) -> 
     rows: list[dict[str, Any]] = []
     for tolerant in (False, True):
         MemoryBM25.typo_tolerance = tolerant
-        engine.settings.typo_tolerance = tolerant
+        engine.settings.index.typo_tolerance = tolerant
         for name, qs in (("clean", clean), ("with typos", bad)):
             r = run_qrels(engine, qs, [1, 10], progress=False)
             m = r["metrics"]
@@ -82,7 +82,7 @@ def typo(engine: Engine, queries: list[EvalQuery], out: Path, seed: int = 0) -> 
                          "nDCG@10": m["nDCG@10"], "R@10": m["R@10"], "MRR@10": m.get("MRR@10", m.get("MRR")),
                          "p50_ms": r["latency_ms"]["p50"]})
             print(rows[-1], flush=True)
-    MemoryBM25.typo_tolerance = engine.settings.typo_tolerance = True
+    MemoryBM25.typo_tolerance = engine.settings.index.typo_tolerance = True
     rep = Report("typo", out, "Typo tolerance: exact-word queries with one or two edits")
     rep.add("results", rows)
     rep.add("examples", [{"clean": b.meta["clean"], "typo": b.text} for b in bad[:15]])
@@ -109,7 +109,7 @@ def typo(engine: Engine, queries: list[EvalQuery], out: Path, seed: int = 0) -> 
 
 def floor(engine: Engine, queries: list[EvalQuery], out: Path) -> Path:
     """The relevance floor from val queries: per query, each result's score over the top score."""
-    k = engine.settings.max_k
+    k = engine.settings.search.max_k
     rel_ratios: list[float] = []
     other_ratios: list[float] = []
     for q in queries:
@@ -133,7 +133,7 @@ def floor(engine: Engine, queries: list[EvalQuery], out: Path) -> Path:
              f"{len(engine)} products. For each result, its score over the query's top score. The floor is the "
              f"largest fraction that keeps {KEEP_RELEVANT:.0%} of the relevant results: **{best:.2f}** "
              f"(Settings.relevance_floor / VITRINE_RELEVANCE_FLOOR); it cuts "
-             f"{float(cut[grid == best][0]):.0%} of the other results. Fusion: {engine.settings.fusion}.")
+             f"{float(cut[grid == best][0]):.0%} of the other results. Fusion: {engine.settings.search.fusion}.")
     rep.table(rows, ["floor", "relevant_kept", "others_cut"], "Share of results kept / cut per floor")
 
     def draw(ax) -> None:  # noqa: ANN001

@@ -42,7 +42,7 @@ class _DropOpenClipNoise(logging.Filter):
 
 
 def make_settings(**overrides: Any):  # noqa: ANN201 - Settings, imported lazily
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 

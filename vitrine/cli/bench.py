@@ -142,7 +142,9 @@ def bench_intent(n: int, weights: str | None, out: Path) -> None:
     from vitrine_bench import intent
 
     settings = make_settings()
-    click.echo(f"report: {intent.run(out, n=n, weights=weights or settings.intent_model, cache_dir=settings.cache_dir / 'intent')}")
+    report = intent.run(out, n=n, weights=weights or settings.intent.intent_model,
+                        cache_dir=settings.storage.cache_dir / "intent")
+    click.echo(f"report: {report}")
 
 
 @bench.command("gate")

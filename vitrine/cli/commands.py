@@ -81,7 +81,7 @@ def serve(data_dir: Path, host: str | None, port: int | None, workers: int | Non
 
 def _serve(settings, *, consume: bool = False, follow: float | None = None) -> None:  # noqa: ANN001
     if consume or follow:
-        if settings.workers > 1:
+        if settings.web.workers > 1:
             raise click.UsageError("--workers runs API processes only; run `vitrine consume` beside them "
                                    "(they follow the data dir it writes)")
         from vitrine.cli.kafka import serve_with_stream
@@ -89,22 +89,23 @@ def _serve(settings, *, consume: bool = False, follow: float | None = None) -> N
         return serve_with_stream(settings, consume=consume, follow=follow)
     import uvicorn
 
-    if settings.workers > 1:
-        from vitrine.search.settings import settings_env
+    if settings.web.workers > 1:
+        from vitrine.settings import settings_env
 
         # uvicorn starts each worker process fresh: it rebuilds these settings from the environment
         os.environ.update(settings_env(settings))
-        click.echo(f"Vitrine serving {settings.data_dir} at http://{settings.host}:{settings.port}/ with "
-                   f"{settings.workers} worker processes (API docs at /docs)", err=True)
-        uvicorn.run("vitrine.web.app:create_app", factory=True, workers=settings.workers, host=settings.host,
-                    port=settings.port, log_level="warning")
+        web = settings.web
+        click.echo(f"Vitrine serving {settings.storage.data_dir} at http://{web.host}:{web.port}/ with "
+                   f"{web.workers} worker processes (API docs at /docs)", err=True)
+        uvicorn.run("vitrine.web.app:create_app", factory=True, workers=settings.web.workers, host=settings.web.host,
+                    port=settings.web.port, log_level="warning")
         return
     from vitrine.web.app import create_app
 
     app = create_app(settings)
-    click.echo(f"Vitrine serving {settings.data_dir} at http://{settings.host}:{settings.port}/ "
+    click.echo(f"Vitrine serving {settings.storage.data_dir} at http://{settings.web.host}:{settings.web.port}/ "
                f"(API docs at /docs)", err=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    uvicorn.run(app, host=settings.web.host, port=settings.web.port, log_level="warning")
 
 
 @main.command()

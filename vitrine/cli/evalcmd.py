@@ -96,7 +96,7 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     if protocol in ("composed", "degraded"):  # over the bundled catalogue's features (no data dir needed)
         from vitrine.cli.evalextra import composed_or_degraded
 
-        default = f"{settings.adapter},mlp" if settings.adapter != "mlp" else "mlp"
+        default = f"{settings.encoders.adapter},mlp" if settings.encoders.adapter != "mlp" else "mlp"
         composed_or_degraded(protocol, settings, split=split, n=n_queries, adapters=_adapter_list(adapters or default),
                              json_out=json_out, report_dir=report_dir)
         return
@@ -140,9 +140,9 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         result["model"] = encoder.model_key
         if hasattr(encoder.adapter, "routing_stats"):
             result["routing"] = P.routing_report(encoder, catalog, split=split)
-    result["adapter"] = settings.adapter
+    result["adapter"] = settings.encoders.adapter
     if protocol in ("qrels", "attr"):
-        result["fusion"] = {"method": settings.fusion, "signals": settings.fusion_signals}
+        result["fusion"] = {"method": settings.search.fusion, "signals": settings.search.fusion_signals}
     emit_json(result, json_out)
 
 
@@ -154,7 +154,7 @@ def attribute_queries(settings: Any, split: str, n: int, seed: int = 1) -> list[
     """Attribute queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
     from vitrine.evals import catalogue_queries
 
-    return catalogue_queries.attribute_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
+    return catalogue_queries.attribute_queries(settings.index.graph_dir, settings.index.taxonomy_file, split, n, seed)
 
 
 @main.command("make-queries")
@@ -184,7 +184,7 @@ def title_word_queries(settings: Any, split: str, n: int, seed: int = 1) -> list
     """Exact-word queries seeded by ``split``'s products (:mod:`vitrine.evals.catalogue_queries`)."""
     from vitrine.evals import catalogue_queries
 
-    return catalogue_queries.title_word_queries(settings.graph_dir, settings.taxonomy_file, split, n, seed)
+    return catalogue_queries.title_word_queries(settings.index.graph_dir, settings.index.taxonomy_file, split, n, seed)
 
 
 def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_out: Path | None,
@@ -213,8 +213,8 @@ def _intent_eval(json_out: Path | None) -> None:
     from vitrine.intent.training import evaluate_heldout
 
     settings = make_settings()
-    result = evaluate_heldout(settings.intent_model, cache_dir=settings.cache_dir / "intent",
-                              min_confidence=settings.intent_min_confidence)
+    result = evaluate_heldout(settings.intent.intent_model, cache_dir=settings.storage.cache_dir / "intent",
+                              min_confidence=settings.intent.intent_min_confidence)
     result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
                          "slot_exact_match": result["slot_exact_match"],
                          "heldout_titles_search_rate": result["heldout_titles"]["search_rate"],

@@ -20,8 +20,9 @@ def composed_or_degraded(protocol: str, settings: Any, *, split: str, n: int | N
     if protocol == "composed":
         from vitrine.evals.composed import composed_eval
 
-        result = composed_eval(encoder, catalog, split=split, n=n or 400, served_weight=settings.query_image_weight)
-        result["model"], result["adapter"] = encoder.model_key, settings.adapter
+        result = composed_eval(encoder, catalog, split=split, n=n or 400,
+                               served_weight=settings.search.query_image_weight)
+        result["model"], result["adapter"] = encoder.model_key, settings.encoders.adapter
         paths: list[Path] = []
     else:
         from vitrine.evals.degraded import degraded_eval, write_report

@@ -32,7 +32,7 @@ def learn_brands_cmd(source: Path | None, catalog: Path | None, graph_dir: Path 
     if catalog is not None:
         _print_catalogue_brands(catalog, settings, min_count)
         return
-    gdir = graph_dir or settings.graph_dir
+    gdir = graph_dir or settings.index.graph_dir
     source = source or bundled_dir()
     rows = read_styles(source)
     ov_path = gdir / "brand_overrides.json"
@@ -59,7 +59,7 @@ def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:  #
     from vitrine.index.learned import learn_title_brands
 
     docs = _catalogue_docs(catalog)
-    g = ProductGraph(GraphData.load(settings.graph_dir, settings.taxonomy_file))
+    g = ProductGraph(GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file))
     learned = learn_title_brands(g.data, docs, min_count=max(min_count, 2))
     g.upsert_many((i + 1, str(d.get("id") or i), d) for i, d in enumerate(docs))
     counts = Counter(f.brand for f in (g.facts(i + 1) for i in range(len(docs))) if f is not None and f.brand)
@@ -79,7 +79,7 @@ def check(source: Path | None) -> None:
     from vitrine.ingest.fashion import bundled_dir, read_styles
 
     settings = make_settings()
-    data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+    data = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file)
     rows = read_styles(source or bundled_dir())
     types = sorted({r["articleType"] for r in rows})
     in_outfit = {norm_key(c) for o in data.outfits for s in o.slots for c in s}
@@ -114,7 +114,7 @@ def stats(data_dir: Path, mapping: bool) -> None:
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
     sha = m.get("files", {}).get("graph.json")
     folder = data_dir / "index" / m["dir"] if m.get("dir") else data_dir / "index"  # the current snapshot version
-    data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+    data = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file)
     fp = m.get("graph_fingerprint")
     if fp and fp != data.fingerprint:  # built with a mapper (the engine's): read it as it is
         data.fingerprint = fp
@@ -158,11 +158,11 @@ def _mapper(settings, threshold: float | None):  # noqa: ANN001, ANN202
     from vitrine.index.taxonomy_map import mapper_for
     from vitrine.search.engine import build_encoder
 
-    data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+    data = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file)
     enc = build_encoder(settings)
-    th = settings.taxonomy_map_threshold if threshold is None else threshold
+    th = settings.index.taxonomy_map_threshold if threshold is None else threshold
     mapper = mapper_for(data.taxonomy, data.taxonomy_sha256, enc.text_features, enc.towers.key,
-                        settings.taxonomy_vectors_file, th)
+                        settings.index.taxonomy_vectors_file, th)
     return data, enc, mapper
 
 
@@ -177,10 +177,10 @@ def embed_taxonomy(out: Path | None) -> None:
     from vitrine.search.engine import build_encoder
 
     settings = make_settings()
-    data = GraphData.load(None, settings.taxonomy_file)
+    data = GraphData.load(None, settings.index.taxonomy_file)
     enc = build_encoder(settings)
     tv = TaxonomyVectors.compute(data.taxonomy, lambda t: enc.text_features(t, progress=True), enc.towers.key)
-    path = out or settings.taxonomy_vectors_file
+    path = out or settings.index.taxonomy_vectors_file
     tv.save(path, data.taxonomy_sha256)
     click.echo(f"{len(tv.ids)} taxonomy paths embedded by {enc.towers.key} -> {path}")
 

@@ -143,9 +143,10 @@ def consume(data_dir: Path | None, until_idle: float | None, timeout: float | No
 
             registry = CollectorRegistry()
             registry.register(IngestCollector(worker.status))
-            start_http_server(metrics_port, addr=settings.host, registry=registry)
-            click.echo(f"metrics at http://{settings.host}:{metrics_port}/metrics", err=True)
-        click.echo(f"consuming {settings.kafka_topic} at {settings.kafka_bootstrap} as group {settings.kafka_group} "
+            start_http_server(metrics_port, addr=settings.web.host, registry=registry)
+            click.echo(f"metrics at http://{settings.web.host}:{metrics_port}/metrics", err=True)
+        k = settings.ingest
+        click.echo(f"consuming {k.kafka_topic} at {k.kafka_bootstrap} as group {k.kafka_group} "
                    f"into {data_dir} (Ctrl-C to stop)", err=True)
         try:
             st = worker.run(until_idle=until_idle, timeout=timeout)
@@ -174,7 +175,7 @@ def _print_status(data_dir: Path | None, opts: dict[str, Any], as_json: bool) ->
         out["workers"] = read_status(data_dir, opts.get("kafka_group"))
     if "kafka_bootstrap" in opts:
         settings = make_settings(**{k: v for k, v in opts.items() if k.startswith("kafka_")})
-        out["group"] = {"topic": settings.kafka_topic, "group": settings.kafka_group,
+        out["group"] = {"topic": settings.ingest.kafka_topic, "group": settings.ingest.kafka_group,
                         "partitions": group_lag(settings)}
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
@@ -230,7 +231,7 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
 
     _quiet_kafka()
     if follow:  # the API's own follow loop (vitrine/web/app.py) replays the other process's writes
-        settings = settings.model_copy(update={"follow_s": follow})
+        settings = settings.updated(follow_s=follow)
     engine = Engine.open(settings)
     app = create_app(settings, engine=engine, freeze_gc=True)
     threads: list[threading.Thread] = []
@@ -240,12 +241,12 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
         app.state.metrics.bind_ingest(worker.status)
         threads.append(threading.Thread(target=worker.run, name="vitrine-ingest", daemon=True))
     if follow:
-        app.state.metrics.bind_ingest(lambda: [w for w in read_status(settings.data_dir) if w.get("alive")])
+        app.state.metrics.bind_ingest(lambda: [w for w in read_status(settings.storage.data_dir) if w.get("alive")])
     for t in threads:
         t.start()
-    mode = " + consuming " + settings.kafka_topic if consume else ""
+    mode = " + consuming " + settings.ingest.kafka_topic if consume else ""
     mode += f" + following the data dir every {follow}s" if follow else ""
-    click.echo(f"Vitrine serving {settings.data_dir}{mode} at http://{settings.host}:{settings.port}/ "
+    click.echo(f"Vitrine serving {settings.storage.data_dir}{mode} at http://{settings.web.host}:{settings.web.port}/ "
                f"(API docs at /docs)", err=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then restores the previous handlers and
     # re-raises the signal: make that land here, so the worker and the engine close cleanly below.
@@ -254,7 +255,7 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
 
     previous = {sig: signal.signal(sig, noted) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.run(app, host=settings.web.host, port=settings.web.port, log_level="warning")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

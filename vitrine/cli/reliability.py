@@ -61,7 +61,7 @@ def _swap_remote(url: str, api_key: str | None, req: Any, timeout: float) -> Non
     key = api_key
     if key is None:
         s = make_settings()
-        key = s.api_key.get_secret_value() if s.api_key else None
+        key = s.web.api_key.get_secret_value() if s.web.api_key else None
     if not key:
         raise click.UsageError("the server's admin actions need its API key: --api-key or VITRINE_API_KEY")
     try:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.encoders.train import PairSet
     from vitrine.evals.datasets import Catalog
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
 log = logging.getLogger("vitrine.train")
 
@@ -201,12 +201,13 @@ def features_encoder(settings: Settings) -> MultimodalEncoder:
 
     from vitrine.encoders.encoder import MultimodalEncoder
 
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
+    if settings.encoders.torch_threads:
+        torch.set_num_threads(settings.encoders.torch_threads)
     return MultimodalEncoder.create(
-        settings.model, None, features_only=True, pretrained=settings.pretrained, device=settings.device,
-        image_size=settings.image_size, cache_path=settings.feature_cache_path,
-        batch_size=settings.encode_batch_size,
+        settings.encoders.model, None, features_only=True, pretrained=settings.encoders.pretrained,
+        device=settings.encoders.device,
+        image_size=settings.encoders.image_size, cache_path=settings.storage.feature_cache_path,
+        batch_size=settings.encoders.encode_batch_size,
     )
 
 
@@ -342,7 +343,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed)
     cfg_adapter: dict[str, Any] = {
         "image_dim": encoder.towers.image_dim, "text_dim": encoder.towers.text_dim, "dim": dim,
-        "hidden": hidden, "towers_key": encoder.towers.key, "model": settings.model,
+        "hidden": hidden, "towers_key": encoder.towers.key, "model": settings.encoders.model,
         "name": name or kind,
     }
     if kind == "moe":
@@ -392,7 +393,7 @@ def train_intent_command(**kwargs: Any) -> dict[str, Any]:
         from vitrine.intent.training import train_intent  # noqa: PLC0415 - optional extra
     except ImportError as e:  # pragma: no cover
         raise click.ClickException(f"intent training is unavailable: {e}") from e
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
-    kwargs.setdefault("cache_dir", Settings().cache_dir / "intent")  # the converted Qwen tokenizer's cache
+    kwargs.setdefault("cache_dir", Settings().storage.cache_dir / "intent")  # the converted Qwen tokenizer's cache
     return train_intent(**kwargs)

@@ -35,11 +35,11 @@ def maybe_tune_after_ingest(engine: Any) -> None:
     """After an ingest: tune when settings allow and the catalogue is small enough to be cheap."""
     s = engine.settings
     n = len(engine)
-    if not s.tune_after_ingest or s.calibration != "auto" or n == 0:
+    if not s.search.tune_after_ingest or s.search.calibration != "auto" or n == 0:
         return
-    if n > s.tune_auto_max_products:
+    if n > s.search.tune_auto_max_products:
         click.echo(f"not tuning automatically: {n} products > tune_auto_max_products "
-                   f"({s.tune_auto_max_products}); run `vitrine tune --data {engine.data_dir}`", err=True)
+                   f"({s.search.tune_auto_max_products}); run `vitrine tune --data {engine.data_dir}`", err=True)
         return
     cal = engine.calibration
     if cal.source == "tuned":
@@ -82,8 +82,8 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, intent_members:
 
             out = Path(data_dir) / "intent-model"
             titles = catalogue_titles(r.doc for r in engine.records.iter_rows(with_vectors=False))
-            summary = tune_intent(titles, out, members=intent_members, cache_dir=engine.settings.cache_dir / "intent",
-                                  seed=seed)
+            summary = tune_intent(titles, out, members=intent_members,
+                                  cache_dir=engine.settings.storage.cache_dir / "intent", seed=seed)
             click.echo(f"intent classifier with {len(titles)} catalogue titles: {out} "
                        f"(serve it with VITRINE_INTENT_MODEL={out}); held-out: "
                        f"{ {k: v for k, v in summary.items() if isinstance(v, (int, float))} }", err=True)
@@ -115,7 +115,8 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
     train, _ = build_pairs(catalog, encoder, "train", queries=False, seed=seed, progress=False)
     val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed, progress=False)
     adapter = create_adapter(kind, image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim, dim=256,
-                             hidden=512, towers_key=encoder.towers.key, model=settings.model, name=f"{kind}-{out.parent.name}")
+                             hidden=512, towers_key=encoder.towers.key, model=settings.encoders.model,
+                             name=f"{kind}-{out.parent.name}")
     out.mkdir(parents=True, exist_ok=True)
     train_adapter(adapter, train, val, TrainConfig(epochs=epochs, patience=3, seed=seed), progress=False,
                   log_path=out / "train_log.jsonl")
@@ -131,7 +132,7 @@ def domain_shift_command(settings: Any, work_dir: Path, n_attr: int, retrain: bo
     from vitrine.index.graph import GraphData  # noqa: PLC0415
 
     full = Catalog.load()
-    brands = GraphData.load(settings.graph_dir, settings.taxonomy_file).brands
+    brands = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file).brands
     return domain_shift(settings, full.rows, full.splits, full.photo,
                         lambda rows, out: train_aligner_on_rows(settings, rows, out), work_dir,
                         n_attr=n_attr, n_words=max(1, n_attr // 2), brand_fn=brands.from_title, retrain=retrain)

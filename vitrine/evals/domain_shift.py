@@ -35,7 +35,7 @@ from vitrine.evals.tuning import tune
 from vitrine.evals.word_queries import word_queries
 from vitrine.search.engine import Engine, ProductInput, build_encoder, product_text
 from vitrine.search.models import Product, SearchRequest
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +119,12 @@ def domain_shift(base: Settings, rows: list[dict[str, str]], splits: dict[str, s
         if not held:
             log.warning("domain %s has no test products: skipped", d)
             continue
-        adapter = str(train_aligner(others, work_dir / d / "adapter")) if retrain else base.adapter
+        adapter = str(train_aligner(others, work_dir / d / "adapter")) if retrain else base.encoders.adapter
         queries = domain_queries(held, n_attr, n_words, brand_fn)
         entry: dict[str, Any] = {"products": len(held), "queries": len(queries), "adapter": adapter}
-        encoder = build_encoder(base.model_copy(update={"adapter": adapter}))
+        encoder = build_encoder(base.updated(**{"adapter": adapter}))
         for label, with_photos in (("photos", True), ("text_only", False)):
-            settings = base.model_copy(update={"adapter": adapter, "data_dir": work_dir / d / label})
+            settings = base.updated(**{"adapter": adapter, "data_dir": work_dir / d / label})
             engine = Engine(settings, encoder)
             try:
                 _ingest(engine, held, photo if with_photos else None)

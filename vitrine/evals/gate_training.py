@@ -139,7 +139,7 @@ def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int =
     train, val, info = catalogue_pairs(engine, seed=seed)
     towers = engine.encoder.towers
     cfg: dict[str, Any] = {"image_dim": towers.image_dim, "text_dim": towers.text_dim, "dim": dim,
-                           "hidden": hidden, "towers_key": towers.key, "model": engine.settings.model,
+                           "hidden": hidden, "towers_key": towers.key, "model": engine.settings.encoders.model,
                            "name": f"{kind}-{Path(engine.data_dir).name}"}
     cfg |= overrides or {}
     adapter = create_adapter(kind, **cfg)

@@ -231,7 +231,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     fit, ho = pools.subset(fit_rows), pools.subset(ho_rows)
     floor_w = weights_vec(calibration.FLOOR_WEIGHTS)
     shared_w = weights_vec({"vector": 1.0})
-    configured = weights_vec(engine.settings.fusion_weights)
+    configured = weights_vec(engine.settings.search.fusion_weights)
     active = usable_signals(fit)
     cands = [coordinate_descent(fit, floor_w, active=active),
              coordinate_descent(fit, shared_w, active=active),
@@ -252,7 +252,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
                                   catalogue=version, model_key=engine.model_key, source="tuned",
                                   created=time.time())
     slots: dict[str, Any] = {"tested": False}
-    if engine.understanding is not None and engine.settings.intent_slot_filters and slot_queries:
+    if engine.understanding is not None and engine.settings.intent.intent_slot_filters and slot_queries:
         sq = slot_sample(queries, ho_rows, slot_queries)
         engine.set_calibration(cal)
         try:

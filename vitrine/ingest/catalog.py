@@ -190,7 +190,7 @@ def ingest_records(
 ) -> UpsertReport:
     """Resolve photos (in threads) and upsert in batches; returns the merged report."""
     s = engine.settings
-    resolver = PhotoResolver(root, max_bytes=s.max_image_bytes, timeout_s=s.fetch_timeout_s)
+    resolver = PhotoResolver(root, max_bytes=s.encoders.max_image_bytes, timeout_s=s.ingest.fetch_timeout_s)
     report = UpsertReport()
     bar = progress_bar(total=total, desc="ingest", unit="product", enabled=progress)
     batch: list[Parsed] = []

@@ -55,7 +55,7 @@ from vitrine.search import fallback
 from vitrine.search import swap as hotswap
 from vitrine.search import storefront
 from vitrine.search.concurrency import reads_state
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, filter_values: re-exported
     FILTER_FIELDS,
     INDEX_FIELDS,
@@ -95,23 +95,25 @@ class Engine:
     def __init__(self, settings: Settings, encoder: MultimodalEncoder) -> None:
         self.settings = settings
         self.encoder = encoder
-        self.data_dir = Path(settings.data_dir)
+        self.data_dir = Path(settings.storage.data_dir)
         # the index state below the engine: stores, indexes, change sequence, locks (vitrine/search/state.py)
-        self.index = IndexState(settings, dim=encoder.dim, towers_key=encoder.towers.key,
+        self.index = IndexState(settings.storage, settings.index, dim=encoder.dim, towers_key=encoder.towers.key,
                                 text_dim=encoder.towers.text_dim, model_key=encoder.model_key,
                                 text_features=lambda texts: self.encoder.text_features(texts))
         self.swaps: list[dict[str, Any]] = []  # hot swaps tried by this process (newest last)
-        self.model_spec = hotswap.ModelSpec(settings.model, settings.adapter, settings.pretrained)
+        enc = settings.encoders
+        self.model_spec = hotswap.ModelSpec(enc.model, enc.adapter, enc.pretrained)
         # the query fast path (micro-batched, cached query embeddings); built on first use
-        self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.query_cache_size)
+        self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.encoders.query_cache_size)
         self._query_encoder: QueryEncoder | None = None
         self._query_encoder_lock = threading.Lock()
-        MemoryBM25.typo_tolerance = settings.typo_tolerance  # one engine per process sets it
-        recovery.open_indexes(self.index, (lambda: self.reembed(progress=True)) if settings.reembed_on_open else None)
+        MemoryBM25.typo_tolerance = settings.index.typo_tolerance  # one engine per process sets it
+        reembed = (lambda: self.reembed(progress=True)) if settings.index.reembed_on_open else None
+        recovery.open_indexes(self.index, reembed)
         self._calibration: calibration.Calibration | None = None
         self._calibration_seq = -1
         # query intent + slots (vitrine/intent), loaded here, never at import
-        self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent else None
+        self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent.intent else None
 
     # -- the index state's parts (owned by self.index) -----------------------------------------
     @property
@@ -173,21 +175,22 @@ class Engine:
         artifacts fail their checksums the configured model serves instead, and says so."""
         notes: list[str] = []
         if encoder is None:
-            active = hotswap.read_active_model(Path(settings.data_dir) / "index") if settings.follow_swap else None
+            active = hotswap.read_active_model(Path(settings.storage.data_dir) / "index") \
+                if settings.swap.follow_swap else None
             if active and (active["model"], active["adapter"], active.get("pretrained")) != \
-                    (settings.model, settings.adapter, settings.pretrained):
-                swapped = settings.model_copy(update={
+                    (settings.encoders.model, settings.encoders.adapter, settings.encoders.pretrained):
+                swapped = settings.updated(**{
                     "model": active["model"], "adapter": active["adapter"], "pretrained": active.get("pretrained"),
-                    "index_factory": active.get("index_factory") or settings.index_factory})
+                    "index_factory": active.get("index_factory") or settings.index.index_factory})
                 try:
                     encoder = build_encoder(swapped)
                     log.warning("serving adapter %s / towers %s, activated by a hot swap (configured: %s / %s; "
                                 "VITRINE_FOLLOW_SWAP=false serves the configured one)", active["adapter"],
-                                active["model"], settings.adapter, settings.model)
+                                active["model"], settings.encoders.adapter, settings.encoders.model)
                     settings = swapped
                 except VitrineError as e:
                     notes.append(f"the hot-swapped model {active['adapter']} is unusable ({e}); "
-                                 f"serving the configured {settings.adapter}")
+                                 f"serving the configured {settings.encoders.adapter}")
                     log.error("%s", notes[-1])
             if encoder is None:
                 encoder = build_encoder(settings)
@@ -205,8 +208,8 @@ class Engine:
         cal = self._calibration
         if cal is None or seq != self._calibration_seq:
             s = self.settings
-            cal = calibration.floor("settings: calibration=floor") if s.calibration == "floor" else \
-                calibration.load(self.data_dir, self.records, self.store_id, self.model_key, s.tune_max_drift)
+            cal = calibration.floor("settings: calibration=floor") if s.search.calibration == "floor" else \
+                calibration.load(self.data_dir, self.records, self.store_id, self.model_key, s.search.tune_max_drift)
             self._calibration, self._calibration_seq = cal, seq
         return cal
 
@@ -214,7 +217,7 @@ class Engine:
         """Whether the intent classifier's slots filter results: configured on, and (unless
         calibration is off) found useful on this catalogue by `vitrine tune`."""
         s = self.settings
-        return s.intent_slot_filters and (s.calibration == "off" or self.calibration.slot_filters)
+        return s.intent.intent_slot_filters and (s.search.calibration == "off" or self.calibration.slot_filters)
 
     def set_calibration(self, cal: calibration.Calibration) -> None:
         """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
@@ -345,7 +348,7 @@ class Engine:
         """SHA-256 of every model artifact serving this engine (towers, adapter, intent)."""
         try:
             return hotswap.model_artifacts(self.model_spec, self.encoder,
-                                           self.settings.intent_model if self.settings.intent else None)
+                                           self.settings.intent.intent_model if self.settings.intent.intent else None)
         except (OSError, ValueError, VitrineError) as e:
             return {"error": str(e)}
 
@@ -408,9 +411,9 @@ class Engine:
             if qe is None or qe.encoder is not self.encoder:
                 s = self.settings
                 new = QueryEncoder(
-                    self.encoder, cache=self._query_cache, max_batch=s.query_batch_max,
-                    max_wait_ms=s.query_batch_wait_ms, text_precision=s.query_text_precision,
-                    threads=s.query_threads, runtime=s.query_runtime, onnx_dir=s.cache_dir,
+                    self.encoder, cache=self._query_cache, max_batch=s.encoders.query_batch_max,
+                    max_wait_ms=s.encoders.query_batch_wait_ms, text_precision=s.encoders.query_text_precision,
+                    threads=s.encoders.query_threads, runtime=s.encoders.query_runtime, onnx_dir=s.storage.cache_dir,
                 )
                 if qe is not None:
                     qe.close()
@@ -427,12 +430,12 @@ class Engine:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters."""
         t0 = time.perf_counter()
         s = self.settings
-        if req.k > s.max_k:
-            raise InvalidInput(f"k must be between 1 and {s.max_k}")
-        depth = storefront.pool_depth(s, req)  # the same pool for every page (vitrine/search/storefront.py)
+        if req.k > s.search.max_k:
+            raise InvalidInput(f"k must be between 1 and {s.search.max_k}")
+        depth = storefront.pool_depth(s.search, req)  # the same pool for every page (vitrine/search/storefront.py)
         text = " ".join((req.text or "").split()) or None
-        if text and len(text) > s.max_text_chars:
-            text = text[: s.max_text_chars]
+        if text and len(text) > s.search.max_text_chars:
+            text = text[: s.search.max_text_chars]
         if image is None and req.image_b64:
             image = decode_b64(req.image_b64)
         if not text and image is None:
@@ -527,14 +530,14 @@ class Engine:
         (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
         if not qv:
             return fallback.lexical_rank(self, qv, text, depth, allowed)
-        if not text or self.settings.fusion == "off" or not self.settings.fusion_signals:
+        if not text or self.settings.search.fusion == "off" or not self.settings.search.fusion_signals:
             return fusion.rank(self, qv, text, k, allowed, depth=depth)
         try:
             return fusion.rank(self, qv, text, k, allowed, depth=depth,
-                               deadline=time.perf_counter() + self.settings.fusion_timeout_ms / 1000)
+                               deadline=time.perf_counter() + self.settings.search.fusion_timeout_ms / 1000)
         except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
             log.warning("hybrid fusion skipped for this search: %s", e)
-            if set(qv) == {"text"} and self.settings.calibration != "off":
+            if set(qv) == {"text"} and self.settings.search.calibration != "off":
                 try:  # a text query falls back to the floor, not below it
                     nq = native.query_vector(self, text)  # type: ignore[arg-type]
                     if nq is not None:
@@ -550,15 +553,15 @@ class Engine:
     def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:
         """The photo's weight for a photo + words query: the aligner's per-query choice
         (``query_mix="gate"``, the MoE's modality gate) or the fixed ``query_image_weight``."""
-        if self.settings.query_mix != "gate":
-            return self.settings.query_image_weight
-        return self.encoder.query_photo_weight(qv["image"], qv["text"], self.settings.query_image_weight)
+        if self.settings.search.query_mix != "gate":
+            return self.settings.search.query_image_weight
+        return self.encoder.query_photo_weight(qv["image"], qv["text"], self.settings.search.query_image_weight)
 
     def rank_vectors(self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None) -> Ranked:
         """Vector ranking. Text searches the fused product vectors, a photo searches photo
         vectors; with both, candidates of each are re-scored by the weighted sum."""
         return self.index.rank(qv, k, allowed, image_weight=self.query_image_weight(qv) if len(qv) > 1 else 0.0,
-                               multiplier=self.settings.candidate_multiplier)
+                               multiplier=self.settings.search.candidate_multiplier)
 
 
     # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
@@ -593,10 +596,12 @@ class Engine:
         clf = self.understanding.classifier if self.understanding is not None else None
         return {
             "products": len(self), "with_photo": len(self.vectors["image"]), "seq": self.records.seq,
-            "model": self.model_key, "adapter": self.settings.adapter, "index": self.settings.index_factory,
+            "model": self.model_key, "adapter": self.settings.encoders.adapter,
+            "index": self.settings.index.index_factory,
             "data_dir": str(self.data_dir),
             # the intent classifier serving: its ensemble members and runtime (None: intent off or unavailable)
-            "intent": {"model": self.settings.intent_model, "members": 1 + len(clf.members), "runtime": clf.runtime}
+            "intent": {"model": self.settings.intent.intent_model, "members": 1 + len(clf.members),
+                       "runtime": clf.runtime}
             if clf is not None else None,
         }
 
@@ -639,7 +644,7 @@ class Engine:
             with self.index.lock.write():
                 self.encoder, self.model_spec = cand.encoder, cand.spec
                 self.index.swap_in(cand.vectors, cand.model_key, cand.seq)
-                self.settings.index_factory = cand.factory
+                self.settings.index.index_factory = cand.factory
         try:
             self.save()
         except (StorageError, OSError) as e:  # the switch stands; the records still hold every change
@@ -663,20 +668,20 @@ def build_encoder(settings: Settings) -> MultimodalEncoder:
     """The encoder named by settings (towers + adapter), with the shared feature cache."""
     import torch
 
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
-    if settings.search_threads:
+    if settings.encoders.torch_threads:
+        torch.set_num_threads(settings.encoders.torch_threads)
+    if settings.index.search_threads:
         from vitrine.index.vectors import set_search_threads  # noqa: PLC0415
 
-        set_search_threads(settings.search_threads)
+        set_search_threads(settings.index.search_threads)
     return MultimodalEncoder.create(
-        settings.model,
-        settings.adapter if settings.adapter != "none" else None,
-        pretrained=settings.pretrained,
-        device=settings.device,
-        image_size=settings.image_size,
-        cache_path=settings.feature_cache_path,
-        batch_size=settings.encode_batch_size,
-        max_image_bytes=settings.max_image_bytes,
-        max_image_pixels=settings.max_image_pixels,
+        settings.encoders.model,
+        settings.encoders.adapter if settings.encoders.adapter != "none" else None,
+        pretrained=settings.encoders.pretrained,
+        device=settings.encoders.device,
+        image_size=settings.encoders.image_size,
+        cache_path=settings.storage.feature_cache_path,
+        batch_size=settings.encoders.encode_batch_size,
+        max_image_bytes=settings.encoders.max_image_bytes,
+        max_image_pixels=settings.encoders.max_image_pixels,
     )

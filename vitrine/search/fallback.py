@@ -41,7 +41,7 @@ Ranked = list[tuple[int, float, dict[str, float]]]
 def query_vectors(engine: "Engine", text: str | None, image: bytes | None,
                   text_vector: Future[np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """The query's shared-space vectors and the degraded components (``["gate"]`` or none)."""
-    budget_s = engine.settings.gate_timeout_ms / 1000
+    budget_s = engine.settings.search.gate_timeout_ms / 1000
     try:
         return engine.query_vectors(text, image, text_vector, timeout_s=budget_s), []
     except InvalidInput:

@@ -250,8 +250,8 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     from ``k``). ``deadline`` is checked before each stage (a running stage is not interrupted):
     past it, TimeoutError."""
     s = engine.settings
-    signals = set(s.fusion_signals if signals is None else signals)
-    n = depth if depth is not None else max(s.fusion_candidates, k * s.candidate_multiplier)
+    signals = set(s.search.fusion_signals if signals is None else signals)
+    n = depth if depth is not None else max(s.search.fusion_candidates, k * s.search.candidate_multiplier)
     _in_time(deadline)
     found = [_vector_ids(engine, qv, n, allowed)]
     if native_q is not None and (allowed is None or len(allowed)):
@@ -417,7 +417,7 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
     each retriever's top ``depth`` and return the whole pool's ranking, not only the top ``k``."""
     s = engine.settings
     weights, nq, degraded = text_weights(engine, qv, text)
-    if not text or s.fusion == "off" or (weights is None and not s.fusion_signals):
+    if not text or s.search.fusion == "off" or (weights is None and not s.search.fusion_signals):
         scored = engine.rank_vectors(dict(qv), depth or k, allowed)
         return scored, {i: sc for i, sc, _ in scored}, degraded, QueryTerms()
     if allowed is not None and len(allowed) == 0:
@@ -426,10 +426,10 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
         return native_rank(engine, nq, depth or k, allowed)  # the floor: the text tower's own cosine ranking
     pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, depth=depth, native_q=nq)
     pool.degraded = degraded + pool.degraded
-    method = "weighted" if weights is not None else s.fusion
+    method = "weighted" if weights is not None else s.search.fusion
     if weights is None:
-        weights = s.rrf_weights if s.fusion == "rrf" else s.fusion_weights
-    ranked = fuse(pool, method, weights=weights, rrf_k=s.rrf_k, limit=None if depth else k)
+        weights = s.search.rrf_weights if s.search.fusion == "rrf" else s.search.fusion_weights
+    ranked = fuse(pool, method, weights=weights, rrf_k=s.search.rrf_k, limit=None if depth else k)
     rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted
     out: Ranked = [(iid, score, {**pool.vector_parts(r), **contrib}) for r, (iid, score, contrib) in zip(rows, ranked)]
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms
@@ -440,7 +440,7 @@ def text_weights(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | Non
     """For a text-only query under a calibration: (its weighted-fusion weights, the query's
     native vector, []); otherwise (None: the configured weights, None, degraded components).
     When the native vector cannot be had, the configured weights (``degraded: native``)."""
-    if not text or set(qv) != {"text"} or engine.settings.calibration == "off":
+    if not text or set(qv) != {"text"} or engine.settings.search.calibration == "off":
         return None, None, []
     try:
         nq = native_space.query_vector(engine, text)

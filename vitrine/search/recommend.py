@@ -95,8 +95,8 @@ def recommend(engine: "Engine", pid: str, kind: str = "similar", k: int = 10) ->
     t0 = time.perf_counter()
     if kind not in KINDS:
         raise InvalidInput(f"kind must be one of {list(KINDS)}, got {kind!r}")
-    if not isinstance(k, int) or not 1 <= k <= engine.settings.max_k:
-        raise InvalidInput(f"k must be between 1 and {engine.settings.max_k}")
+    if not isinstance(k, int) or not 1 <= k <= engine.settings.search.max_k:
+        raise InvalidInput(f"k must be between 1 and {engine.settings.search.max_k}")
     row = engine.records.get(pid)
     if row is None:
         raise NotFound("product", pid)
@@ -142,7 +142,7 @@ def _similar(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: ProductF
     cand = np.array([i for i, _ in pairs], dtype=np.int64)
     sims = np.array([s for _, s in pairs], dtype=np.float32)
     vecs = fused.get(cand)
-    picked = mmr(sims, vecs, k, engine.settings.mmr_lambda)
+    picked = mmr(sims, vecs, k, engine.settings.search.mmr_lambda)
     rows = engine.records.get_by_iids([int(cand[j]) for j, _ in picked])
     out = []
     for j, m in picked:

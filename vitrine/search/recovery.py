@@ -27,7 +27,7 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) ->
     """Load ``state``'s indexes (see the module docstring); ``reembed`` re-embeds the products
     another model embedded (None: only warn about them). Returns and keeps the recovery report."""
     t0 = time.time()
-    records, s = state.records, state.settings
+    records, s = state.records, state.options
     rec: dict[str, Any] = {"records_seq": records.seq, "snapshot": None, "snapshot_seq": None,
                            "refused": [], "skipped": [], "partial": [p.name for p in state.snapshots.partials()]}
     loaded: Snapshot | None = None
@@ -74,7 +74,7 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) ->
 def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, bool]:
     """Load one snapshot version into ``state``. Returns (why not, whether that is damage rather
     than a different model or index, whether its graph was loaded)."""
-    s = state.settings
+    s = state.options
     m = snap.manifest
     if m is None:
         return snap.error or "no manifest", True, False

@@ -39,7 +39,7 @@ from vitrine.index.vectors import VectorIndex
 from vitrine.search import native
 from vitrine.search.concurrency import StateLock
 from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut
-from vitrine.search.settings import Settings
+from vitrine.settings import IndexSettings, StorageSettings
 
 log = logging.getLogger(__name__)
 
@@ -88,27 +88,27 @@ class IndexState:
     ``text_features`` embeds texts with the serving text tower (the native space of rows that
     came without a native vector, and the taxonomy mapper's category vectors)."""
 
-    def __init__(self, settings: Settings, *, dim: int, towers_key: str, text_dim: int, model_key: str,
-                 text_features: TextFeatures) -> None:
-        self.settings = settings
+    def __init__(self, storage: StorageSettings, options: IndexSettings, *, dim: int, towers_key: str,
+                 text_dim: int, model_key: str, text_features: TextFeatures) -> None:
+        self.storage, self.options = storage, options  # the settings' storage and index sections
         self.dim, self.towers_key, self.text_dim = dim, towers_key, text_dim
         self.model_key = model_key
         self.text_features = text_features
-        self.data_dir = Path(settings.data_dir)
-        # SQLite in the data dir, or a shared PostgreSQL (settings.store; vitrine/index/store.py)
-        self.records, self.images = open_stores(settings.store, self.data_dir)
+        self.data_dir = Path(storage.data_dir)
+        # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
+        self.records, self.images = open_stores(storage.store, self.data_dir)
         self.filters = FilterIndex(FILTER_FIELDS)
-        self.graph_data = GraphData.load(settings.graph_dir, settings.taxonomy_file)
+        self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
             self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, text_features, towers_key,
-            settings.taxonomy_vectors_file, settings.taxonomy_map_threshold)
+            options.taxonomy_vectors_file, options.taxonomy_map_threshold)
         self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
         self.vectors: dict[str, VectorIndex] = {}
         self.native = self.new_native()  # the text tower's own space (vitrine/search/native.py)
         self.write_lock = threading.Lock()
         self.lock = StateLock()  # searches read together; the visible step of a write is exclusive
-        self.snapshots = SnapshotStore(self.data_dir / "index", keep=settings.snapshot_keep)
+        self.snapshots = SnapshotStore(self.data_dir / "index", keep=storage.snapshot_keep)
         self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
         self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
         self.store_id = self._store_identity()
@@ -118,18 +118,18 @@ class IndexState:
     # -- construction ------------------------------------------------------------------------------
     def new_index(self, field: str = "fused") -> VectorIndex:
         """An empty vector index of the shared space, as configured."""
-        s = self.settings
+        s, store = self.options, self.storage.store
         if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
-            if not s.store:
+            if not store:
                 raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
             from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
 
-            return PgVectorIndex(s.store, field, self.dim, ef_search=s.ef_search)  # type: ignore[return-value]
+            return PgVectorIndex(store, field, self.dim, ef_search=s.ef_search)  # type: ignore[return-value]
         return VectorIndex(self.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
     def new_native(self) -> native.NativeSpace:
         """An empty native text space for the serving text tower."""
-        s = self.settings
+        s = self.options
         return native.NativeSpace(self.text_dim, self.towers_key, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
     def _store_identity(self) -> str:
@@ -318,20 +318,20 @@ class IndexState:
         naming the ``model`` and its ``artifacts``. Returns False if nothing changed since the
         last one."""
         with self.write_lock:
-            if (not self._dirty and self.snapshot_version is not None) or self.settings.vector_backend != "faiss":
+            if (not self._dirty and self.snapshot_version is not None) or self.options.vector_backend != "faiss":
                 return False
             with self.snapshots.publish() as pub:
                 files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
                 files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
                 files[native.FILE] = self.native.save(pub.dir)
                 snap = pub.commit({
-                    "seq": self._seq, "model_key": self.model_key, "factory": self.settings.index_factory,
+                    "seq": self._seq, "model_key": self.model_key, "factory": self.options.index_factory,
                     "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
                     "graph_fingerprint": self.graph_data.fingerprint, "model": model,
                     "native_towers": self.native.towers_key,
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
-                    "records": {"file": self.records.location if self.settings.store else "records.sqlite",
+                    "records": {"file": self.records.location if self.storage.store else "records.sqlite",
                                 "seq": self._seq, "store_id": self.store_id,
                                 "schema": SCHEMA_VERSION},
                     "artifacts": artifacts(),

@@ -36,7 +36,7 @@ from vitrine.search.models import FacetValue, SearchRequest, Span
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.search.engine import Engine
-    from vitrine.search.settings import Settings
+    from vitrine.settings import SearchSettings
 
 Ranked = list[tuple[int, float, dict[str, float]]]
 _FIELD_WORD = re.compile(r"\w+", re.UNICODE)
@@ -58,11 +58,12 @@ class Arranged:
                 "sort": req.sort, "facets": self.facets}
 
 
-def pool_depth(settings: "Settings", req: SearchRequest) -> int:
-    """How many candidates to rank: the same for every page of a query at one page size."""
-    if req.offset + req.k > settings.max_k:
-        raise InvalidInput(f"offset + k must be at most {settings.max_k} (max_k): offset {req.offset}, k {req.k}")
-    return max(settings.fusion_candidates, settings.max_k, req.k * settings.candidate_multiplier)
+def pool_depth(s: "SearchSettings", req: SearchRequest) -> int:
+    """How many candidates to rank (``s``: the search settings): the same for every page of a
+    query at one page size."""
+    if req.offset + req.k > s.max_k:
+        raise InvalidInput(f"offset + k must be at most {s.max_k} (max_k): offset {req.offset}, k {req.k}")
+    return max(s.fusion_candidates, s.max_k, req.k * s.candidate_multiplier)
 
 
 def above_floor(ranked: Ranked, fraction: float) -> int:
@@ -82,7 +83,7 @@ def arrange(engine: "Engine", req: SearchRequest, ranked: Ranked, *, exhaustive:
     """The page ``req`` asks for from the relevance ranking ``ranked`` (the whole pool), sorted as
     asked, with facet counts over the matching products. ``exhaustive``: the pool held every
     product within the filters (so the total is exact)."""
-    n_match = above_floor(ranked, engine.settings.relevance_floor)
+    n_match = above_floor(ranked, engine.settings.search.relevance_floor)
     matching = ranked[:n_match]
     if req.sort == "relevance":
         ordered = ranked

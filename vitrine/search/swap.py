@@ -211,9 +211,9 @@ def _build_encoder(engine: "Engine", spec: ModelSpec, adapter_sha256: str | None
 
     adapter_obj = load_adapter(spec.adapter, expected_sha256=adapter_sha256) if spec.adapter != "none" else None
     return MultimodalEncoder.create(
-        spec.model, adapter_obj, pretrained=spec.pretrained, device=s.device, image_size=s.image_size,
-        cache_path=s.feature_cache_path, batch_size=s.encode_batch_size,
-        max_image_bytes=s.max_image_bytes, max_image_pixels=s.max_image_pixels,
+        spec.model, adapter_obj, pretrained=spec.pretrained, device=s.encoders.device, image_size=s.encoders.image_size,
+        cache_path=s.storage.feature_cache_path, batch_size=s.encoders.encode_batch_size,
+        max_image_bytes=s.encoders.max_image_bytes, max_image_pixels=s.encoders.max_image_pixels,
     )
 
 
@@ -294,25 +294,25 @@ def build_candidate(engine: "Engine", req: SwapRequest, *, progress: bool = Fals
         spec_d = m.get("model") or {}
         spec = ModelSpec(req.model or spec_d.get("model") or live.model, req.adapter or spec_d.get("adapter") or live.adapter,
                          req.pretrained or spec_d.get("pretrained") or live.pretrained)
-        factory = str(m.get("factory") or s.index_factory)
+        factory = str(m.get("factory") or s.index.index_factory)
         if req.index_factory and req.index_factory != factory:
             raise InvalidInput(f"snapshot {snap.name} holds a {factory} index; do not also ask for {req.index_factory}")
     else:
         spec = ModelSpec(req.model or live.model, req.adapter or live.adapter,
                          req.pretrained if req.pretrained is not None else live.pretrained)
-        factory = req.index_factory or s.index_factory
+        factory = req.index_factory or s.index.index_factory
     VectorIndex(8, factory)  # refuses an unsupported factory string up front (InvalidInput)
     same_model = spec == live and not req.adapter_sha256
     encoder = engine.encoder if same_model else _build_encoder(engine, spec, req.adapter_sha256)
     model_key = engine.model_key if encoder is engine.encoder else encoder.model_key
-    artifacts = model_artifacts(spec, encoder, s.intent_model if s.intent else None)
+    artifacts = model_artifacts(spec, encoder, s.intent.intent_model if s.intent.intent else None)
     bad = verify_artifacts(artifacts)
     if bad:
         raise ModelError("artifact checksum mismatch: " + "; ".join(bad))
     seq0 = engine.records.seq
     source = f"snapshot {snap.name}" if snap else ("model" if model_key != engine.model_key else "index")
     cand = Candidate(encoder, model_key, spec, factory, {}, seq0, source, artifacts, snapshot=snap.name if snap else None)
-    new = lambda: VectorIndex(encoder.dim, factory, nprobe=s.nprobe, ef_search=s.ef_search)  # noqa: E731
+    new = lambda: VectorIndex(encoder.dim, factory, nprobe=s.index.nprobe, ef_search=s.index.ef_search)  # noqa: E731
     if snap is not None:
         m = snap.manifest or {}
         if m.get("model_key") != model_key:
@@ -324,7 +324,7 @@ def build_candidate(engine: "Engine", req: SwapRequest, *, progress: bool = Fals
         if int(m.get("seq", 0)) > engine.records.seq:
             raise StorageError(f"snapshot {snap.name} is ahead of the record store")
         cand.vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
-                                            nprobe=s.nprobe, ef_search=s.ef_search) for f in INDEX_FIELDS}
+                                            nprobe=s.index.nprobe, ef_search=s.index.ef_search) for f in INDEX_FIELDS}
         cand.seq = int(m.get("seq", 0))
         catch_up(engine, cand, progress=progress)
         return cand
@@ -381,7 +381,7 @@ def canary_set(engine: "Engine") -> Canary:
     """A fixed sample of the catalogue (by hash of id): titles and photos as queries."""
     s = engine.settings
     rows = sorted(engine.records.iter_rows(with_vectors=False),
-                  key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: s.canary_size]
+                  key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: s.swap.canary_size]
     c = Canary([], [], [], [])
     for r in rows:
         title = (r.doc or {}).get("title")
@@ -393,16 +393,16 @@ def canary_set(engine: "Engine") -> Canary:
             if data:
                 c.photos.append(data)
                 c.photo_iids.append(int(r.iid))  # type: ignore[arg-type]
-    if s.canary_queries:
+    if s.swap.canary_queries:
         try:
-            for line in Path(s.canary_queries).read_text(encoding="utf-8").splitlines():
+            for line in Path(s.swap.canary_queries).read_text(encoding="utf-8").splitlines():
                 if line.strip():
                     t = json.loads(line).get("text")
                     if t:
-                        c.texts.append(str(t)[: s.max_text_chars])
+                        c.texts.append(str(t)[: s.search.max_text_chars])
                         c.text_iids.append(None)
         except (OSError, ValueError, AttributeError) as e:
-            raise InvalidInput(f"canary_queries {s.canary_queries}: {e}") from e
+            raise InvalidInput(f"canary_queries {s.swap.canary_queries}: {e}") from e
     return c
 
 
@@ -425,7 +425,7 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str, Any]]:
     s = engine.settings
-    k = s.canary_k
+    k = s.swap.canary_k
     c = canary_set(engine)
     same = cand.model_key == engine.model_key
     checks: list[Check] = []
@@ -454,7 +454,7 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
     # overlap@k
     overlaps = [len(set(a) & set(b)) / max(1, min(k, len(a))) for a, b in zip(live_res["all"], cand_res["all"]) if a]
     ov = float(np.mean(overlaps)) if overlaps else 1.0
-    min_ov = s.swap_min_overlap if same else s.swap_model_min_overlap
+    min_ov = s.swap.swap_min_overlap if same else s.swap.swap_model_min_overlap
     checks.append(Check(name="overlap", passed=ov >= min_ov, value=round(ov, 4), threshold=min_ov,
                         detail=f"mean overlap@{k} of candidate and live results over {len(overlaps)} canary queries"))
     # agreement
@@ -466,7 +466,7 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
                 lv = engine.vectors["fused"].get(pids)
             cos += [float(x) for x in np.sum(lv * cand.vectors["fused"].get(pids), axis=1)]
         ag = float(np.mean(cos)) if cos else 1.0
-        min_ag = s.swap_min_agreement
+        min_ag = s.swap.swap_min_agreement
         detail = "mean cosine of candidate and live embeddings (canary queries and products)"
     else:
         rhos = []
@@ -484,14 +484,14 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
                 b = cand.vectors[field].get(probes) @ cq
                 rhos.append(_spearman(a, b))
         ag = float(np.mean(rhos)) if rhos else 1.0
-        min_ag = s.swap_model_min_agreement
+        min_ag = s.swap.swap_model_min_agreement
         detail = "mean Spearman correlation of live and candidate similarities from each canary query to the probes"
     checks.append(Check(name="agreement", passed=ag >= min_ag, value=round(ag, 4), threshold=min_ag, detail=detail))
     # known-item recall@k
     lr, cr = _recall(live_res, c), _recall(cand_res, c)
     drop = lr - cr
-    checks.append(Check(name="recall", passed=drop <= s.swap_max_recall_drop, value=round(cr, 4),
-                        threshold=round(lr - s.swap_max_recall_drop, 4),
+    checks.append(Check(name="recall", passed=drop <= s.swap.swap_max_recall_drop, value=round(cr, 4),
+                        threshold=round(lr - s.swap.swap_max_recall_drop, 4),
                         detail=f"known-item recall@{k} (title -> photo): candidate {cr:.3f}, live {lr:.3f}"))
     info = {"text_queries": len(c.texts), "photo_queries": len(c.photos), "k": k, "same_model": same,
             "live_recall": round(lr, 4), "candidate_recall": round(cr, 4)}
@@ -529,7 +529,8 @@ def swap(engine: "Engine", req: SwapRequest, *, progress: bool = False) -> SwapR
     (with the report) when the candidate cannot be built or fails a check; the live version then
     keeps serving, untouched."""
     t0 = time.perf_counter()
-    live = {"model_key": engine.model_key, **engine.model_spec.as_dict(), "index_factory": engine.settings.index_factory,
+    live = {"model_key": engine.model_key, **engine.model_spec.as_dict(),
+            "index_factory": engine.settings.index.index_factory,
             "products": len(engine), "snapshot": engine.snapshot_version}
     report = SwapReport(accepted=False, dry_run=req.dry_run, reason="", live=live)
     if not _swap_lock.acquire(blocking=False):

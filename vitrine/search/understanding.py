@@ -33,7 +33,7 @@ import numpy as np
 from vitrine.encoders.batching import MicroBatcher
 from vitrine.errors import VitrineError
 from vitrine.search.models import AfterSalesAnswer, Filters, IntentOut, SearchRequest, SearchResponse
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 
 if TYPE_CHECKING:
     from vitrine.intent.classifier import IntentClassifier, IntentResult
@@ -112,9 +112,9 @@ class QueryUnderstanding:
         self._vocab_at = 0.0
         self._lock = threading.Lock()
         try:
-            self.classifier = _load_classifier(settings.intent_model, str(settings.cache_dir / "intent"),
-                                               settings.intent_min_confidence, settings.query_runtime,
-                                               settings.intent_threads, settings.intent_members)
+            self.classifier = _load_classifier(settings.intent.intent_model, str(settings.storage.cache_dir / "intent"),
+                                               settings.intent.intent_min_confidence, settings.encoders.query_runtime,
+                                               settings.intent.intent_threads, settings.intent.intent_members)
         except (VitrineError, ImportError, OSError, RuntimeError, ValueError) as e:
             self.error = str(e)
             log.error("intent classifier unavailable (%s); searches run without intent", e)
@@ -145,14 +145,14 @@ class QueryUnderstanding:
 
         now = time.monotonic()
         current = self._extractor
-        refresh_s = self.settings.intent_vocab_refresh_s
+        refresh_s = self.settings.intent.intent_vocab_refresh_s
         if current is not None and now - self._vocab_at < refresh_s:
             return current  # fresh enough
         # the store's change number as of at most a second ago: no SQLite query per search
         key = (self.engine.records.recent_seq(min(1.0, refresh_s)), len(self.engine))
         with self._lock:
             stale = self._extractor is None or (key != self._vocab_key and
-                                                now - self._vocab_at >= self.settings.intent_vocab_refresh_s)
+                                                now - self._vocab_at >= self.settings.intent.intent_vocab_refresh_s)
             if stale:
                 self._extractor = SlotExtractor(self.vocabulary())
                 self._vocab_key, self._vocab_at = key, now
@@ -162,12 +162,13 @@ class QueryUnderstanding:
     def classify(self, text: str) -> "IntentResult":
         if self.classifier is None:
             raise RuntimeError(self.error or "no intent classifier")
-        fut = _batcher(self.classifier, self.settings.intent_threads, self.settings.query_batch_max).submit(text)
+        fut = _batcher(self.classifier, self.settings.intent.intent_threads,
+                       self.settings.encoders.query_batch_max).submit(text)
         try:
-            return fut.result(timeout=self.settings.intent_timeout_ms / 1000)
+            return fut.result(timeout=self.settings.intent.intent_timeout_ms / 1000)
         except FutureTimeout as e:
             fut.cancel()
-            raise TimeoutError(f"intent classifier took over {self.settings.intent_timeout_ms:g} ms") from e
+            raise TimeoutError(f"intent classifier took over {self.settings.intent.intent_timeout_ms:g} ms") from e
 
 
 @dataclass
@@ -216,7 +217,7 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
     """Classify ``text`` and turn its slots into filters; never raises (a failure degrades)."""
     p = Plan(filters=req.filters)
     qu: QueryUnderstanding | None = getattr(engine, "understanding", None)
-    if not text or not req.use_intent or getattr(_local, "nested", False) or not engine.settings.intent:
+    if not text or not req.use_intent or getattr(_local, "nested", False) or not engine.settings.intent.intent:
         return p
     if qu is None or qu.classifier is None:
         p.degraded.append("intent")
@@ -241,7 +242,7 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
         p.answer = AfterSalesAnswer(**a.as_dict())
         # Only a sure after-sales query loses its products: under the answer-only bar the answer
         # comes with the ranking (a product phrase misread as after-sales still shows products).
-        p.answer_only = res.scores.get("after_sales", 0.0) >= engine.settings.intent_answer_only_confidence
+        p.answer_only = res.scores.get("after_sales", 0.0) >= engine.settings.intent.intent_answer_only_confidence
         if p.answer_only:
             return p
         p.notes["answer_with_products"] = True
@@ -350,7 +351,8 @@ def finish(engine: "Engine", req: SearchRequest, text: str | None, p: Plan, resp
         elif p.label == "recommend" and resp.results:
             kind = "complementary" if _COMPLEMENT_CUES.search(text) else "similar"
             try:
-                resp.recommendations = engine.recommend(resp.results[0].id, kind, min(req.k, engine.settings.max_k))
+                resp.recommendations = engine.recommend(resp.results[0].id, kind,
+                                                        min(req.k, engine.settings.search.max_k))
                 resp.query["recommend_kind"] = kind
             except (VitrineError, AttributeError) as e:
                 resp.query["intent_action"] = f"recommend unavailable: {e}"

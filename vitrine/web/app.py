@@ -21,7 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from vitrine import __version__
 from vitrine.search.engine import Engine
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 from vitrine.web.errors import ErrorBody, error_body, install_handlers  # noqa: F401 - re-exported
 from vitrine.web.guards import ContentTypeGuard, RequestTimeout
 from vitrine.web.lifecycle import lifespan_for
@@ -50,16 +50,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    app.add_middleware(RequestTimeout, limit_for=lambda path: settings.admin_timeout_s
-                       if path.startswith(("/admin/", f"{API_PREFIX}/admin/")) else settings.request_timeout_s)
+    app.add_middleware(RequestTimeout, limit_for=lambda path: settings.web.admin_timeout_s
+                       if path.startswith(("/admin/", f"{API_PREFIX}/admin/")) else settings.web.request_timeout_s)
     json_paths = ("/search", "/compare", "/products/", "/admin/")
     app.add_middleware(ContentTypeGuard, json_prefixes=(*json_paths, *(API_PREFIX + p for p in json_paths)),
                        multipart_paths=("/search/image", f"{API_PREFIX}/search/image"))
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+    if settings.web.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.web.cors_origins, allow_methods=["*"],
                            allow_headers=["*"])
     app.add_middleware(ObserveRequests, metrics=metrics)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=settings.web.max_body_bytes)
     install_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from vitrine.errors import Unauthorized
 from vitrine.search.engine import Engine
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 from vitrine.web.metrics import Metrics
 
 
@@ -35,7 +35,7 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 async def require_key(settings: SettingsDep, x_api_key: Annotated[str | None, Header()] = None) -> None:
     """Writes and admin actions: the configured key in ``X-API-Key`` (401 otherwise)."""
-    expected = settings.api_key.get_secret_value() if settings.api_key else None
+    expected = settings.web.api_key.get_secret_value() if settings.web.api_key else None
     if not expected:
         raise Unauthorized("writes are disabled: the server has no API key configured (VITRINE_API_KEY)")
     if not x_api_key or not hmac.compare_digest(x_api_key.encode(), expected.encode()):

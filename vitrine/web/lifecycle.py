@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from vitrine.errors import StorageError, VitrineError
 from vitrine.index.vectors import set_search_threads
 from vitrine.search.engine import Engine
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 from vitrine.web.memory import limit_heap_growth
 from vitrine.web.metrics import Metrics
 
@@ -29,12 +29,12 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
-        if own and settings.tune_malloc:
+        if own and settings.web.tune_malloc:
             limit_heap_growth()
         eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
         app.state.engine = eng
         if own:  # after the models loaded their libraries: the limits apply to loaded ones
-            set_search_threads(settings.search_threads or 1)
+            set_search_threads(settings.index.search_threads or 1)
         await asyncio.to_thread(eng.warm_up)  # the query fast path, BM25 and vocabularies: built before traffic
         if own if freeze_gc is None else freeze_gc:
             # Millions of long-lived objects (graph, vocabularies, model modules): a full collection
@@ -43,12 +43,12 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
             gc.collect()
             gc.freeze()
         metrics.bind_engine(eng)
-        app.state.search_slots = anyio.CapacityLimiter(settings.search_concurrency) \
-            if settings.search_concurrency else None
-        log.info("serving %d products from %s", len(eng), settings.data_dir)
-        snapshots = asyncio.create_task(_snapshot_loop(eng, settings.snapshot_interval_s)) \
-            if settings.snapshot_interval_s > 0 else None
-        follow_s = settings.follow_s or (0.5 if settings.store else 1.0 if settings.workers > 1 else 0.0)
+        app.state.search_slots = anyio.CapacityLimiter(settings.web.search_concurrency) \
+            if settings.web.search_concurrency else None
+        log.info("serving %d products from %s", len(eng), settings.storage.data_dir)
+        snapshots = asyncio.create_task(_snapshot_loop(eng, settings.web.snapshot_interval_s)) \
+            if settings.web.snapshot_interval_s > 0 else None
+        follow_s = settings.web.follow_s or (0.5 if settings.storage.store else 1.0 if settings.web.workers > 1 else 0.0)
         follower = asyncio.create_task(_follow_loop(eng, follow_s)) if follow_s > 0 else None
         try:
             yield

@@ -1,5 +1,6 @@
 """Kafka clients: connection options (brokers, TLS, SASL from ``Settings``), the dead-letter topic's
-name, and creating topics explicitly (never relying on broker auto-creation)."""
+name, and creating topics explicitly (never relying on broker auto-creation). They take the
+ingest section of the settings (``settings.ingest``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vitrine.errors import InvalidInput, MissingExtra
-from vitrine.search.settings import Settings
+from vitrine.settings import IngestSettings
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +24,11 @@ def kafka_module() -> Any:
     return kafka
 
 
-
 # -- clients -----------------------------------------------------------------------------------------
-def client_options(settings: Settings, client_id: str = "vitrine",
+def client_options(s: IngestSettings, client_id: str = "vitrine",
                    bootstrap_timeout_ms: int = 10_000) -> dict[str, Any]:
-    """kafka-python keyword arguments common to every client: brokers, TLS and SASL."""
-    s = settings
+    """kafka-python keyword arguments common to every client: brokers, TLS and SASL (from the
+    ingest section of the settings)."""
     opts: dict[str, Any] = {
         "bootstrap_servers": [b.strip() for b in s.kafka_bootstrap.split(",") if b.strip()],
         "client_id": client_id,
@@ -50,11 +50,11 @@ def client_options(settings: Settings, client_id: str = "vitrine",
     return opts
 
 
-def dlq_topic_for(settings: Settings, topic: str) -> str:
-    return settings.kafka_dlq_topic or f"{topic}.dlq"
+def dlq_topic_for(s: IngestSettings, topic: str) -> str:
+    return s.kafka_dlq_topic or f"{topic}.dlq"
 
 
-def ensure_topics(settings: Settings, topics: Iterable[str], partitions: int | None = None,
+def ensure_topics(s: IngestSettings, topics: Iterable[str], partitions: int | None = None,
                   bootstrap_timeout_ms: int = 10_000) -> list[str]:
     """Create the topics that do not exist (never relying on broker auto-creation, which makes
     4 partitions on Tansu). Returns the ones created; a broker that refuses is logged, not fatal."""
@@ -62,7 +62,7 @@ def ensure_topics(settings: Settings, topics: Iterable[str], partitions: int | N
     from kafka.admin import NewTopic
 
     topics = list(dict.fromkeys(topics))
-    admin = k.KafkaAdminClient(**client_options(settings, "vitrine-admin", bootstrap_timeout_ms),
+    admin = k.KafkaAdminClient(**client_options(s, "vitrine-admin", bootstrap_timeout_ms),
                                request_timeout_ms=10_000)
     created: list[str] = []
     try:
@@ -71,7 +71,7 @@ def ensure_topics(settings: Settings, topics: Iterable[str], partitions: int | N
             if t in existing:
                 continue
             try:
-                admin.create_topics([NewTopic(t, partitions or settings.kafka_partitions, settings.kafka_replication)],
+                admin.create_topics([NewTopic(t, partitions or s.kafka_partitions, s.kafka_replication)],
                                     timeout_ms=10_000)
                 created.append(t)
             except k.errors.TopicAlreadyExistsError:

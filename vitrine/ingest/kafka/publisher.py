@@ -20,7 +20,7 @@ from vitrine.ingest.events import DeleteEvent, UpsertEvent, encode_event
 from vitrine.ingest.kafka.client import client_options, ensure_topics, kafka_module
 from vitrine.progress import progress_bar
 from vitrine.search.models import ItemError
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,12 @@ class Publisher:
                  partitions: int | None = None, linger_ms: int = 20) -> None:
         k = kafka_module()
         self.settings = settings
-        self.topic = topic or settings.kafka_topic
+        self.topic = topic or settings.ingest.kafka_topic
         if create_topic:
-            ensure_topics(settings, [self.topic], partitions)
+            ensure_topics(settings.ingest, [self.topic], partitions)
         self._producer = k.KafkaProducer(
-            **client_options(settings, "vitrine-publish"), acks="all", linger_ms=linger_ms,
-            max_request_size=max(1_048_576, int(settings.max_image_bytes * 1.4) + 65_536),
+            **client_options(settings.ingest, "vitrine-publish"), acks="all", linger_ms=linger_ms,
+            max_request_size=max(1_048_576, int(settings.encoders.max_image_bytes * 1.4) + 65_536),
         )
         self.report = PublishReport(topic=self.topic)
         self._lock = threading.Lock()
@@ -110,7 +110,8 @@ def publish_catalog(settings: Settings, path: str | os.PathLike[str], *, topic: 
     ``kafka_photo_root`` is that folder). ``version`` stamps records that carry none."""
     path = Path(path)
     records = read_catalog(path)
-    resolver = PhotoResolver(path.parent, max_bytes=settings.max_image_bytes, timeout_s=settings.fetch_timeout_s)
+    resolver = PhotoResolver(path.parent, max_bytes=settings.encoders.max_image_bytes,
+                             timeout_s=settings.ingest.fetch_timeout_s)
     with open(path, "rb") as f:
         total = sum(1 for line in f if line.strip()) - (1 if path.suffix.lower() == ".csv" else 0)
     if limit is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vitrine.ingest.kafka.client import client_options, kafka_module
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +85,15 @@ def group_lag(settings: Settings, topic: str | None = None, group: str | None = 
     """The group's committed offsets against each partition's log end, asked of the brokers
     (log ends from a probe fetch's highwater, since Tansu's ListOffsets is wrong)."""
     k = kafka_module()
-    topic = topic or settings.kafka_topic
-    group = group or settings.kafka_group
-    admin = k.KafkaAdminClient(**client_options(settings, "vitrine-status"), request_timeout_ms=10_000)
+    topic = topic or settings.ingest.kafka_topic
+    group = group or settings.ingest.kafka_group
+    admin = k.KafkaAdminClient(**client_options(settings.ingest, "vitrine-status"), request_timeout_ms=10_000)
     try:
         committed = {tp.partition: om.offset for tp, om in admin.list_group_offsets(group).get(group, {}).items()
                      if tp.topic == topic}
     finally:
         admin.close()
-    probe = k.KafkaConsumer(**client_options(settings, "vitrine-status"), enable_auto_commit=False)
+    probe = k.KafkaConsumer(**client_options(settings.ingest, "vitrine-status"), enable_auto_commit=False)
     try:
         parts = sorted(probe.partitions_for_topic(topic) or [])
         tps = [k.TopicPartition(topic, p) for p in parts]
@@ -122,7 +122,7 @@ def iter_dead_letters(settings: Settings, dlq_topic: str, *, timeout: float = 10
                       expect: int | None = None) -> Iterator[dict[str, Any]]:
     """Read a dead-letter topic from the beginning (no group): key, value and the reason headers."""
     k = kafka_module()
-    c = k.KafkaConsumer(**client_options(settings, "vitrine-dlq-reader"), enable_auto_commit=False)
+    c = k.KafkaConsumer(**client_options(settings.ingest, "vitrine-dlq-reader"), enable_auto_commit=False)
     try:
         parts = c.partitions_for_topic(dlq_topic) or set()
         tps = [k.TopicPartition(dlq_topic, p) for p in sorted(parts)]

@@ -29,7 +29,7 @@ from vitrine.ingest.kafka.client import client_options, dlq_topic_for, ensure_to
 from vitrine.ingest.kafka.status import STATUS_DIR, percentile, read_status_dir, status_file_name
 from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import ItemError, UpsertReport
-from vitrine.search.settings import Settings
+from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,12 @@ class IngestWorker:
                  status_dir: Path | None = None, create_topics: bool = True, status_interval_s: float = 0.5) -> None:
         self.engine = engine
         self.settings = s = settings or engine.settings
-        self.topic = topic or s.kafka_topic
-        self.group = group or s.kafka_group
-        self.dlq_topic = dlq_topic or dlq_topic_for(s, self.topic)
+        self.topic = topic or s.ingest.kafka_topic
+        self.group = group or s.ingest.kafka_group
+        self.dlq_topic = dlq_topic or dlq_topic_for(s.ingest, self.topic)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.create_topics = create_topics
-        self.batch_size = s.kafka_batch_size
+        self.batch_size = s.ingest.kafka_batch_size
         self.status_dir = status_dir if status_dir is not None else engine.data_dir / STATUS_DIR
         self.status_interval_s = status_interval_s
         self.status_path = self.status_dir / status_file_name(self.group, self.worker_id)
@@ -122,9 +122,9 @@ class IngestWorker:
         self._last_liveness = 0.0
         self._seen_heartbeat = False
         self._last_snapshot_mono = time.monotonic()
-        photo_root = s.kafka_photo_root
+        photo_root = s.ingest.kafka_photo_root
         self._resolver = PhotoResolver(Path(photo_root) if photo_root else Path("/nonexistent-photo-root"),
-                                       max_bytes=s.max_image_bytes, timeout_s=s.fetch_timeout_s)
+                                       max_bytes=s.encoders.max_image_bytes, timeout_s=s.ingest.fetch_timeout_s)
         self._photo_root = photo_root
 
     # -- control ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ class IngestWorker:
                         continue
                     backoff = 0.5
                 try:
-                    records = self._consumer.poll(timeout_ms=self.settings.kafka_poll_timeout_ms,
+                    records = self._consumer.poll(timeout_ms=self.settings.ingest.kafka_poll_timeout_ms,
                                                   max_records=self.batch_size)
                     self._check_log_resets()
                     if records:
@@ -253,7 +253,7 @@ class IngestWorker:
             for m, _ in events:
                 if m.timestamp is not None and m.timestamp > 0:
                     self.stats.freshness_ms.append(max(0.0, applied_at * 1000 - m.timestamp))
-        if self.settings.kafka_snapshot_interval_s == 0:
+        if self.settings.ingest.kafka_snapshot_interval_s == 0:
             self._maybe_snapshot(force=True)
         self._commit_pending()
 
@@ -450,7 +450,7 @@ class IngestWorker:
         age = m.get("last-heartbeat-seconds-ago")
         if age is None or not math.isfinite(age):
             return
-        limit = max(3 * self.settings.kafka_session_timeout_ms / 1000, 6.0)
+        limit = max(3 * self.settings.ingest.kafka_session_timeout_ms / 1000, 6.0)
         if age < limit:
             self._seen_heartbeat = True
             if not self.connected:
@@ -478,15 +478,15 @@ class IngestWorker:
         s = self.settings
         try:
             if self.create_topics:
-                ensure_topics(s, [self.topic, self.dlq_topic], bootstrap_timeout_ms=5_000)
-            opts = client_options(s, f"vitrine-{self.worker_id}", bootstrap_timeout_ms=5_000)
+                ensure_topics(s.ingest, [self.topic, self.dlq_topic], bootstrap_timeout_ms=5_000)
+            opts = client_options(s.ingest, f"vitrine-{self.worker_id}", bootstrap_timeout_ms=5_000)
             self._producer = k.KafkaProducer(**opts, acks="all", linger_ms=5, max_block_ms=10_000,
                                              request_timeout_ms=15_000)
-            session = s.kafka_session_timeout_ms
+            session = s.ingest.kafka_session_timeout_ms
             consumer = k.KafkaConsumer(
                 **opts, group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
                 allow_auto_create_topics=False, session_timeout_ms=session,
-                heartbeat_interval_ms=max(100, session // 4), max_poll_interval_ms=s.kafka_max_poll_interval_ms,
+                heartbeat_interval_ms=max(100, session // 4), max_poll_interval_ms=s.ingest.kafka_max_poll_interval_ms,
                 max_poll_records=self.batch_size, request_timeout_ms=max(30_000, session + 5_000),
             )
             worker = self
@@ -502,7 +502,7 @@ class IngestWorker:
             self._consumer = consumer
         except (k.errors.KafkaError, OSError) as e:
             self.stats.last_error = f"connect: {type(e).__name__}: {e}"
-            log.warning("cannot reach the brokers at %s (%s); retrying", s.kafka_bootstrap, e)
+            log.warning("cannot reach the brokers at %s (%s); retrying", s.ingest.kafka_bootstrap, e)
             self._close_clients()
             self._set_connected(False)
             self._set_state("connecting")
@@ -562,7 +562,7 @@ class IngestWorker:
             self._write_status(force=True)
 
     def _maybe_snapshot(self, force: bool = False) -> None:
-        interval = self.settings.kafka_snapshot_interval_s
+        interval = self.settings.ingest.kafka_snapshot_interval_s
         if not force and (interval == 0 or time.monotonic() - self._last_snapshot_mono < interval):
             return
         self._last_snapshot_mono = time.monotonic()
@@ -600,7 +600,7 @@ class IngestWorker:
             return {
                 "worker_id": self.worker_id, "pid": os.getpid(), "host": socket.gethostname(),
                 "topic": self.topic, "group": self.group, "dlq_topic": self.dlq_topic,
-                "bootstrap": self.settings.kafka_bootstrap, "data_dir": str(self.engine.data_dir),
+                "bootstrap": self.settings.ingest.kafka_bootstrap, "data_dir": str(self.engine.data_dir),
                 "state": self.state, "connected": self.connected, "started": self._started, "updated": now,
                 "partitions": parts, "lag": sum(known) if known else None,
                 "events": st.events, "applied": dict(st.applied), "dlq": sum(st.dlq.values()),

@@ -19,8 +19,8 @@ def admin_swap(req: SwapRequest, engine: EngineDep, settings: SettingsDep, metri
     """Hot swap: load a model version (`adapter`, `model`), index (`index_factory`) or stored
     snapshot (`snapshot`) beside the live one, check it on the canary queries, switch atomically.
     409 with the report when a check fails (the live version keeps serving)."""
-    if settings.workers > 1:  # the other worker processes would keep the old model
-        raise SwapRefused(f"hot swap switches one process; this API runs {settings.workers} workers. "
+    if settings.web.workers > 1:  # the other worker processes would keep the old model
+        raise SwapRefused(f"hot swap switches one process; this API runs {settings.web.workers} workers. "
                           "Serve with --workers 1 to swap, or restart the workers on the new version.")
     try:
         report = engine.swap(req)

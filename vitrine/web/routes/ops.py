@@ -22,7 +22,7 @@ router = APIRouter(tags=["ops"])
 def health(engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     """Liveness and what is serving: products, model, snapshot, recovery, recent swaps, and the
     deepest result a search may ask for (``max_k``: offset + k)."""
-    return {"status": "ok", "version": __version__, "pid": os.getpid(), **engine.stats(), "max_k": settings.max_k,
+    return {"status": "ok", "version": __version__, "pid": os.getpid(), **engine.stats(), "max_k": settings.search.max_k,
             "snapshot": engine.snapshot_version,
             "recovery": engine.recovery, "swaps": engine.swaps[-5:]}
 

@@ -55,7 +55,7 @@ def put_product(pid: str, product: Product, engine: EngineDep, settings: Setting
     report = engine.upsert([ProductInput(product)])  # durable (SQLite) when it returns
     if report.failed:
         raise InvalidInput(report.failed[0].reason)
-    if settings.snapshot_interval_s == 0:
+    if settings.web.snapshot_interval_s == 0:
         engine.save()
     return {"id": pid, "upserted": report.upserted, "unchanged": report.unchanged, "stale": report.stale}
 
@@ -66,7 +66,7 @@ def delete_product(pid: str, engine: EngineDep, settings: SettingsDep) -> dict[s
     """Delete a product (needs X-API-Key)."""
     if engine.delete([pid]) == 0:
         raise NotFound("product", pid)
-    if settings.snapshot_interval_s == 0:
+    if settings.web.snapshot_interval_s == 0:
         engine.save()
     return {"id": pid, "deleted": True}
 

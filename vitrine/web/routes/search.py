@@ -56,9 +56,9 @@ async def search_image(
     ctype = (file.content_type or "").split(";")[0].strip().lower()
     if ctype and not (ctype.startswith("image/") or ctype == "application/octet-stream"):
         raise InvalidImage(f"uploaded file has content type {ctype!r}; expected an image")
-    data = await file.read(settings.max_image_bytes + 1)
-    if len(data) > settings.max_image_bytes:
-        raise TooLarge(f"photo over the limit of {settings.max_image_bytes:,} bytes")
+    data = await file.read(settings.encoders.max_image_bytes + 1)
+    if len(data) > settings.encoders.max_image_bytes:
+        raise TooLarge(f"photo over the limit of {settings.encoders.max_image_bytes:,} bytes")
     flt = None
     if filters:
         try:

@@ -132,6 +132,41 @@ def test_replicas_share_writes_and_a_wiped_one_catches_up(pg_url, settings_facto
         d.close()
 
 
+def test_a_write_committed_while_a_replica_opens_is_followed(pg_url, settings_factory, encoder, products, tmp_path,
+                                                              monkeypatch):
+    """A replica opening on a shared store replays its changes, then follows from the change
+    number it reflects. That number must be read before the replay: read after, it counted a
+    write another replica committed during the replay, which the replay did not see and no
+    refresh ever replayed. The write is made (by a real engine, on the real database) at the
+    end of the opening replica's replay."""
+    from vitrine.index.pgstore import PgRecordStore
+    from vitrine.search.engine import Engine
+
+    a = Engine(_settings(settings_factory, tmp_path / "a", pg_url), encoder)
+    plain = PgRecordStore.iter_rows
+    armed = [True]
+
+    def replay_then_write(self, **kw):
+        yield from plain(self, **kw)
+        if kw.get("include_deleted") and armed[0]:  # the opening replica's replay, once
+            armed[0] = False
+            assert a.upsert(_items(products[20:21])).upserted == 1
+
+    try:
+        assert a.upsert(_items(products[:20])).upserted == 20
+        monkeypatch.setattr(PgRecordStore, "iter_rows", replay_then_write)
+        b = Engine(_settings(settings_factory, tmp_path / "b", pg_url), encoder)
+        monkeypatch.setattr(PgRecordStore, "iter_rows", plain)
+        try:
+            assert not armed[0] and len(b) == 20  # the write came after the replay's rows
+            assert b.refresh() == 1 and len(b) == 21
+            assert products[20].id in {r.id for r in b.records.get_by_iids(b.vectors["fused"].ids().tolist()).values()}
+        finally:
+            b.close()
+    finally:
+        a.close()
+
+
 def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings_factory, encoder, products,  # noqa: F811
                                                      tmp_path):
     """With the database down, the API answers 503 (not a hang, not a 500); once it is back,

@@ -103,6 +103,9 @@ def test_replicas_share_writes_and_a_wiped_one_catches_up(pg_url, settings_facto
     try:
         assert a.upsert(_items(products[:40])).upserted == 40
         assert b.refresh() == 40 and len(b) == 40
+        row = b.records.get(products[0].id, with_vectors=True)
+        assert np.array_equal(row.vectors["native"], a.native.index.get_present(np.array([row.iid]))[1][0]), \
+            "the text tower's own vector is stored: a follower indexes the writer's, it does not re-encode"
         assert b.upsert(_items(products[40:])).upserted == N - 40
         assert a.refresh() == N - 40 and len(a) == len(b) == N
         assert a.upsert(_items(products[:5])).unchanged == 5  # idempotent: nothing rewritten
@@ -165,6 +168,25 @@ def test_a_write_committed_while_a_replica_opens_is_followed(pg_url, settings_fa
             b.close()
     finally:
         a.close()
+
+
+def test_a_store_made_before_native_vectors_gets_their_column(pg_url):
+    from vitrine.index.pgstore import PgRecordStore
+
+    s = PgRecordStore(pg_url)
+    s.upsert_many(_rows(2))
+    with s.pool.connection() as c:  # as such a store was
+        c.execute("ALTER TABLE vitrine_products DROP COLUMN vec_native")
+    s.close()
+    s = PgRecordStore(pg_url)  # the next process to open it adds the column; old rows have none
+    try:
+        rows = _rows(3)
+        rows[2].vectors["native"] = np.ones(4, dtype=np.float32)
+        s.upsert_many(rows[2:])
+        got = {r.id: r.vectors["native"] for r in s.iter_rows()}
+        assert got["p0"] is None and got["p2"].tolist() == [1.0] * 4
+    finally:
+        s.close()
 
 
 def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings_factory, encoder, products,  # noqa: F811

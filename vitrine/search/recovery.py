@@ -28,7 +28,11 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) ->
     another model embedded (None: only warn about them). Returns and keeps the recovery report."""
     t0 = time.time()
     records, s = state.records, state.options
-    rec: dict[str, Any] = {"records_seq": records.seq, "snapshot": None, "snapshot_seq": None,
+    # Read first: everything up to it is in what follows; later changes (other writers of a
+    # shared store) are replayed by the next refresh. Read after the replay, it could claim a
+    # change committed during it that the replay did not see.
+    target = records.seq
+    rec: dict[str, Any] = {"records_seq": target, "snapshot": None, "snapshot_seq": None,
                            "refused": [], "skipped": [], "partial": [p.name for p in state.snapshots.partials()]}
     loaded: Snapshot | None = None
     graph_loaded = False
@@ -48,7 +52,7 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) ->
     if not graph_loaded:  # no usable graph snapshot: build it from every record
         state.rebuild_graph()
     # Filters always rebuild from records; vectors and graph replay what the snapshot lacks.
-    replayed, stale_model = state.replay()
+    replayed, stale_model = state.replay(target)
     if loaded is None:
         state.mark_changed()
     rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,

@@ -158,10 +158,11 @@ class IndexState:
         if self.graph.upsert_many((r.iid, r.id, r.doc) for r in self.records.iter_rows(with_vectors=False)):  # type: ignore[misc]
             self._dirty = True
 
-    def replay(self) -> tuple[int, int]:
+    def replay(self, target: int) -> tuple[int, int]:
         """Filters rebuilt from every record; vectors and graph given the changes after their
-        sequence number; native vectors filled in where missing. Returns (changes replayed,
-        live products embedded by another model)."""
+        sequence number; native vectors filled in where missing. ``target``: the record store's
+        sequence number read before (the indexes then reflect at least it). Returns (changes
+        replayed, live products embedded by another model)."""
         stale_model = 0
         for row in self.records.iter_rows(with_vectors=False):
             values, price = filter_values(row.doc)
@@ -169,7 +170,7 @@ class IndexState:
             if row.model_key != self.model_key:
                 stale_model += 1
         replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
-        self._seq = self.records.seq
+        self._seq = max(self._seq, target)
         if self.native.fill_missing(self.records, self.text_features):
             self._dirty = True
         if replayed:

@@ -234,5 +234,16 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     return out
 
 
+def labelled(queries: Iterable[tuple[str, str, Mapping[str, float]]], *, kind: str, heldout: float = 0.4,
+             seed: int = 0) -> list[PseudoQuery]:
+    """A shop's own judged queries (query logs with clicks, or judged queries: ``(qid, text,
+    relevant)``) as tuning queries of ``kind``, split fit / held-out by a hash of the text (the
+    same text never lands on both sides)."""
+    salt = f"vitrine-pq-{seed}"
+    return [PseudoQuery(kind, {str(p): float(g) for p, g in rel.items() if g > 0},
+                        split_of("q:" + " ".join(text.casefold().split()), heldout, salt), text=text, source=qid)
+            for qid, text, rel in queries if text and any(g > 0 for g in rel.values())]
+
+
 def split(queries: Sequence[PseudoQuery], which: str) -> list[PseudoQuery]:
     return [q for q in queries if q.split == which]

@@ -135,6 +135,33 @@ def test_attribute_pseudo_queries_name_up_to_three_facets_and_every_holder_is_re
         assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
 
 
+def test_taxonomy_queries_name_nodes_in_other_words():
+    """The ``taxonomy`` kind: a node a category maps to (or an ancestor below the root), only where
+    its name is not the category's own words; relevant = every product mapped under it (holding
+    the facet value when one is named); off unless counted."""
+    docs = [{"id": str(i), "title": f"item {i}", "category": ["Apparel", leaf],
+             "attributes": {"colour": colour}}
+            for i, (leaf, colour) in enumerate([("Tshirts", "Blue"), ("Tshirts", "Red"), ("Shirts", "Blue"),
+                                                ("Sandals", "Red"), ("Shoes", "Blue")] * 4)]
+    tax = {"Tshirts": ["Apparel & Accessories", "Clothing", "Shirts & Tops"],
+           "Shirts": ["Apparel & Accessories", "Clothing", "Shirts & Tops"],
+           "Sandals": ["Apparel & Accessories", "Shoes", "Sandals"], "Shoes": ["Apparel & Accessories", "Shoes"]}
+    assert not [q for q in pq.generate(docs, taxonomy=tax) if q.kind == "taxonomy"]
+    qs = [q for q in pq.generate(docs, taxonomy=tax, counts={"taxonomy": 50}) if q.kind == "taxonomy"]
+    nodes = {q.source.split("|")[0] for q in qs}
+    # "Sandals" and "Shoes" name their own categories' words: only the other nodes are queried
+    assert nodes <= {"t:Apparel & Accessories > Clothing", "t:Apparel & Accessories > Clothing > Shirts & Tops",
+                     "t:Apparel & Accessories > Shoes"} and nodes
+    by_leaf = {d["id"]: d for d in docs}
+    for q in qs:
+        node = tuple(q.source.split("|")[0][2:].split(" > "))
+        want = {d["id"] for d in docs if tuple(tax[d["category"][-1]][:len(node)]) == node}
+        if "|" in q.source:
+            k, v = q.source.split("|")[1].split("=")
+            want = {i for i in want if by_leaf[i]["attributes"][k] == v}
+        assert set(q.relevant) == want, q
+
+
 def test_slot_check_sees_every_kind():
     from vitrine.evals.tuning import slot_sample
 

@@ -28,12 +28,13 @@ def labelled_queries(files: tuple[Path, ...] | list[Path], *, seed: int = 0) -> 
     return out
 
 
-def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tuple[Path, ...] = ()) -> Any:
+def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tuple[Path, ...] = (),
+             taxonomy_queries: int = 0) -> Any:
     """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
     ``queries``: the shop's own judged queries, fitted beside the pseudo-queries."""
     from vitrine.evals.tuning import tune, write_report  # noqa: PLC0415
 
-    result = tune(engine, seed=seed, labelled=labelled_queries(queries, seed=seed))
+    result = tune(engine, seed=seed, labelled=labelled_queries(queries, seed=seed), taxonomy_queries=taxonomy_queries)
     out = report_dir if report_dir is not None else Path(engine.data_dir) / "tuning-report"
     paths = write_report(result, out)
     r = result.report
@@ -87,18 +88,21 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
 @click.option("--queries", "queries", type=click.Path(path_type=Path, exists=True, dir_okay=False), multiple=True,
               help="The shop's own judged queries (query logs, judgements; the JSONL of `vitrine eval --queries`), "
                    "fitted together with the pseudo-queries; part held out for acceptance. Repeatable")
+@click.option("--taxonomy-queries", type=int, default=0, show_default=True,
+              help="Also this many pseudo-queries naming the Google-taxonomy nodes the categories map to, in other "
+                   "words than the records' (docs/tuning.md)")
 @click.option("--intent", "intent_members", type=int, default=0, show_default=True,
               help="Also fine-tune the shipped intent classifier's members on this catalogue's titles, this "
                    "many members (0: no), into DATA/intent-model")
-def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], intent_members: int,
-             **model: Any) -> None:
+def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], taxonomy_queries: int,
+             intent_members: int, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
     from vitrine.search.engine import Engine  # noqa: PLC0415
 
     engine = Engine.open(make_settings(data_dir=data_dir, **model))
     try:
-        run_tune(engine, report_dir, seed=seed, queries=queries)
+        run_tune(engine, report_dir, seed=seed, queries=queries, taxonomy_queries=taxonomy_queries)
         if intent_members:
             from vitrine.intent.tuning import catalogue_titles, tune_intent  # noqa: PLC0415
 

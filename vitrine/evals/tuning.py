@@ -219,6 +219,12 @@ def catalogue_docs(engine: Engine) -> list[dict[str, Any]]:
     return out
 
 
+def category_taxonomy(engine: Engine) -> dict[str, list[str]]:
+    """Each mapped category leaf's Google-taxonomy path (names, root first), from the graph."""
+    return {str(m["category"]): str(m["taxonomy_path"]).split(" > ")
+            for m in engine.graph.mapping() if m.get("taxonomy_path")}
+
+
 @dataclass
 class TuneResult:
     calibration: calibration.Calibration
@@ -242,16 +248,20 @@ def labelled_weights(queries: list[pq.PseudoQuery], share: float) -> dict[str, f
 
 def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
          margin: float = 0.005, slot_queries: int = 150, save: bool = True,
-         labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE) -> TuneResult:
+         labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
+         taxonomy_queries: int = 0) -> TuneResult:
     """Fit the catalogue's text ranking (see the module doc); saves it in the data dir.
     ``labelled``: the shop's own judged queries (kinds ``shop:*``, split fit / held-out,
     :func:`vitrine.evals.pseudo_queries.labelled`), fitted together with the pseudo-queries with
     ``labelled_share`` of the objective; then the fit must also not lose to the floor on their
-    held-out part."""
+    held-out part. ``taxonomy_queries``: that many pseudo-queries naming the Google-taxonomy nodes
+    the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind)."""
     t0 = time.time()
     docs = catalogue_docs(engine)
     version = calibration.catalogue_version(engine.records, engine.store_id)
-    queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed) if q.text]
+    counts = {**(counts or {}), "taxonomy": taxonomy_queries} if taxonomy_queries else counts
+    queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed,
+                                      taxonomy=category_taxonomy(engine) if taxonomy_queries else None) if q.text]
     queries += [q for q in (labelled or []) if q.text]
     kind_weights = labelled_weights(queries, labelled_share)
     fit_rows = np.array([i for i, q in enumerate(queries) if q.split == "fit"], dtype=np.int64)

@@ -132,12 +132,13 @@ def evaluate(classifier: IntentClassifier, examples: Sequence[Example], extracto
     return out
 
 
-def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, batch_size: int = 128) -> dict[str, Any]:
+def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, batch_size: int = 128,
+                      prior: bool = True) -> dict[str, Any]:
     """Share of real product titles, typed as queries, that the deployed rule sends to search
     (a title is always a search; another intent would show an answer instead of products)."""
     results = []
     for i in range(0, len(titles), batch_size):
-        results += classifier.predict_batch(list(titles[i:i + batch_size]))
+        results += classifier.predict_batch(list(titles[i:i + batch_size]), prior=prior)
     wrong = [{"text": t, "label": r.label, "p": round(r.scores[r.label], 3)}
              for t, r in zip(titles, results) if r.label != "search"]
     n = len(titles)

@@ -62,6 +62,7 @@ from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, 
     IndexState,
     Ranked,
     filter_values,
+    product_fields,
     product_out,
 )
 
@@ -462,10 +463,9 @@ class Engine:
             row = rows.get(iid)
             if row is None:  # deleted between ranking and fetching
                 continue
-            p = product_out(row)
-            hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
+            hit = Hit(score=round(float(score), 6), **product_fields(row))  # one validation per hit
             if marks is not None:
-                hit.highlights = marks.of(p.title, p.description)
+                hit.highlights = marks.of(hit.title, hit.description)
             if req.explain:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),

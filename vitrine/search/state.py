@@ -71,15 +71,18 @@ def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | No
     return values, doc.get("price")
 
 
+def product_fields(row: RecordRow) -> dict[str, Any]:
+    """A stored product's public fields (those of ProductOut but its version, and of a Hit)."""
+    d = row.doc
+    return {"id": row.id, "title": d.get("title", ""), "brand": d.get("brand"), "category": d.get("category") or [],
+            "attributes": d.get("attributes") or {}, "price": d.get("price"), "currency": d.get("currency"),
+            "description": d.get("description"),
+            "image_url": f"/images/{row.image_key}" if row.image_key else None}
+
+
 def product_out(row: RecordRow) -> ProductOut:
     """A stored record as the API shows a product."""
-    d = row.doc
-    return ProductOut(
-        id=row.id, title=d.get("title", ""), brand=d.get("brand"), category=d.get("category") or [],
-        attributes=d.get("attributes") or {}, price=d.get("price"), currency=d.get("currency"),
-        description=d.get("description"), version=row.version,
-        image_url=f"/images/{row.image_key}" if row.image_key else None,
-    )
+    return ProductOut(**product_fields(row), version=row.version)
 
 
 class IndexState:

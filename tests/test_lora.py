@@ -77,21 +77,29 @@ def test_top_layers_only_and_image_targets(towers):
     assert all(n.startswith("image.stage.6.") or n.startswith("image.conv_head") for n in names if n.startswith("image."))
 
 
-@pytest.mark.slow
-def test_train_gate_with_lora_saves_deltas_that_change_the_shared_inputs_only(mini_source, towers, tmp_path, cache_dir):
-    """A short joint run: the deltas move, save as config.json + safetensors beside the gate, load
-    back to the same features; the frozen towers (the native space's) are unchanged."""
+@pytest.fixture(scope="module")
+def lora_gate(mini_source, tmp_path_factory, cache_dir) -> tuple[Path, dict]:
+    """A short joint run of the gate with both towers' deltas on the real subset."""
     from vitrine.cli.train import train_gate_command
-    from vitrine.encoders.adapters import load_adapter
-    from vitrine.encoders.lora import has_lora, load_lora
     from vitrine.search.settings import Settings
 
-    settings = Settings(data_dir=tmp_path / "data", cache_dir=cache_dir, _env_file=None, torch_threads=1)
-    out = tmp_path / "gate"
+    tmp = tmp_path_factory.mktemp("lora-gate")
+    settings = Settings(data_dir=tmp / "data", cache_dir=cache_dir, _env_file=None, torch_threads=1)
     summary = train_gate_command(
-        settings, kind="moe", out=out, source=mini_source, epochs=2, batch_size=64, lr=2e-3, dim=64, hidden=64,
-        experts=4, top_k=2, dynamic_k=False, queries=True, seed=0, patience=3, name="moe-lora-test", views=(),
-        lora="both", lora_rank=4, lora_text_layers=[5], lora_lr_scale=1.0)
+        settings, kind="moe", out=tmp / "gate", source=mini_source, epochs=2, batch_size=64, lr=2e-3, dim=64,
+        hidden=64, experts=4, top_k=2, dynamic_k=False, queries=True, seed=0, patience=3, name="moe-lora-test",
+        views=(), lora="both", lora_rank=4, lora_text_layers=[5], lora_lr_scale=1.0)
+    return tmp / "gate", summary
+
+
+@pytest.mark.slow
+def test_train_gate_with_lora_saves_deltas_that_change_the_shared_inputs_only(lora_gate, towers):
+    """The deltas move, save as config.json + safetensors beside the gate, load back; the frozen
+    towers (the native space's) are unchanged."""
+    from vitrine.encoders.adapters import load_adapter
+    from vitrine.encoders.lora import has_lora, load_lora
+
+    out, summary = lora_gate
     assert summary["lora"]["mode"] == "both" and summary["lora"]["parameters"] > 0
     vf = summary["val_figures"]
     for key in ("val_t2i_Hit@10", "val_t2i_MRR@10", "val_textonly_attr_nDCG@10", "val_textonly_attr_nDCG@10_text_tower"):
@@ -111,6 +119,44 @@ def test_train_gate_with_lora_saves_deltas_that_change_the_shared_inputs_only(mi
     assert np.isfinite(adapted.numpy()).all()
     with torch.no_grad():  # loading the deltas left the towers themselves (the native space) alone
         assert torch.equal(towers.text_features(titles), native)
+
+
+@pytest.mark.slow
+def test_engine_serves_through_the_deltas_and_keeps_the_native_floor(lora_gate, settings_factory, subset_rows,
+                                                                      tmp_path, cache_dir):
+    """Products and queries reach the shared space through the deltas; the native text space (the
+    floor) reads the frozen text tower."""
+    from vitrine.encoders.encoder import MultimodalEncoder
+    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.models import Product, SearchRequest
+
+    out, _ = lora_gate
+    enc = MultimodalEncoder.create(adapter=str(out), device="cpu", cache_path=cache_dir / "features.sqlite")
+    assert enc.adapts_text and enc.adapts_image
+    rows = subset_rows[:12]
+    titles = [r["productDisplayName"] for r in rows]
+    photos = [(SOURCE / "images" / f"{r['id']}.jpg").read_bytes() for r in rows]
+    emb = enc.encode(texts=titles, images=photos)
+    with torch.no_grad():
+        lt = enc.lora.text_features(titles).numpy()
+    want = enc.embed(enc.shared_image_features(photos), lt)  # each token routed seeing the other
+    assert np.allclose(emb.text, want.text, atol=1e-4) and np.allclose(emb.fused, want.fused, atol=1e-4)
+    assert not np.allclose(enc.shared_text_features(titles), enc.text_features(titles), atol=1e-4)
+    assert not np.allclose(enc.shared_image_features(photos), enc.image_features(photos), atol=1e-4)
+
+    eng = Engine(settings_factory(tmp_path / "data", adapter=str(out), query_runtime="torch"), enc)
+    try:
+        eng.upsert([ProductInput(Product(id=r["id"], title=t), image=b) for r, t, b in zip(rows, titles, photos)])
+        q = titles[3]
+        qv = eng.query_encoder.text([q])[0]
+        assert np.allclose(qv, enc.embed(None, enc.shared_text_features([q])).text[0], atol=1e-3)
+        nv = eng.query_encoder.native(q)
+        frozen = enc.text_features([q])[0]
+        assert np.allclose(nv, frozen / np.linalg.norm(frozen), atol=1e-3)
+        res = eng.search(SearchRequest(text=q, k=3))
+        assert res.results and res.results[0].id == rows[3]["id"]
+    finally:
+        eng.close()
 
 
 def test_lora_refuses_other_towers_and_tampered_weights(mini_source, towers, tmp_path):

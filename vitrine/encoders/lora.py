@@ -162,6 +162,15 @@ class TowerLora(nn.Module):
         """Backbone features with the adapted pooled output in front of the frozen taps/histogram."""
         return torch.cat([self.image_pooled(act), frozen[:, POOLED_DIM:].to(act.device)], dim=1)
 
+    def pixel_features(self, towers: Towers, pixels: torch.Tensor) -> torch.Tensor:
+        """Serving: backbone features of preprocessed photos with the adapted last stage (the
+        frozen prefix, its block taps and the colour histogram as in ``Towers.image_features``)."""
+        with torch.inference_mode():
+            act = image_prefix(towers.model.visual.trunk, pixels.to(towers.device))
+            taps = towers.taps.pooled() if towers.taps is not None else []
+            trunk = torch.cat([self.image_pooled(act), *taps], dim=1)
+            return towers.with_histogram(trunk, pixels)
+
     # -- persistence ---------------------------------------------------------------------------
     def delta_state(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.state_dict().items() if "lora_" in k}

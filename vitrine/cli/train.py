@@ -407,6 +407,8 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
         "seconds": round(time.time() - t0, 1),
         "train_seconds": round(result.seconds, 1), "epochs_run": len(result.history),
         "seconds_per_epoch": round(result.history[-1]["seconds"] / len(result.history), 1) if result.history else None,
+        "cpu_seconds_per_epoch": round(result.history[-1]["cpu_seconds"] / len(result.history), 1)
+        if result.history else None,
         "torch_threads": torch.get_num_threads(), "lora": None,
     }
     if towers is not None:

@@ -202,7 +202,7 @@ def train_adapter(
     best_towers: dict[str, torch.Tensor] | None = None
     best_score, best_epoch, bad_epochs = -1.0, -1, 0
     history: list[dict[str, float]] = []
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     step = 0
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
     ema: dict[str, torch.Tensor] | None = None
@@ -294,7 +294,8 @@ def train_adapter(
             metrics = evaluate_pairs(adapter, towers.refresh(val, "val") if towers is not None else val, cfg.device)
             score = score_fn(metrics)
             row = {"epoch": epoch, **{f"loss_{k}": v / steps_per_epoch for k, v in sums.items()}, **metrics,
-                   "score": score, "lr": lr_at(step - 1), "seconds": time.time() - t0}
+                   "score": score, "lr": lr_at(step - 1), "seconds": time.time() - t0,
+                   "cpu_seconds": time.process_time() - c0}
             history.append(row)
             if log_file:
                 log_file.write(json.dumps(row) + "\n")

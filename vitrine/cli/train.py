@@ -121,6 +121,9 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     """
     if hidden is None:
         hidden = DEFAULT_MOE_HIDDEN if kind == "moe" else 512
+    if lora and data_dir is not None:
+        raise click.BadParameter("tower LoRA trains on the bundled (or --source) catalogue, not with --data",
+                                 param_hint="--lora")
     if data_dir is not None:
         from vitrine.cli.tune import train_gate_on_data
 

@@ -386,7 +386,74 @@ def test_heldout_catalogue_titles_are_searches(classifier, terms):
 
     r = title_search_rate(classifier, heldout_titles(terms))
     assert r["n"] == 600 and r["search_rate"] >= 0.97, r["errors_sample"]
-    assert classifier.model.config["heldout_titles"]["search_rate"] == pytest.approx(r["search_rate"], abs=0.005)
+    bare = title_search_rate(classifier, heldout_titles(terms), prior=False)  # as training measured it
+    assert classifier.model.config["heldout_titles"]["search_rate"] == pytest.approx(bare["search_rate"], abs=0.005)
+    assert r["search_rate"] >= bare["search_rate"]
+
+
+def test_cue_words_come_from_training_templates_not_products_or_tests():
+    """The lexical prior's cue words: words of non-search training (and validation) templates,
+    none a product word, none read from the test templates; typos of a cue forgiven."""
+    from vitrine.intent import cues
+    from vitrine.intent.generator import template_sets
+
+    cw = cues.default_cues()
+    assert {"compare", "return", "cart", "forget", "recommend"} <= cw.cues
+    assert not cw.cues & cw.product and {"for", "with", "cordless"} <= cw.product
+    with pytest.raises(ValueError):
+        cues.cue_templates(("train", "test"))
+    test_only = set().union(*(cues.words(t) for lab, by in template_sets("test").items() if lab != "search"
+                              for t in by["en"])) - set().union(*(cues.words(t) for t in cues.cue_templates()))
+    assert test_only and not test_only & cw.cues  # test templates have words the rule never saw
+    for text, want in [("arrow nocks", False), ("golf cart enclosures", True), ("retrun these sandals", True),
+                       ("recomend a watch", True), ("queen size bed frame", False), ("退货", True),
+                       ("nike vs puma", True), ("dewalt 20v impact driver", False)]:
+        assert cw.has_cue(text) == want, text
+
+    def lev(a: str, b: str) -> int:  # edits, a swap of two neighbours counting one (optimal string alignment)
+        d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+        for i in range(1, len(a) + 1):
+            for j in range(1, len(b) + 1):
+                d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+                if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                    d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+        return d[-1][-1]
+
+    for w in ("retrun", "cancle", "nocks", "sofas", "lamps", "exchnage", "refnd", "dresser", "ottoman"):
+        near = len(w) >= 5 and w not in cw.product and min(lev(w, c) for c in cw.cues) <= 1 + (len(w) >= 8)
+        assert cw.has_cue(w) == (w in cw.cues or near), w
+
+
+def test_lexical_prior_sends_cue_free_phrases_to_search(classifier):
+    """A confident non-search label on a query with no cue word becomes a search (marked); the
+    decision rule shipped beside the weights was chosen on training leaves and validation queries."""
+    from vitrine.intent import decision
+    from vitrine.intent.model import resolve_weights
+
+    rule = decision.load(resolve_weights("default"))
+    assert rule == classifier.rule and rule.lexical_prior and classifier.cues is not None
+    chosen = json.loads((resolve_weights("default") / decision.FILE).read_text())["chosen_on"]
+    best = max(chosen["candidates"].values(), key=lambda c: c["training_leaves_search_rate"] + c["val_accuracy"])
+    assert chosen["candidates"][f"prior, {rule.typo_edits} typo edit(s)"] == best
+    texts = ["arrow nocks", "golf cart enclosures", "take-out container", "safety grab bars",
+             "how do i return these sandals", "forget it, too expensive"]
+    bare = classifier.predict_batch(texts, prior=False)
+    ruled = classifier.predict_batch(texts)
+    for t, b, r in zip(texts, bare, ruled):
+        assert r.scores == b.scores and r.predicted == b.predicted
+        if b.label != "search" and not classifier.cues.has_cue(t):
+            assert r.label == "search" and not r.confident and r.extra["no_cue_word"], t
+        else:
+            assert r.label == b.label, t
+    assert ruled[4].label == "after_sales" and ruled[5].label == "abandon"
+
+
+def test_heldout_leaves_read_as_search_with_the_rule(classifier):
+    """The issue's bar on the held-out half of the taxonomy's leaves (measured by `vitrine eval
+    --protocol intent`); the rule must not cost held-out accuracy (checked there too)."""
+    from vitrine.intent.training import leaf_search_rate
+
+    assert leaf_search_rate(classifier)["search_rate"] >= 0.98
 
 
 def test_ensemble_members_can_be_limited(tok_cache):

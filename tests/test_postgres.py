@@ -103,6 +103,9 @@ def test_replicas_share_writes_and_a_wiped_one_catches_up(pg_url, settings_facto
     try:
         assert a.upsert(_items(products[:40])).upserted == 40
         assert b.refresh() == 40 and len(b) == 40
+        row = b.records.get(products[0].id, with_vectors=True)
+        assert np.array_equal(row.vectors["native"], a.native.index.get_present(np.array([row.iid]))[1][0]), \
+            "the text tower's own vector is stored: a follower indexes the writer's, it does not re-encode"
         assert b.upsert(_items(products[40:])).upserted == N - 40
         assert a.refresh() == N - 40 and len(a) == len(b) == N
         assert a.upsert(_items(products[:5])).unchanged == 5  # idempotent: nothing rewritten
@@ -130,6 +133,60 @@ def test_replicas_share_writes_and_a_wiped_one_catches_up(pg_url, settings_facto
         assert len(d) == N - 1 and d.recovery["snapshot"] is not None
     finally:
         d.close()
+
+
+def test_a_write_committed_while_a_replica_opens_is_followed(pg_url, settings_factory, encoder, products, tmp_path,
+                                                              monkeypatch):
+    """A replica opening on a shared store replays its changes, then follows from the change
+    number it reflects. That number must be read before the replay: read after, it counted a
+    write another replica committed during the replay, which the replay did not see and no
+    refresh ever replayed. The write is made (by a real engine, on the real database) at the
+    end of the opening replica's replay."""
+    from vitrine.index.pgstore import PgRecordStore
+    from vitrine.search.engine import Engine
+
+    a = Engine(_settings(settings_factory, tmp_path / "a", pg_url), encoder)
+    plain = PgRecordStore.iter_rows
+    armed = [True]
+
+    def replay_then_write(self, **kw):
+        yield from plain(self, **kw)
+        if kw.get("include_deleted") and armed[0]:  # the opening replica's replay, once
+            armed[0] = False
+            assert a.upsert(_items(products[20:21])).upserted == 1
+
+    try:
+        assert a.upsert(_items(products[:20])).upserted == 20
+        monkeypatch.setattr(PgRecordStore, "iter_rows", replay_then_write)
+        b = Engine(_settings(settings_factory, tmp_path / "b", pg_url), encoder)
+        monkeypatch.setattr(PgRecordStore, "iter_rows", plain)
+        try:
+            assert not armed[0] and len(b) == 20  # the write came after the replay's rows
+            assert b.refresh() == 1 and len(b) == 21
+            assert products[20].id in {r.id for r in b.records.get_by_iids(b.vectors["fused"].ids().tolist()).values()}
+        finally:
+            b.close()
+    finally:
+        a.close()
+
+
+def test_a_store_made_before_native_vectors_gets_their_column(pg_url):
+    from vitrine.index.pgstore import PgRecordStore
+
+    s = PgRecordStore(pg_url)
+    s.upsert_many(_rows(2))
+    with s.pool.connection() as c:  # as such a store was
+        c.execute("ALTER TABLE vitrine_products DROP COLUMN vec_native")
+    s.close()
+    s = PgRecordStore(pg_url)  # the next process to open it adds the column; old rows have none
+    try:
+        rows = _rows(3)
+        rows[2].vectors["native"] = np.ones(4, dtype=np.float32)
+        s.upsert_many(rows[2:])
+        got = {r.id: r.vectors["native"] for r in s.iter_rows()}
+        assert got["p0"] is None and got["p2"].tolist() == [1.0] * 4
+    finally:
+        s.close()
 
 
 def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings_factory, encoder, products,  # noqa: F811

@@ -135,6 +135,33 @@ def test_attribute_pseudo_queries_name_up_to_three_facets_and_every_holder_is_re
         assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
 
 
+def test_taxonomy_queries_name_nodes_in_other_words():
+    """The ``taxonomy`` kind: a node a category maps to (or an ancestor below the root), only where
+    its name is not the category's own words; relevant = every product mapped under it (holding
+    the facet value when one is named); off unless counted."""
+    docs = [{"id": str(i), "title": f"item {i}", "category": ["Apparel", leaf],
+             "attributes": {"colour": colour}}
+            for i, (leaf, colour) in enumerate([("Tshirts", "Blue"), ("Tshirts", "Red"), ("Shirts", "Blue"),
+                                                ("Sandals", "Red"), ("Shoes", "Blue")] * 4)]
+    tax = {"Tshirts": ["Apparel & Accessories", "Clothing", "Shirts & Tops"],
+           "Shirts": ["Apparel & Accessories", "Clothing", "Shirts & Tops"],
+           "Sandals": ["Apparel & Accessories", "Shoes", "Sandals"], "Shoes": ["Apparel & Accessories", "Shoes"]}
+    assert not [q for q in pq.generate(docs, taxonomy=tax) if q.kind == "taxonomy"]
+    qs = [q for q in pq.generate(docs, taxonomy=tax, counts={"taxonomy": 50}) if q.kind == "taxonomy"]
+    nodes = {q.source.split("|")[0] for q in qs}
+    # "Sandals" and "Shoes" name their own categories' words: only the other nodes are queried
+    assert nodes <= {"t:Apparel & Accessories > Clothing", "t:Apparel & Accessories > Clothing > Shirts & Tops",
+                     "t:Apparel & Accessories > Shoes"} and nodes
+    by_leaf = {d["id"]: d for d in docs}
+    for q in qs:
+        node = tuple(q.source.split("|")[0][2:].split(" > "))
+        want = {d["id"] for d in docs if tuple(tax[d["category"][-1]][:len(node)]) == node}
+        if "|" in q.source:
+            k, v = q.source.split("|")[1].split("=")
+            want = {i for i in want if by_leaf[i]["attributes"][k] == v}
+        assert set(q.relevant) == want, q
+
+
 def test_slot_check_sees_every_kind():
     from vitrine.evals.tuning import slot_sample
 
@@ -162,6 +189,52 @@ def test_tuning_metrics_match_brute_force(engine):
         assert got["nDCG@10"][i] == pytest.approx(ndcg_at_k(ranked, q.relevant, 10), abs=1e-9)
         assert got["R@10"][i] == pytest.approx(recall_at_k(ranked, q.relevant, 10), abs=1e-9)
         assert got["MRR@10"][i] == pytest.approx(mrr_at_k(ranked, q.relevant, 10), abs=1e-9)
+
+
+def test_shop_queries_join_the_fit_with_their_share(engine, tmp_path):
+    """`vitrine tune --queries FILE`: the shop's judged queries (eval JSONL) fit beside the
+    pseudo-queries as one kind per file, split by text, with LABELLED_SHARE of the objective
+    (checked against a by-hand weighted mean); the report and tuning.json say so."""
+    from vitrine.cli.tune import labelled_queries
+    from vitrine.evals.tuning import LABELLED_SHARE, build_pools, labelled_weights, objective, per_query, tune
+
+    docs = _docs(engine)
+    shop = [q for q in pq.generate(docs, counts={"title": 0, "category": 0, "brand_type": 0, "attributes": 30},
+                                   seed=5) if q.text]
+    f = tmp_path / "shop-logs.jsonl"
+    f.write_text("\n".join(json.dumps({"qid": f"s{i}", "text": q.text, "relevant": q.relevant})
+                           for i, q in enumerate(shop)) + "\n")
+    lab = labelled_queries([f])
+    assert len(lab) == len(shop) and {q.kind for q in lab} == {"shop:shop-logs"}
+    assert {q.split for q in lab} == {"fit", "heldout"}
+    same = {}
+    for q in lab:  # one text, one side
+        assert same.setdefault(q.text.casefold(), q.split) == q.split
+
+    gen = [q for q in pq.generate(docs, counts={"title": 8, "category": 4, "brand_type": 0, "attributes": 4})
+           if q.text]
+    qs = gen + lab
+    kw = labelled_weights(qs, LABELLED_SHARE)
+    gen_kinds = {q.kind for q in gen}
+    assert kw["shop:shop-logs"] == pytest.approx(len(gen_kinds) * LABELLED_SHARE / (1 - LABELLED_SHARE))
+    pools = build_pools(engine, qs)
+    pools.kind_weights = kw
+    w = np.zeros(pools.x.shape[2])
+    w[0], w[2] = 1.0, 0.5
+    nd = per_query(pools, w)["nDCG@10"]
+    kinds = [q.kind for q in qs]
+    means = {k: np.mean([nd[i] for i in range(len(qs)) if kinds[i] == k]) for k in set(kinds)}
+    gen_mean = np.mean([means[k] for k in gen_kinds])
+    assert objective(pools, w) == pytest.approx((1 - LABELLED_SHARE) * gen_mean + LABELLED_SHARE * means["shop:shop-logs"])
+
+    res = tune(engine, counts={"title": 30, "category": 10, "brand_type": 5, "attributes": 20}, slot_queries=0,
+               save=False, labelled=lab)
+    r = res.report["labelled"]
+    assert r["queries"]["shop:shop-logs"]["fit"] + r["queries"]["shop:shop-logs"]["heldout"] == len(lab)
+    assert set(r["heldout"]) == {"native_only (floor)", "configured_defaults", "fitted"}
+    if res.calibration.accepted:  # never accepted while losing to the floor on the shop's held-out queries
+        assert r["heldout"]["fitted"]["objective"] >= r["heldout"]["native_only (floor)"]["objective"]
+    assert res.calibration.summary["labelled"]["queries"] == r["queries"]
 
 
 def test_tune_writes_and_engine_loads(tuned_dir, settings_factory, encoder):

@@ -134,15 +134,17 @@ def bench_fusion(data_dir: Path, queries: tuple[Path, ...], limit: int | None, o
 @bench.command("intent")
 @click.option("--n", type=int, default=2000, show_default=True, help="Queries timed (batch 1)")
 @click.option("--weights", default=None, help="Intent classifier name or folder (default from settings)")
+@click.option("--runtimes", default="torch,onnx,onnx-members", show_default=True,
+              help="Runs: torch (default threads and 1), onnx (the served stacked graph, 1 thread), onnx-members")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
-def bench_intent(n: int, weights: str | None, out: Path) -> None:
+def bench_intent(n: int, weights: str | None, runtimes: str, out: Path) -> None:
     """Intent classifier + slot extraction latency per query on CPU at batch 1 (p50/p95/p99)."""
     _bench()
     from vitrine.cli import make_settings
     from vitrine_bench import intent
 
     settings = make_settings()
-    click.echo(f"report: {intent.run(out, n=n, weights=weights or settings.intent_model, cache_dir=settings.cache_dir / 'intent')}")
+    click.echo(f"report: {intent.run(out, n=n, weights=weights or settings.intent_model, cache_dir=settings.cache_dir / 'intent', runtimes=tuple(r.strip() for r in runtimes.split(',') if r.strip()))}")
 
 
 @bench.command("gate")

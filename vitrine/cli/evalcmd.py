@@ -218,11 +218,13 @@ def _intent_eval(json_out: Path | None) -> None:
     result["metrics"] = {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
                          "slot_exact_match": result["slot_exact_match"],
                          "heldout_titles_search_rate": result["heldout_titles"]["search_rate"],
-                         "heldout_taxonomy_leaves_search_rate": result["heldout_taxonomy_leaves"]["search_rate"]}
+                         "heldout_taxonomy_leaves_search_rate": result["heldout_taxonomy_leaves"]["search_rate"],
+                         "deployed_rule_accuracy": result["deployed_rule"]["accuracy"]}
     emit_json(result, json_out)
     click.echo(f"intent held-out: accuracy {result['accuracy']:.4f}  macro-F1 {result['macro_f1']:.4f}  "
                f"slot exact-match {result['slot_exact_match']:.4f}  (n={result['n']}); held-out catalogue "
                f"titles sent to search {result['heldout_titles']['search_rate']:.4f} "
                f"(n={result['heldout_titles']['n']}); held-out taxonomy leaves sent to search "
-               f"{result['heldout_taxonomy_leaves']['search_rate']:.4f} (n={result['heldout_taxonomy_leaves']['n']})",
+               f"{result['heldout_taxonomy_leaves']['search_rate']:.4f} (n={result['heldout_taxonomy_leaves']['n']}); "
+               f"deployed rule accuracy {result['deployed_rule']['accuracy']:.4f}",
                err=True)

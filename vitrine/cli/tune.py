@@ -14,11 +14,27 @@ from vitrine.cli import data_option, main, make_settings, model_options
 log = logging.getLogger("vitrine")
 
 
-def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0) -> Any:
-    """Tune ``engine``'s catalogue, save the settings in its data dir, write the report."""
+def labelled_queries(files: tuple[Path, ...] | list[Path], *, seed: int = 0) -> list[Any]:
+    """The shop's own judged queries (``vitrine eval --queries`` JSONL) as tuning queries, one kind
+    per file (``shop:<file stem>``); photo queries are skipped (tuning fits text ranking)."""
+    from vitrine.evals.datasets import load_qrels  # noqa: PLC0415
+    from vitrine.evals.pseudo_queries import labelled  # noqa: PLC0415
+    from vitrine.evals.tuning import LABELLED_PREFIX  # noqa: PLC0415
+
+    out: list[Any] = []
+    for f in files:
+        qs = [(q.qid, q.text, q.relevant) for q in load_qrels(f) if q.text and q.image is None]
+        out += labelled(qs, kind=LABELLED_PREFIX + Path(f).stem, seed=seed)
+    return out
+
+
+def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tuple[Path, ...] = (),
+             taxonomy_queries: int = 0) -> Any:
+    """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
+    ``queries``: the shop's own judged queries, fitted beside the pseudo-queries."""
     from vitrine.evals.tuning import tune, write_report  # noqa: PLC0415
 
-    result = tune(engine, seed=seed)
+    result = tune(engine, seed=seed, labelled=labelled_queries(queries, seed=seed), taxonomy_queries=taxonomy_queries)
     out = report_dir if report_dir is not None else Path(engine.data_dir) / "tuning-report"
     paths = write_report(result, out)
     r = result.report
@@ -27,6 +43,9 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0) -> Any:
                f"native-only {ho['native_only (floor)']['objective']:.4f}, fitted {ho['fitted']['objective']:.4f} "
                f"-> {'accepted ' + str(r['chosen']) if r['accepted'] else 'floor kept (native only)'}; "
                f"slot filters {'on' if result.calibration.slot_filters else 'off'}", err=True)
+    for label, m in (r.get("labelled") or {}).get("heldout", {}).items():
+        click.echo(f"  shop's held-out queries, {label}: nDCG@10 {m['nDCG@10']:.4f} (objective {m['objective']:.4f})",
+                   err=True)
     click.echo(f"settings: {result.path}; report: {', '.join(str(p) for p in paths)}", err=True)
     return result
 
@@ -66,17 +85,24 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for tuning.md/.json/.png (default: DATA/tuning-report)")
 @click.option("--seed", type=int, default=0, show_default=True, help="Pseudo-query sampling seed")
+@click.option("--queries", "queries", type=click.Path(path_type=Path, exists=True, dir_okay=False), multiple=True,
+              help="The shop's own judged queries (query logs, judgements; the JSONL of `vitrine eval --queries`), "
+                   "fitted together with the pseudo-queries; part held out for acceptance. Repeatable")
+@click.option("--taxonomy-queries", type=int, default=0, show_default=True,
+              help="Also this many pseudo-queries naming the Google-taxonomy nodes the categories map to, in other "
+                   "words than the records' (docs/tuning.md)")
 @click.option("--intent", "intent_members", type=int, default=0, show_default=True,
               help="Also fine-tune the shipped intent classifier's members on this catalogue's titles, this "
                    "many members (0: no), into DATA/intent-model")
-def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, intent_members: int, **model: Any) -> None:
+def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], taxonomy_queries: int,
+             intent_members: int, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
     from vitrine.search.engine import Engine  # noqa: PLC0415
 
     engine = Engine.open(make_settings(data_dir=data_dir, **model))
     try:
-        run_tune(engine, report_dir, seed=seed)
+        run_tune(engine, report_dir, seed=seed, queries=queries, taxonomy_queries=taxonomy_queries)
         if intent_members:
             from vitrine.intent.tuning import catalogue_titles, tune_intent  # noqa: PLC0415
 

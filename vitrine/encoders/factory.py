@@ -314,6 +314,26 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+#: Seed of the parameters a config's weight files do not cover (a test config's whole model,
+#: heads the features do not use).
+INIT_SEED = 0
+
+
+@contextlib.contextmanager
+def seeded_init(seed: int = INIT_SEED) -> Iterator[None]:
+    """Build a model's randomly initialised parameters from a fixed seed, without touching the
+    caller's random state.
+
+    The towers key names the config and the weight files only, so every process that builds the
+    same config must get the same parameters: API replicas, ingest and Kafka workers compare
+    vectors one wrote with queries another embeds. Unseeded, a config without weight files (the
+    tests' ``tiny-vit-test``) got different weights in every process under one key.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def create_towers(
     name: str = DEFAULT_MODEL,
     pretrained: str | os.PathLike[str] | None = None,
@@ -365,7 +385,7 @@ def create_towers(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: never reach for a hub
     try:
-        with quiet_transformers():
+        with quiet_transformers(), seeded_init():
             model = open_clip.create_model(f"local-dir:{folder}", device="cpu", **overrides)
     except Exception as e:  # open_clip raises a zoo of types
         raise ModelError(f"could not build model {name!r}: {e}") from e

@@ -11,7 +11,13 @@ and `vitrine train gate --data` make their own, from what every product record s
   tshirts", "casual black shoes for men"); relevant: every product holding all of them (as the
   attribute protocol defines relevance), not only the product the values were read from. Facets are the attribute keys with a few repeated string values
   (learned from the catalogue, not a fashion list);
-- ``photo``: a product's photo (where there are photos); relevant: that product.
+- ``photo``: a product's photo (where there are photos); relevant: that product;
+- ``taxonomy``: the name of the Google-taxonomy node a category maps to, or of one of its
+  ancestors, where it says it in other words than the catalogue does ("shirts & tops" for
+  "Tshirts"), alone or with one facet value; relevant: every product whose category maps under
+  that node (holding the value). Such queries share no word with the records, as shoppers'
+  words often do not ("sneakers" for "Casual Shoes"), so they show what the vector signals are
+  worth beside BM25. Off by default (``counts["taxonomy"]``; `vitrine tune --taxonomy-queries N`).
 
 Queries are split into ``fit`` and ``heldout`` by a hash of what they were made from (a
 product's id, a category's name), so a product's title queries never land on both sides.
@@ -29,8 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("title", "category", "brand_type", "attributes", "photo")
-DEFAULT_COUNTS = {"title": 600, "category": 150, "brand_type": 200, "attributes": 250, "photo": 0}
+KINDS = ("title", "category", "brand_type", "attributes", "photo", "taxonomy")
+DEFAULT_COUNTS = {"title": 600, "category": 150, "brand_type": 200, "attributes": 250, "photo": 0, "taxonomy": 0}
 _WORD = re.compile(r"\w[\w'&.-]*", re.UNICODE)
 _NUMERIC = re.compile(r"^[\d.,:/ -]+$")
 
@@ -141,14 +147,56 @@ def attribute_sample(combos: Mapping[tuple[tuple[tuple[str, str], ...], str], li
     return out
 
 
+def _words(text: str) -> set[str]:
+    return {w.rstrip("s") for w in _WORD.findall(text.casefold()) if w not in ("and", "&")}
+
+
+def taxonomy_queries(docs: Sequence[Mapping[str, Any]], taxonomy: Mapping[str, Sequence[str]], n: int,
+                     broad: int, heldout: float, salt: str, rng: random.Random,
+                     keys: Sequence[str]) -> list[PseudoQuery]:
+    """``n`` queries naming taxonomy nodes (a category's node or an ancestor below the root) in
+    other words than the category's own, alone or with one facet value; see the module doc."""
+    under: dict[tuple[str, ...], list[str]] = defaultdict(list)  # node path -> products mapped under it
+    leaves_under: dict[tuple[str, ...], set[str]] = defaultdict(set)
+    by_id = {str(d["id"]): d for d in docs}
+    for d in docs:
+        leaf = _leaf(d)
+        path = tuple(taxonomy.get(leaf) or ()) if leaf else ()
+        for depth in range(2, len(path) + 1):
+            under[path[:depth]].append(str(d["id"]))
+            leaves_under[path[:depth]].add(leaf)  # type: ignore[arg-type]
+    nodes = [node for node, ids in under.items() if len(ids) <= broad
+             and any(not _words(node[-1]) <= _words(leaf) for leaf in leaves_under[node])]
+    rng.shuffle(nodes)
+    out: list[PseudoQuery] = []
+    for node in nodes:
+        if len(out) >= n:
+            break
+        sides = [x.strip() for x in re.split(r"\s*(?:&|,)\s*", node[-1]) if x.strip()]
+        name = (rng.choice([node[-1].replace(" & ", " and "), *sides]) if len(sides) > 1 else node[-1]).lower()
+        ids = under[node]
+        text, rel, key = name, ids, "t:" + " > ".join(node)
+        if keys and rng.random() < 0.5:  # with one facet value one of its products holds
+            k = rng.choice(list(keys))
+            v = (by_id[rng.choice(ids)].get("attributes") or {}).get(k)
+            if isinstance(v, str) and v.strip():
+                rel = [p for p in ids if str((by_id[p].get("attributes") or {}).get(k, "")).strip() == v.strip()]
+                text, key = phrase([v.strip().lower()], name, rng), f"{key}|{k}={v}"
+        out.append(PseudoQuery("taxonomy", {p: 1.0 for p in rel}, split_of(key, heldout, salt), text=text,
+                               source=key))
+    return out
+
+
 def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int] | None = None,
              heldout: float = 0.4, seed: int = 0, with_photo: Iterable[str] = (),
-             max_relevant: int = 500) -> list[PseudoQuery]:
+             max_relevant: int = 500, taxonomy: Mapping[str, Sequence[str]] | None = None) -> list[PseudoQuery]:
     """Pseudo-queries from product documents (each with ``id``, ``title``, optional ``brand``,
     ``category`` path, ``attributes``). ``counts``: how many of each kind at most (photo queries
     only for the ids in ``with_photo``); queries with more than ``max_relevant`` relevant
     products (too broad to tell rankings apart) are skipped, except attribute queries, which may
-    hold up to a tenth of the catalogue (their top 10 must all hold every named value)."""
+    hold up to a tenth of the catalogue (their top 10 must all hold every named value).
+    ``taxonomy``: each category leaf's Google-taxonomy path (names, root first), for the
+    ``taxonomy`` kind."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = random.Random(seed)
     salt = f"vitrine-pq-{seed}"
@@ -226,12 +274,28 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
                                    split_of(key, heldout, salt), text=text.lower() if rng.random() < 0.5 else text,
                                    source=key, meta={"facets": dict(vals)}))
 
+    # taxonomy names in other words than the records'
+    if taxonomy and counts["taxonomy"]:
+        out += taxonomy_queries(docs, taxonomy, counts["taxonomy"], max(max_relevant, len(docs) // 10), heldout,
+                                salt, rng, keys)
+
     # photos as queries
     photo_ids = [str(p) for p in with_photo]
     rng.shuffle(photo_ids)
     for pid in photo_ids[:counts["photo"]]:
         out.append(PseudoQuery("photo", {pid: 1.0}, split_of(pid, heldout, salt), photo_of=pid, source=pid))
     return out
+
+
+def labelled(queries: Iterable[tuple[str, str, Mapping[str, float]]], *, kind: str, heldout: float = 0.4,
+             seed: int = 0) -> list[PseudoQuery]:
+    """A shop's own judged queries (query logs with clicks, or judged queries: ``(qid, text,
+    relevant)``) as tuning queries of ``kind``, split fit / held-out by a hash of the text (the
+    same text never lands on both sides)."""
+    salt = f"vitrine-pq-{seed}"
+    return [PseudoQuery(kind, {str(p): float(g) for p, g in rel.items() if g > 0},
+                        split_of("q:" + " ".join(text.casefold().split()), heldout, salt), text=text, source=qid)
+            for qid, text, rel in queries if text and any(g > 0 for g in rel.values())]
 
 
 def split(queries: Sequence[PseudoQuery], which: str) -> list[PseudoQuery]:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 SIGNALS = ("native", "vector", "bm25", *fusion.GRAPH_SIGNALS)
 GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 K = 10
+LABELLED_PREFIX = "shop:"  # kinds of the shop's own judged queries (``vitrine tune --queries``)
+LABELLED_SHARE = 0.5  # their share of the objective: real queries are what serving is judged on
 
 
 @dataclass
@@ -50,9 +52,11 @@ class Pools:
     valid: np.ndarray
     n_rel: np.ndarray
     kinds: np.ndarray
+    kind_weights: dict[str, float] | None = None  # a kind's share of the objective (absent: equal shares)
 
     def subset(self, rows: np.ndarray) -> "Pools":
-        return Pools(self.x[rows], self.rel[rows], self.valid[rows], self.n_rel[rows], self.kinds[rows])
+        return Pools(self.x[rows], self.rel[rows], self.valid[rows], self.n_rel[rows], self.kinds[rows],
+                     self.kind_weights)
 
 
 def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 64) -> Pools:
@@ -98,9 +102,14 @@ def per_query(pools: Pools, w: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def objective(pools: Pools, w: np.ndarray) -> float:
-    """Mean nDCG@10 per query kind, averaged over kinds (each kind counts the same)."""
+    """Mean nDCG@10 per query kind, averaged over kinds (each kind counts the same, or as
+    ``pools.kind_weights`` says)."""
     nd = per_query(pools, w)["nDCG@10"]
-    return float(np.mean([nd[pools.kinds == k].mean() for k in np.unique(pools.kinds)])) if len(nd) else 0.0
+    if not len(nd):
+        return 0.0
+    kinds = np.unique(pools.kinds)
+    share = np.array([(pools.kind_weights or {}).get(str(k), 1.0) for k in kinds])
+    return float(np.average([nd[pools.kinds == k].mean() for k in kinds], weights=share))
 
 
 def summary(pools: Pools, w: np.ndarray) -> dict[str, Any]:
@@ -176,7 +185,8 @@ def slot_sample(queries: list[pq.PseudoQuery], rows: np.ndarray, n: int) -> list
     return out
 
 
-def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool) -> tuple[float, dict[str, float]]:
+def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool,
+                 kind_weights: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
     """nDCG@10 of held-out queries searched end to end (intent on), slot filters on/off: averaged
     per query kind, then over kinds (as the fit objective), and by kind."""
     from vitrine.evals.metrics import ndcg_at_k  # noqa: PLC0415
@@ -189,7 +199,8 @@ def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool) -> 
             r = engine.search(SearchRequest(text=q.text, k=K, use_intent=True))
             vals.setdefault(q.kind, []).append(ndcg_at_k([h.id for h in r.results], q.relevant, K))
         by_kind = {k: round(float(np.mean(v)), 4) for k, v in sorted(vals.items())}
-        return (float(np.mean([np.mean(v) for v in vals.values()])) if vals else 0.0), by_kind
+        share = [(kind_weights or {}).get(k, 1.0) for k in vals]
+        return (float(np.average([np.mean(v) for v in vals.values()], weights=share)) if vals else 0.0), by_kind
     finally:
         engine.set_calibration(cal)
 
@@ -208,6 +219,12 @@ def catalogue_docs(engine: Engine) -> list[dict[str, Any]]:
     return out
 
 
+def category_taxonomy(engine: Engine) -> dict[str, list[str]]:
+    """Each mapped category leaf's Google-taxonomy path (names, root first), from the graph."""
+    return {str(m["category"]): str(m["taxonomy_path"]).split(" > ")
+            for m in engine.graph.mapping() if m.get("taxonomy_path")}
+
+
 @dataclass
 class TuneResult:
     calibration: calibration.Calibration
@@ -215,18 +232,44 @@ class TuneResult:
     path: Path | None = None
 
 
+def labelled_weights(queries: list[pq.PseudoQuery], share: float) -> dict[str, float] | None:
+    """Kind weights giving the shop's labelled kinds (``shop:*``) ``share`` of the objective
+    together, the generated kinds the rest (equal within each group); None without labelled ones."""
+    kinds = sorted({q.kind for q in queries})
+    shop = [k for k in kinds if k.startswith(LABELLED_PREFIX)]
+    gen = [k for k in kinds if not k.startswith(LABELLED_PREFIX)]
+    if not shop:
+        return None
+    if not gen:
+        return {k: 1.0 for k in shop}
+    per_shop = share / (1.0 - share) * len(gen) / len(shop) if share < 1.0 else 1e6
+    return {**{k: 1.0 for k in gen}, **{k: per_shop for k in shop}}
+
+
 def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
-         margin: float = 0.005, slot_queries: int = 150, save: bool = True) -> TuneResult:
-    """Fit the catalogue's text ranking (see the module doc); saves it in the data dir."""
+         margin: float = 0.005, slot_queries: int = 150, save: bool = True,
+         labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
+         taxonomy_queries: int = 0) -> TuneResult:
+    """Fit the catalogue's text ranking (see the module doc); saves it in the data dir.
+    ``labelled``: the shop's own judged queries (kinds ``shop:*``, split fit / held-out,
+    :func:`vitrine.evals.pseudo_queries.labelled`), fitted together with the pseudo-queries with
+    ``labelled_share`` of the objective; then the fit must also not lose to the floor on their
+    held-out part. ``taxonomy_queries``: that many pseudo-queries naming the Google-taxonomy nodes
+    the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind)."""
     t0 = time.time()
     docs = catalogue_docs(engine)
     version = calibration.catalogue_version(engine.records, engine.store_id)
-    queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed) if q.text]
+    counts = {**(counts or {}), "taxonomy": taxonomy_queries} if taxonomy_queries else counts
+    queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed,
+                                      taxonomy=category_taxonomy(engine) if taxonomy_queries else None) if q.text]
+    queries += [q for q in (labelled or []) if q.text]
+    kind_weights = labelled_weights(queries, labelled_share)
     fit_rows = np.array([i for i, q in enumerate(queries) if q.split == "fit"], dtype=np.int64)
     ho_rows = np.array([i for i, q in enumerate(queries) if q.split == "heldout"], dtype=np.int64)
     log.info("tune: %d products, %d pseudo-queries (%d fit, %d held out)", len(docs), len(queries),
              len(fit_rows), len(ho_rows))
     pools = build_pools(engine, queries)
+    pools.kind_weights = kind_weights
     t_pools = time.time() - t0
     fit, ho = pools.subset(fit_rows), pools.subset(ho_rows)
     floor_w = weights_vec(calibration.FLOOR_WEIGHTS)
@@ -239,6 +282,18 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     fitted, fit_obj = prune(fit, *max(cands, key=lambda c: c[1]))
     ho_floor, ho_fitted = objective(ho, floor_w), objective(ho, fitted)
     accepted = bool(len(ho_rows)) and ho_fitted > ho_floor + margin
+    shop: dict[str, Any] = {}
+    if kind_weights is not None:
+        shop_rows = np.flatnonzero(np.char.startswith(ho.kinds.astype(str), LABELLED_PREFIX))
+        shop_ho = ho.subset(shop_rows)
+        shop = {"share": labelled_share, "kind_weights": kind_weights,
+                "queries": {k: {"fit": int(((fit.kinds == k)).sum()), "heldout": int((ho.kinds == k).sum())}
+                            for k in kind_weights if k.startswith(LABELLED_PREFIX)},
+                "heldout": {"native_only (floor)": summary(shop_ho, floor_w),
+                            "configured_defaults": summary(shop_ho, configured),
+                            "fitted": summary(shop_ho, fitted)} if len(shop_rows) else {}}
+        if len(shop_rows):  # the shop's own held-out queries must not lose to the floor either
+            accepted = accepted and objective(shop_ho, fitted) >= objective(shop_ho, floor_w)
     chosen = fitted if accepted else floor_w
     # what each choice gained on held-out: the fitted mix without each of its signals
     ablation = {}
@@ -256,7 +311,8 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
         sq = slot_sample(queries, ho_rows, slot_queries)
         engine.set_calibration(cal)
         try:
-            (off, off_k), (on, on_k) = _search_ndcg(engine, sq, False), _search_ndcg(engine, sq, True)
+            (off, off_k) = _search_ndcg(engine, sq, False, kind_weights)
+            (on, on_k) = _search_ndcg(engine, sq, True, kind_weights)
         finally:
             engine.reload_calibration()
         cal.slot_filters = on > off + margin
@@ -272,11 +328,12 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
         "heldout": {"native_only (floor)": summary(ho, floor_w), "shared_only": summary(ho, shared_w),
                     "configured_defaults": summary(ho, configured), "fitted": summary(ho, fitted)},
         "fit": {"native_only (floor)": summary(fit, floor_w), "fitted": summary(fit, fitted)},
-        "heldout_gain_per_signal": ablation, "slot_filters": slots,
+        "heldout_gain_per_signal": ablation, "slot_filters": slots, "labelled": shop,
         "seconds": {"pools": round(t_pools, 1), "total": round(time.time() - t0, 1)},
     }
     cal.summary = {"heldout_floor": round(ho_floor, 4), "heldout_fitted": round(ho_fitted, 4),
-                   "queries": len(queries), "slot_filters": slots}
+                   "queries": len(queries), "slot_filters": slots,
+                   "labelled": {k: v for k, v in shop.items() if k in ("share", "queries")}}
     out = TuneResult(cal, report)
     if save:
         out.path = calibration.save(engine.data_dir, cal)
@@ -305,6 +362,14 @@ def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> lis
     lines += ["", "## What each fitted signal gained (held-out objective, fitted minus fitted without it)", "",
               "| signal | gain |", "|---|---|"]
     lines += [f"| {k} | {v:+.4f} |" for k, v in r["heldout_gain_per_signal"].items()]
+    if r.get("labelled"):
+        lab = r["labelled"]
+        lines += ["", f"## The shop's own labelled queries ({lab['share']:.0%} of the objective)", "",
+                  "Queries: " + ", ".join(f"{k} {v['fit']} fit / {v['heldout']} held out" for k, v in lab["queries"].items())
+                  + ". Held-out part (the fit must not lose to the floor here):", "",
+                  "| ranking | objective | nDCG@10 | R@10 | MRR@10 |", "|---|---|---|---|---|"]
+        lines += [f"| {label} | {m['objective']:.4f} | {m['nDCG@10']:.4f} | {m['R@10']:.4f} | {m['MRR@10']:.4f} |"
+                  for label, m in lab["heldout"].items()]
     lines += ["", f"Slot filters: {r['slot_filters']}", "", f"Signals seen in the pools: {r['signals_seen']}",
               "", f"Took {r['seconds']['total']} s ({r['seconds']['pools']} s building pools)."]
     paths[1].write_text("\n".join(lines) + "\n")

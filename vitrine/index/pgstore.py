@@ -11,7 +11,9 @@ Same contract as the SQLite :class:`~vitrine.index.records.RecordStore` (vitrine
 - deletes leave tombstones carrying their sequence number;
 - the text index is a weighted ``tsvector`` (GIN) written in the same transaction
   (vitrine/index/pgtext.py documents its ranking);
-- photos are rows of ``vitrine_images`` keyed by content hash; each host keeps a local cache.
+- photos are rows of ``vitrine_images`` keyed by content hash; each host keeps a local cache;
+- every vector the SQLite store keeps is kept (fused, image, text and the text tower's own,
+  ``vec_native``): a follower indexes what the writer computed, it encodes nothing.
 
 Connections come from a psycopg_pool pool, checked before use, so a restarted database is
 reconnected to without a restart of ours. Every database error becomes a ``StorageError`` (the
@@ -60,7 +62,8 @@ CREATE TABLE IF NOT EXISTS {P} (
     vec_fused BYTEA,
     vec_image BYTEA,
     vec_text BYTEA,
-    tsv tsvector
+    tsv tsvector,
+    vec_native BYTEA
 );
 CREATE INDEX IF NOT EXISTS {P}_seq ON {P} (seq);
 CREATE INDEX IF NOT EXISTS {P}_tsv ON {P} USING GIN (tsv);
@@ -70,12 +73,18 @@ CREATE TABLE IF NOT EXISTS {I} (key TEXT PRIMARY KEY, data BYTEA NOT NULL);
 _COLS = "iid, id, doc, content_hash, version, image_key, seq, deleted, model_key"
 _UPSERT = f"""
 INSERT INTO {P} (id, doc, content_hash, version, image_key, seq, deleted, model_key,
-                 vec_fused, vec_image, vec_text, tsv)
-VALUES (%s, %s, %s, %s, %s, %s, false, %s, %s, %s, %s, {pgtext.TSV_SQL})
+                 vec_fused, vec_image, vec_text, vec_native, tsv)
+VALUES (%s, %s, %s, %s, %s, %s, false, %s, %s, %s, %s, %s, {pgtext.TSV_SQL})
 ON CONFLICT (id) DO UPDATE SET doc=excluded.doc, content_hash=excluded.content_hash, version=excluded.version,
   image_key=excluded.image_key, seq=excluded.seq, deleted=false, model_key=excluded.model_key,
-  vec_fused=excluded.vec_fused, vec_image=excluded.vec_image, vec_text=excluded.vec_text, tsv=excluded.tsv
+  vec_fused=excluded.vec_fused, vec_image=excluded.vec_image, vec_text=excluded.vec_text,
+  vec_native=excluded.vec_native, tsv=excluded.tsv
 RETURNING iid"""
+
+
+def _has_column(c: psycopg.Connection, column: str) -> bool:
+    return c.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+                     "AND table_name = %s AND column_name = %s", (P, column)).fetchone() is not None
 
 
 def redact(url: str) -> str:
@@ -99,6 +108,7 @@ class PgRecordStore:
         self._idf: dict[str, float] = {}  # word -> idf at change number _idf_seq (bm25)
         self._idf_seq, self._live = -1, None
         self._idf_lock = threading.Lock()
+        self._has_native = False  # vec_native: the text tower's own vectors (a standby may lack the column)
         self.pool = ConnectionPool(url, min_size=1, max_size=max(2, pool_size), open=False, name="vitrine",
                                    kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
                                    check=ConnectionPool.check_connection, timeout=timeout_s)
@@ -120,9 +130,12 @@ class PgRecordStore:
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                     c.execute(_SCHEMA)
+                    if not _has_column(c, "vec_native"):  # made before the native text vectors were kept
+                        c.execute(f"ALTER TABLE {P} ADD COLUMN vec_native BYTEA")
                     c.execute(f"INSERT INTO {M} VALUES ('schema', %s), ('seq', '0') ON CONFLICT DO NOTHING",
                               (str(SCHEMA_VERSION),))
             row = c.execute(f"SELECT value FROM {M} WHERE key='schema'").fetchone()
+            self._has_native = _has_column(c, "vec_native")
         if row is None:
             raise StorageError(f"{self.location} (a read-only standby) has no Vitrine schema yet")
         if int(row[0]) != SCHEMA_VERSION:
@@ -190,7 +203,7 @@ class PgRecordStore:
                 v = r.vectors or {}
                 params.append((r.id, doc_json(r.doc), r.content_hash, r.version, r.image_key, seq, r.model_key,
                                vector_blob(v.get("fused")), vector_blob(v.get("image")), vector_blob(v.get("text")),
-                               *pgtext.tsv_args(r.doc)))
+                               vector_blob(v.get("native")), *pgtext.tsv_args(r.doc)))
             with c.cursor() as cur:
                 cur.executemany(_UPSERT, params, returning=True)
                 while True:
@@ -221,7 +234,7 @@ class PgRecordStore:
                                   (ver, row[0], ver))
                     continue
                 c.execute(f"""UPDATE {P} SET deleted=true, doc=NULL, vec_fused=NULL, vec_image=NULL, vec_text=NULL,
-                              tsv=NULL, seq=%s, version=COALESCE(%s, version) WHERE iid=%s""", (seq, ver, row[0]))
+                              vec_native=NULL, tsv=NULL, seq=%s, version=COALESCE(%s, version) WHERE iid=%s""", (seq, ver, row[0]))
                 deleted.append(int(row[0]))
             if deleted or tombstoned:
                 c.execute(f"UPDATE {M} SET value=%s WHERE key='seq'", (str(seq),))
@@ -233,7 +246,8 @@ class PgRecordStore:
 
     # -- reads ------------------------------------------------------------------------------------
     def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[RecordRow]:
-        cols = _COLS + (", vec_fused, vec_image, vec_text" if with_vectors else ", NULL, NULL, NULL")
+        native = "vec_native" if self._has_native else "NULL"  # a standby of a primary not yet upgraded
+        cols = _COLS + (f", vec_fused, vec_image, vec_text, {native}" if with_vectors else ", NULL, NULL, NULL")
         with self._conn() as c:
             rows = c.execute(f"SELECT {cols} FROM {P} WHERE {where}", args).fetchall()
         return [row_from_tuple(tuple(r), with_vectors) for r in rows]

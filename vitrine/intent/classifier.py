@@ -2,7 +2,9 @@
 
 ``IntentClassifier.load()`` builds the Qwen tokenizer (from ``qwen.tiktoken``, cached) and loads
 the shipped classifier; ``predict(text)`` returns the label, every label's probability and
-whether the prediction is confident enough to act on (else the caller does a plain search).
+whether the prediction is confident enough to act on (else the caller does a plain search). The
+label follows the decision rule saved beside the weights (vitrine/intent/decision.py): under the
+confidence floor, or a non-search label on a query without any intent cue word, is a search.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import numpy as np
 
 from vitrine import onnxrt
 from vitrine.errors import InvalidInput, ModelError, VitrineError
+from vitrine.intent import decision
 from vitrine.intent import tokenizer as qtok
+from vitrine.intent.cues import CueWords
 from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
@@ -74,15 +78,19 @@ class IntentClassifier:
         self.members: list[IntentClassifier] = []
         self._stacked: onnxrt.OnnxModule | None = None  # all members in one onnxruntime graph
         self._stack_offsets = np.zeros(1, dtype=np.int64)
+        self.rule = decision.DecisionRule(lexical_prior=False)  # load() reads the weights' own rule
+        self.cues: CueWords | None = None
 
     @classmethod
     def load(cls, weights: str | os.PathLike[str] = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,
              min_confidence: float = 0.5, max_chars: int = 2000, runtime: str = "torch",
-             threads: int = 1, members: int = 0, stack: bool = True) -> "IntentClassifier":
+             threads: int = 1, members: int = 0, stack: bool = True,
+             rule: decision.DecisionRule | None = None) -> "IntentClassifier":
         """``runtime``: torch, onnx (onnxruntime, checked against torch; raises when impossible)
         or auto (onnxruntime when installed, else torch). The ONNX graph is cached in ``cache_dir``.
         ``members``: use the ensemble's first N members (0: all; 1 is fastest and least accurate).
-        ``stack``: with onnxruntime, run the members as one stacked graph (else one after another)."""
+        ``stack``: with onnxruntime, run the members as one stacked graph (else one after another).
+        ``rule``: the decision rule (default: ``decision.json`` beside the weights, else the default rule)."""
         if members < 0:
             raise InvalidInput("members must be 0 (all) or more")
         t0 = time.perf_counter()
@@ -91,6 +99,8 @@ class IntentClassifier:
         out = cls(model, tok, min_confidence=min_confidence, max_chars=max_chars, runtime=runtime,
                   onnx_dir=cache_dir, threads=threads)
         root = resolve_weights(weights)
+        out.rule = rule if rule is not None else decision.load(root)
+        out.cues = out.rule.cues()
         for rel in model.config.get("ensemble", [])[: members - 1 if members else None]:
             member = IntentModel.from_pretrained(root / rel)
             if list(member.labels) != out.labels:
@@ -227,7 +237,8 @@ class IntentClassifier:
     def predict(self, text: str | None) -> IntentResult:
         return self.predict_batch([text])[0]
 
-    def predict_batch(self, texts: list[str | None]) -> list[IntentResult]:
+    def predict_batch(self, texts: list[str | None], *, prior: bool = True) -> list[IntentResult]:
+        """``prior``: apply the lexical prior of the decision rule (False: the confidence floor alone)."""
         t0 = time.perf_counter()
         cleaned = [clean_query(t, self.max_chars) for t in texts]
         ids = [self.token_ids(unicodedata.normalize("NFC", s)) if s else [] for s, _ in cleaned]
@@ -237,12 +248,18 @@ class IntentClassifier:
             e.truncated = e.truncated or cut
             encs.append(e)
         probs = self._ensemble_probabilities(ids, encs)
-        ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         out = []
         for (s, _), e, p in zip(cleaned, encs, probs):
             scores = {lab: round(float(v), 6) for lab, v in zip(self.labels, p)}
             top = max(scores, key=scores.__getitem__)
             confident = bool(s) and scores[top] >= self.min_confidence
+            extra: dict[str, Any] = {}
+            if confident and top != FALLBACK_LABEL and prior and self.cues is not None and not self.cues.has_cue(s):
+                confident, extra = False, {"no_cue_word": True}  # a product phrase alone is a search
             out.append(IntentResult(label=top if confident else FALLBACK_LABEL, predicted=top, scores=scores,
-                                    confident=confident, n_tokens=e.n_tokens, truncated=e.truncated, ms=ms))
+                                    confident=confident, n_tokens=e.n_tokens, truncated=e.truncated,
+                                    extra=extra))
+        ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
+        for r in out:
+            r.ms = ms
         return out

@@ -188,6 +188,20 @@ def taxonomy_phrase(name: str, rng: random.Random, typo: Callable[[str], str], b
     return " ".join(parts)
 
 
+def training_leaf_queries(seed: int = 0, path: Path | None = None) -> list[tuple[str, str]]:
+    """The training half of the leaves typed as :func:`heldout_leaf_queries` types the held-out
+    half: what a decision rule may be chosen on (the held-out half only measures it)."""
+    from vitrine.intent.typos import typo_fn  # noqa: PLC0415 - tiny helper
+
+    rng = random.Random(f"{seed}:fit-leaves")
+    typo = typo_fn(rng)
+    paths = taxonomy_paths(path)
+    parents = {q[:-1] for q in paths if len(q) > 1}
+    leaves = {q[-1] for q in paths if q not in parents}
+    return [(shopper_form(name, rng, typo, typo_p=0.34, whole=True), name)
+            for name in taxonomy_names(path).train if name in leaves]
+
+
 def heldout_leaf_queries(seed: int = 0, path: Path | None = None) -> list[tuple[str, str]]:
     """Every held-out leaf typed as a shopper would (English): (query, leaf name). The whole name
     lower-cased ("&" or "and"), sometimes singular, a third with one typo in a long word. None of

@@ -132,19 +132,21 @@ def evaluate(classifier: IntentClassifier, examples: Sequence[Example], extracto
     return out
 
 
-def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, batch_size: int = 128) -> dict[str, Any]:
+def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, batch_size: int = 128,
+                      prior: bool = True) -> dict[str, Any]:
     """Share of real product titles, typed as queries, that the deployed rule sends to search
     (a title is always a search; another intent would show an answer instead of products)."""
     results = []
     for i in range(0, len(titles), batch_size):
-        results += classifier.predict_batch(list(titles[i:i + batch_size]))
+        results += classifier.predict_batch(list(titles[i:i + batch_size]), prior=prior)
     wrong = [{"text": t, "label": r.label, "p": round(r.scores[r.label], 3)}
              for t, r in zip(titles, results) if r.label != "search"]
     n = len(titles)
     return {"n": n, "search_rate": round(1 - len(wrong) / n, 4) if n else float("nan"), "errors_sample": wrong[:15]}
 
 
-def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size: int = 128) -> dict[str, Any]:
+def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size: int = 128,
+                     prior: bool = True) -> dict[str, Any]:
     """Share of Google-taxonomy leaves no training query had, typed as a shopper would (English,
     lower-cased, a third with a typo), that the deployed rule sends to search; overall and per
     top-level domain of the taxonomy."""
@@ -153,7 +155,7 @@ def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size:
     pairs = heldout_leaf_queries(seed)
     results = []
     for i in range(0, len(pairs), batch_size):
-        results += classifier.predict_batch([q for q, _ in pairs[i:i + batch_size]])
+        results += classifier.predict_batch([q for q, _ in pairs[i:i + batch_size]], prior=prior)
     root: dict[str, str] = {}
     for path in taxonomy_paths():
         root.setdefault(path[-1], path[0])
@@ -554,10 +556,17 @@ def evaluate_heldout(weights: str | Path = DEFAULT_WEIGHTS, *, cache_dir: Path |
     results = clf.predict_batch([e.text for e in test])
     eff = classification_metrics([e.label for e in test], [r.label for r in results])
     result["deployed_rule"] = {"min_confidence": min_confidence, "accuracy": eff["accuracy"],
-                               "macro_f1": eff["macro_f1"],
-                               "fallbacks": sum(not r.confident for r in results)}
+                               "macro_f1": eff["macro_f1"], "rule": clf.rule.to_json(),
+                               "fallbacks": sum(not r.confident for r in results),
+                               "no_cue_word": sum(bool(r.extra.get("no_cue_word")) for r in results)}
     result["heldout_titles"] = title_search_rate(clf, heldout_titles(terms, seed=int(cfg.get("seed", 0))))
     result["heldout_taxonomy_leaves"] = leaf_search_rate(clf, seed=int(cfg.get("seed", 0)))
+    if clf.cues is not None:  # the same measures without the lexical prior (the confidence floor alone)
+        bare = clf.predict_batch([e.text for e in test], prior=False)
+        result["without_lexical_prior"] = {
+            "accuracy": classification_metrics([e.label for e in test], [r.label for r in bare])["accuracy"],
+            "heldout_taxonomy_leaves_search_rate":
+                leaf_search_rate(clf, seed=int(cfg.get("seed", 0)), prior=False)["search_rate"]}
     result["seconds"] = round(time.perf_counter() - t0, 2)
     result["weights"] = str(weights)
     result["heldout"] = {"templates": "test set of data/templates.json", "brands_held_out":

@@ -240,7 +240,11 @@ class Engine:
         back to the previous one, and with none usable everything is rebuilt from the records.
         What was found and done goes to the log and to ``self.recovery`` (/health)."""
         t0 = time.time()
-        rec: dict[str, Any] = {"records_seq": self.records.seq, "snapshot": None, "snapshot_seq": None,
+        # Read first: everything up to it is in what follows; later changes (other writers of a
+        # shared store) are replayed by the next refresh. Read after the replay, it could claim a
+        # change committed during it that the replay did not see.
+        target = self.records.seq
+        rec: dict[str, Any] = {"records_seq": target, "snapshot": None, "snapshot_seq": None,
                                "refused": [], "skipped": [], "partial": [p.name for p in self.snapshots.partials()]}
         loaded: Snapshot | None = None
         graph_loaded = False
@@ -274,7 +278,7 @@ class Engine:
                 stale_model += 1
         for batch in self._changes_since(self._index_seq, 5000):
             replayed += self._apply_rows_to_indexes(batch)
-        self._index_seq = self.records.seq
+        self._index_seq = max(self._index_seq, target)
         if self.native.fill_missing(self):
             self._dirty = True
         if replayed or loaded is None:

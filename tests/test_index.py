@@ -282,3 +282,35 @@ def test_index_benchmark_reads_the_vectors_of_the_newest_snapshot(engine):
     ref = live.get(live.ids())
     # the same vectors, whatever their row order: each live vector has an identical row
     assert np.allclose((ref @ vecs.T).max(axis=1), 1.0, atol=1e-5)
+
+
+def test_search_threads_apply_in_every_searching_thread():
+    """OpenMP's thread count is per thread: a search in a thread started after
+    set_search_threads (an API request thread) runs with that count too, and the same results."""
+    import threading
+
+    import faiss
+
+    from vitrine.index import vectors
+
+    x = _data(500, 16)
+    ids = np.arange(500, dtype=np.int64)
+    idx = VectorIndex(16, "Flat")
+    idx.upsert(ids, x)
+    before = vectors._search_threads
+    got: dict[str, object] = {}
+    try:
+        vectors.set_search_threads(1)
+
+        def search() -> None:
+            got["default"] = faiss.omp_get_max_threads()  # OpenMP's per-thread default, before any search
+            got["ids"] = idx.search(x[:3], 5)[1]
+            got["after"] = faiss.omp_get_max_threads()
+
+        t = threading.Thread(target=search)
+        t.start()
+        t.join()
+    finally:
+        vectors._search_threads = before
+    assert got["after"] == 1
+    np.testing.assert_array_equal(got["ids"], brute(x, ids, x[:3], 5))

@@ -210,3 +210,35 @@ def test_typo_tolerance_corrects_only_words_no_product_holds(engine):
         assert mem.correct("shrit", "shrit") == "shirt" and mem.correct("teh", "teh") is None
     finally:
         mem.close()
+
+
+def test_highlighter_memo_and_length_prefilter_agree_with_brute_force(subset_rows):
+    """The per-query memo of field words and the length prefilter change no span: every word is
+    checked again by brute force (its term or itself within the allowed edits of a query word's)."""
+    import re
+
+    from vitrine.index import fuzzy
+    from vitrine.index.bm25 import word_terms
+    from vitrine.search.storefront import Highlighter
+
+    def brute(words, text):
+        out = []
+        for m in re.finditer(r"\w+", text):
+            low = m.group().casefold()
+            terms = word_terms(low)
+            term = terms[0] if len(terms) == 1 else low
+            if any(term == t or low == w or fuzzy.distance(low, w) <= e or fuzzy.distance(term, t) <= e
+                   for w, t, e in words):
+                out.append((m.start(), m.end()))
+        return out
+
+    titles = [r["productDisplayName"] for r in subset_rows[:60]]
+    queries = ["addidas runing shoes", "men blue tshirt", "Puma casual shoe", "womens handbags black", "watch"]
+    checked = 0
+    for q in queries:
+        marks = Highlighter(q)
+        for title in titles * 2:  # twice: the second pass answers from the memo
+            want = brute(marks.words, title)
+            assert [(s.start, s.end) for s in marks.spans(title)] == want
+            checked += len(want)
+    assert checked > 0

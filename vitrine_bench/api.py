@@ -25,6 +25,7 @@ import aiohttp
 
 from vitrine.client import ApiError, Client, RetryPolicy, Unreachable
 from vitrine_bench.common import Report, Server, start_server, summary_ms
+from vitrine_bench.encoders import matmul_flops
 
 
 def query_pool(source: Path, n: int = 400, seed: int = 0) -> tuple[list[str], list[bytes]]:
@@ -187,6 +188,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
                 def shifted(i: int, make=make, start=start) -> tuple[str, str, dict[str, Any]]:  # noqa: ANN001
                     return make(start + i)
 
+                gflops = matmul_flops(1, min_time=1.0) / 1e9  # this cell's machine speed (it drifts on a shared one)
                 cpu0 = srv.cpu_s()
                 if rate is None:
                     lat, errors, elapsed = asyncio.run(_load(srv.url, c, duration, shifted))
@@ -195,11 +197,11 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
                 row = {"mix": mix, "workers": workers, "clients": c, "load": "closed" if rate is None else f"paced {rate:g}/s",
                        "qps": len(lat) / elapsed, "errors": errors, **summary_ms(lat),
                        "server_cpu_ms_per_req": (srv.cpu_s() - cpu0) * 1000 / max(1, len(lat) + errors),
-                       "server_rss_mb": srv.rss_mb()}
+                       "server_rss_mb": srv.rss_mb(), "gflops_core": gflops}
                 rows.append(row)
                 print(f"{mix:6s} c={c:3d} {row['load']:>13s} qps={row['qps']:.1f} p50={row['p50_ms']:.1f}ms "
                       f"p99={row['p99_ms']:.1f}ms cpu/req={row['server_cpu_ms_per_req']:.1f}ms errors={errors} "
-                      f"rss={row['server_rss_mb']:.0f}MB", flush=True)
+                      f"rss={row['server_rss_mb']:.0f}MB gflops/core={gflops:.0f}", flush=True)
     finally:
         if own:
             srv.stop()
@@ -213,9 +215,10 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
              "aiohttp, not vitrine.client: a fifth of httpx's client CPU per request, on cores the server shares. "
              "Query-embedding cache: "
              f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "
-             "machine's cores with the server.")
+             "machine's cores with the server. `gflops_core`: fp32 matmul GFLOP/s of one core (`matmul_flops(1)` of "
+             "`vitrine bench encoders`), measured just before each cell: server CPU per request scales with it.")
     rep.table(rows, ["mix", "workers", "clients", "load", "qps", "p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_req", "errors",
-                     "server_rss_mb"],
+                     "server_rss_mb", "gflops_core"],
               "Results" + (f" ({repeats} runs of every cell, in turn)" if repeats > 1 else ""))
     if repeats > 1:
         spread = []
@@ -225,10 +228,11 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
             spread.append({"mix": key[0], "clients": key[1], "load": key[2], "runs": len(same),
                            "p99_median_ms": statistics.median(p99), "p99_min_ms": p99[0], "p99_max_ms": p99[-1],
                            "qps_median": statistics.median(r["qps"] for r in same),
-                           "cpu_ms_per_req_median": statistics.median(r["server_cpu_ms_per_req"] for r in same)})
+                           "cpu_ms_per_req_median": statistics.median(r["server_cpu_ms_per_req"] for r in same),
+                           "gflops_core_median": statistics.median(r["gflops_core"] for r in same)})
         rep.add("spread", spread)
         rep.table(spread, ["mix", "clients", "load", "runs", "p99_median_ms", "p99_min_ms", "p99_max_ms", "qps_median",
-                           "cpu_ms_per_req_median"], "p99 across runs of the same cell")
+                           "cpu_ms_per_req_median", "gflops_core_median"], "p99 across runs of the same cell")
 
     def draw(ax) -> None:  # noqa: ANN001
         for mix in mixes:

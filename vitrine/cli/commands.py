@@ -96,8 +96,11 @@ def _serve(settings, *, consume: bool = False, follow: float | None = None) -> N
         os.environ.update(settings_env(settings))
         click.echo(f"Vitrine serving {settings.data_dir} at http://{settings.host}:{settings.port}/ with "
                    f"{settings.workers} worker processes (API docs at /docs)", err=True)
+        # uvicorn kills a worker that does not answer its supervisor's ping within the health-check
+        # timeout (5 s by default) and starts another: a worker loading its models on a busy machine
+        # missed it, and on 2 shared cores the workers were restarted for over ten minutes on end
         uvicorn.run("vitrine.web.app:create_app", factory=True, workers=settings.workers, host=settings.host,
-                    port=settings.port, log_level="warning")
+                    port=settings.port, log_level="warning", timeout_worker_healthcheck=120)
         return
     from vitrine.web.app import create_app
 

@@ -45,20 +45,41 @@ def _faiss():
     return faiss
 
 
+_search_threads: int | None = None  # set_search_threads' choice; None: OpenMP's own default
+_omp_local = threading.local()  # the OpenMP thread count this thread was given (see _pin_threads)
+
+
 def set_search_threads(n: int) -> None:
     """Threads one search may use, process-wide: FAISS's OpenMP threads and the BLAS threads of
     numpy and FAISS (exact scoring of candidates is a numpy product). A server runs many searches
     side by side, one per request: one thread each costs 2.5x less CPU per query than two on a
     2-core machine (1.1 vs 2.7 ms for a Flat search over 20,873 vectors), and an idle OpenBLAS
-    worker spins after each product (4 ms of CPU per API request, measured per thread)."""
+    worker spins after each product (4 ms of CPU per API request, measured per thread).
+
+    OpenMP's thread count is per calling thread (``omp_set_num_threads`` sets the caller's own),
+    so each thread that searches applies it again on its first search (:func:`_pin_threads`):
+    set here only, the API's request threads kept OpenMP's default of one thread per core, and
+    the idle second thread cost 3-4 ms of CPU per text search (bench-results/storefront-api/)."""
+    global _search_threads
     n = max(1, int(n))
+    _search_threads = n
     _faiss().omp_set_num_threads(n)
+    _omp_local.n = n
     try:
         from threadpoolctl import threadpool_limits  # noqa: PLC0415
 
         threadpool_limits(limits=n, user_api="blas")
     except ImportError:  # pragma: no cover - a dependency; without it BLAS keeps its default
         log.warning("threadpoolctl is not installed: BLAS keeps its default thread count")
+
+
+def _pin_threads() -> None:
+    """Give the calling thread the OpenMP thread count of :func:`set_search_threads` (once per
+    thread; nothing when it was never called)."""
+    n = _search_threads
+    if n is not None and getattr(_omp_local, "n", None) != n:
+        _faiss().omp_set_num_threads(n)
+        _omp_local.n = n
 
 
 def gpu_count() -> int:
@@ -287,6 +308,7 @@ class VectorIndex:
             raise InvalidInput(f"query vectors must be {self.dim}-d, got {q.shape[1]}")
         if k <= 0:
             raise InvalidInput("k must be positive")
+        _pin_threads()
         with self._lock:
             n_live = len(self._row_of)
             if (allowed is None and self._index is not None and self._indexed == self._n == n_live

@@ -607,13 +607,7 @@ class Engine:
         return path
 
     def _product_out(self, row: RecordRow) -> ProductOut:
-        d = row.doc
-        return ProductOut(
-            id=row.id, title=d.get("title", ""), brand=d.get("brand"), category=d.get("category") or [],
-            attributes=d.get("attributes") or {}, price=d.get("price"), currency=d.get("currency"),
-            description=d.get("description"), version=row.version,
-            image_url=f"/images/{row.image_key}" if row.image_key else None,
-        )
+        return ProductOut(**_product_fields(row), version=row.version)
 
     def query_vectors(self, text: str | None, image: bytes | None, text_vector: Future[np.ndarray] | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
@@ -694,10 +688,9 @@ class Engine:
             row = rows.get(iid)
             if row is None:  # deleted between ranking and fetching
                 continue
-            p = self._product_out(row)
-            hit = Hit(score=round(float(score), 6), **p.model_dump(exclude={"version"}))
+            hit = Hit(score=round(float(score), 6), **_product_fields(row))  # one validation per hit
             if marks is not None:
-                hit.highlights = marks.of(p.title, p.description)
+                hit.highlights = marks.of(hit.title, hit.description)
             if req.explain:
                 hit.explanation = Explanation(
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
@@ -931,6 +924,15 @@ class Engine:
         self.swaps.append({"at": time.time(), "accepted": report.accepted, "switched": report.switched,
                            "reason": report.reason, "model_key": report.candidate.get("model_key")})
         del self.swaps[:-20]
+
+
+def _product_fields(row: RecordRow) -> dict[str, Any]:
+    """A stored product's public fields (those of ProductOut but its version, and of a Hit)."""
+    d = row.doc
+    return {"id": row.id, "title": d.get("title", ""), "brand": d.get("brand"), "category": d.get("category") or [],
+            "attributes": d.get("attributes") or {}, "price": d.get("price"), "currency": d.get("currency"),
+            "description": d.get("description"),
+            "image_url": f"/images/{row.image_key}" if row.image_key else None}
 
 
 def _recovery_summary(rec: dict[str, Any]) -> str:

@@ -456,5 +456,5 @@ def native_rank(engine: "Engine", nq: np.ndarray, k: int, allowed: np.ndarray | 
                 ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The text tower's own cosine ranking (the floor), with the filters ``allowed``."""
     scores, ids = engine.native.index.search(nq[None], k, allowed)
-    out: Ranked = [(int(i), float(sc), {"native": float(sc)}) for sc, i in zip(scores[0], ids[0]) if i >= 0]
+    out: Ranked = [(i, sc, {"native": sc}) for sc, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
     return out, {i: sc for i, sc, _ in out}, [], QueryTerms()

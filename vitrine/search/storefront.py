@@ -156,16 +156,28 @@ class Highlighter:
             terms = word_terms(w)
             if len(terms) == 1:
                 self.words.append((w, terms[0], fuzzy.max_edits(w)))
+        # a field word's answer, remembered for this query: the hits' titles share most words
+        self._seen: dict[str, bool] = {}
 
     def __bool__(self) -> bool:
         return bool(self.words)
 
     def _matches(self, word: str) -> bool:
+        hit = self._seen.get(word)
+        if hit is None:
+            hit = self._seen[word] = self._match(word)
+        return hit
+
+    def _match(self, word: str) -> bool:
         low = word.casefold()
         terms = word_terms(low)
         term = terms[0] if len(terms) == 1 else low
         for w, t, edits in self.words:
-            if term == t or low == w or fuzzy.is_close(low, w, edits) or fuzzy.is_close(term, t, edits):
+            if term == t or low == w:
+                return True
+            # more edits apart in length than allowed: no alignment can be that close (skips the call)
+            if edits and ((abs(len(low) - len(w)) <= edits and fuzzy.is_close(low, w, edits))
+                          or (abs(len(term) - len(t)) <= edits and fuzzy.is_close(term, t, edits))):
                 return True
         return False
 

@@ -96,11 +96,23 @@ def train() -> None:
               help="Train on this ingested data dir's catalogue (its photos + pseudo-queries; early-stops on "
                    "held-out products), then install it by hot swap and re-tune (docs/tuning.md)")
 @click.option("--no-install", is_flag=True, help="With --data: train and save only")
+@click.option("--lora", type=click.Choice(["text", "image", "both"]), default=None,
+              help="Also train LoRA deltas of the towers with the gate (MiniLM's attention query/value; the image "
+                   "tower's last stage), saved in OUT/lora (needs the `train` extra: peft)")
+@click.option("--lora-rank", type=click.IntRange(1, 64), default=8, show_default=True, help="LoRA rank (alpha = 2 x rank)")
+@click.option("--lora-text-layers", default="4,5", show_default=True,
+              help="MiniLM layers with deltas (comma-separated, 'all' = every layer): the top ones cost least")
+@click.option("--lora-lr-scale", type=float, default=0.25, show_default=True,
+              help="The deltas' learning rate as a share of --lr")
+@click.option("--train-limit", type=int, default=None,
+              help="Train on a seeded subset of this many train products (val stays whole): short comparisons")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
                lr: float, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
                ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
-               gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False) -> None:
+               gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False,
+               lora: str | None = None, lora_rank: int = 8, lora_text_layers: str = "4,5", lora_lr_scale: float = 0.25,
+               train_limit: int | None = None) -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
@@ -109,6 +121,9 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     """
     if hidden is None:
         hidden = DEFAULT_MOE_HIDDEN if kind == "moe" else 512
+    if lora and data_dir is not None:
+        raise click.BadParameter("tower LoRA trains on the bundled (or --source) catalogue, not with --data",
+                                 param_hint="--lora")
     if data_dir is not None:
         from vitrine.cli.tune import train_gate_on_data
 
@@ -117,6 +132,9 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
                                                  install=not no_install, overrides=_parse_overrides(overrides)),
                               indent=2))
         return
+    if lora and kind != "moe":
+        raise click.BadParameter("tower LoRA trains with the MoE gate only", param_hint="--lora")
+    text_layers = None if lora_text_layers.strip() == "all" else _parse_layers(lora_text_layers)
     settings = make_settings(model=model)
     result = train_gate_command(
         settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,
@@ -125,6 +143,8 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
         patience=patience, name=name, ema_decay=ema, overrides=_parse_overrides(overrides),
         views=_parse_views(views), view_prob=view_prob, degraded_share=degraded_share,
         train_options={"gumbel_tau": gumbel_tau, "route_kl_weight": route_kl},
+        lora=lora, lora_rank=lora_rank, lora_text_layers=text_layers, lora_lr_scale=lora_lr_scale,
+        train_limit=train_limit,
     )
     click.echo(json.dumps(result, indent=2))
 
@@ -137,6 +157,13 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
         return config_overrides(items)
     except ModelError as e:
         raise click.BadParameter(str(e), param_hint="--set") from e
+
+
+def _parse_layers(text: str) -> list[int]:
+    try:
+        return sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not comma-separated layer numbers", param_hint="--lora-text-layers") from None
 
 
 def _parse_views(text: str) -> tuple[str, ...]:
@@ -322,25 +349,36 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        bias_rate: float = 0.01, overrides: dict[str, Any] | None = None,
                        ema_decay: float = 0.0, views: tuple[str, ...] = DEFAULT_VIEWS,
                        view_prob: float = DEFAULT_VIEW_PROB, degraded_share: float = 1.0, train_options: dict[str, Any] | None = None,
+                       lora: str | None = None, lora_rank: int = 8, lora_text_layers: list[int] | None = None,
+                       lora_lr_scale: float = 0.25, train_limit: int | None = None,
                        ) -> dict[str, Any]:
     """Train one adapter on the bundled (or ``source``) catalogue's train split, early-stopped on
     val; writes it to ``out`` (default: the shipped weights folder of ``name`` or ``kind``).
-    ``train_options``: further :class:`~vitrine.encoders.train.TrainConfig` fields."""
+    ``train_options``: further :class:`~vitrine.encoders.train.TrainConfig` fields. ``lora``
+    (``text``, ``image``, ``both``): LoRA deltas of the towers trained jointly, saved in
+    ``out/lora`` (vitrine/encoders/lora.py). ``train_limit``: a seeded subset of the train split."""
     import torch
 
     from vitrine.encoders.adapters import WEIGHTS_DIR, create_adapter
     from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter
-    from vitrine.evals.datasets import Catalog
+    from vitrine.cli.train_lora import joint_towers, limited_catalog, val_figures
 
     t0 = time.time()
     seed_everything(seed)
     encoder = features_encoder(settings)
-    catalog = Catalog.load(source)
+    catalog = limited_catalog(source, train_limit, seed)
     log.info("computing backbone features for %d products (cached after the first run)", len(catalog.rows))
     use_queries = queries and kind in ("mlp", "moe")
-    train, _ = build_pairs(catalog, encoder, "train", queries=use_queries, seed=seed, views=views,
-                           degraded_share=degraded_share)
-    val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed)
+    train, train_rows = build_pairs(catalog, encoder, "train", queries=use_queries, seed=seed, views=views,
+                                    degraded_share=degraded_share)
+    val, val_rows = build_pairs(catalog, encoder, "val", queries=False, seed=seed)
+    towers = None
+    if lora:
+        from vitrine.encoders.lora import LoraSpec
+
+        spec = LoraSpec.from_mode(lora, rank=lora_rank, alpha=2.0 * lora_rank, text_layers=lora_text_layers)
+        towers = joint_towers(catalog, encoder, spec, train_rows=train_rows, val_rows=val_rows,
+                              queries=use_queries, seed=seed, lr_scale=lora_lr_scale)
     cfg_adapter: dict[str, Any] = {
         "image_dim": encoder.towers.image_dim, "text_dim": encoder.towers.text_dim, "dim": dim,
         "hidden": hidden, "towers_key": encoder.towers.key, "model": settings.encoders.model,
@@ -357,7 +395,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        modality_dropout=0.15 if kind == "moe" else 0.0,
                        text_text_weight=0.5 if kind == "moe" else 0.0, ema_decay=ema_decay, view_prob=view_prob,
                        **(train_options or {}))
-    result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
+    result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl", towers=towers)
     if kind == "moe":  # its modality gate weighs photo and text per product: nothing to tune
         tuning = {"best": None, "grid": {}}
     else:
@@ -371,12 +409,25 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
         "pseudo_queries": int(len(train.query_rows)) if train.query_rows is not None else 0,
         "photo_views": list(views), "view_prob": view_prob if views else 0.0, "degraded_share": degraded_share,
         "seconds": round(time.time() - t0, 1),
+        "train_seconds": round(result.seconds, 1), "epochs_run": len(result.history),
+        "seconds_per_epoch": round(result.history[-1]["seconds"] / len(result.history), 1) if result.history else None,
+        "cpu_seconds_per_epoch": round(result.history[-1]["cpu_seconds"] / len(result.history), 1)
+        if result.history else None,
+        "torch_threads": torch.get_num_threads(), "lora": None,
     }
+    if towers is not None:
+        summary["lora"] = {"mode": towers.lora.spec.mode, "rank": lora_rank, "text_layers": lora_text_layers,
+                           "lr_scale": lora_lr_scale, "parameters": sum(p.numel() for p in towers.parameters())}
+        adapter.config["lora"] = summary["lora"]
+    summary["val_figures"] = val_figures(adapter, val, catalog, encoder, towers)
     if hasattr(adapter, "routing_stats"):
         with torch.inference_mode():
-            summary["routing"] = adapter.routing_stats(torch.from_numpy(val.image), torch.from_numpy(val.text),
+            rv = towers.refresh(val, "val") if towers is not None else val
+            summary["routing"] = adapter.routing_stats(torch.from_numpy(rv.image), torch.from_numpy(rv.text),
                                                        pairs=True)
     adapter.save_pretrained(out)
+    if towers is not None:
+        towers.lora.save(out)
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,6 +20,9 @@ from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_
 from vitrine.encoders.images import augment_view, check_view, decode_image
 from vitrine.errors import InvalidImage, InvalidInput, ModelError
 from vitrine.progress import progress_bar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitrine.encoders.lora import TowerLora
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +103,7 @@ class MultimodalEncoder:
         cache: FeatureCache | None = None,
         max_image_bytes: int = 10_000_000,
         max_image_pixels: int = 40_000_000,
+        lora: TowerLora | None = None,
     ) -> None:
         if adapter is not None and (adapter.image_dim != towers.image_dim or adapter.text_dim != towers.text_dim):
             raise ModelError(
@@ -112,6 +117,11 @@ class MultimodalEncoder:
         self.max_image_bytes = max_image_bytes
         self.max_image_pixels = max_image_pixels
         self._lock = threading.Lock()  # torch modules are not re-entrant across threads for us
+        # LoRA deltas of the towers saved beside the adapter (vitrine/encoders/lora.py): they adapt
+        # the adapter's inputs only; text_features / image_features stay the frozen towers' (the
+        # native text space, the floor of text search, reads those).
+        self.lora = lora.to(towers.device).eval() if lora is not None else None
+        self._lora_key = lora.key if lora is not None else None
 
     @property
     def lock(self) -> threading.Lock:
@@ -147,6 +157,14 @@ class MultimodalEncoder:
             adapter_obj = adapter
         else:
             adapter_obj = load_adapter(adapter)
+        lora = None
+        if adapter_obj is not None and adapter_obj.config.get("lora") and not isinstance(adapter, Adapter) \
+                and adapter is not None:
+            from vitrine.encoders.adapters import WEIGHTS_DIR
+            from vitrine.encoders.lora import has_lora, load_lora
+
+            folder = Path(adapter) if has_lora(adapter) else WEIGHTS_DIR / str(adapter)
+            lora = load_lora(folder, towers)
         expected = adapter_obj.config.get("towers_key") if adapter_obj is not None else None
         if expected and expected != towers.key:
             raise ModelError(
@@ -156,7 +174,7 @@ class MultimodalEncoder:
         return cls(
             towers, adapter_obj, batch_size=batch_size,
             cache=FeatureCache(cache_path) if cache_path else None,
-            max_image_bytes=max_image_bytes, max_image_pixels=max_image_pixels,
+            max_image_bytes=max_image_bytes, max_image_pixels=max_image_pixels, lora=lora,
         )
 
     @property
@@ -176,6 +194,8 @@ class MultimodalEncoder:
         for name, t in sorted(self.adapter.state_dict().items()):
             h.update(name.encode())
             h.update(t.detach().cpu().numpy().tobytes())
+        if self._lora_key:
+            h.update(self._lora_key.encode())
         return f"{self.towers.key}+{self.adapter.kind}-{h.hexdigest()[:12]}"
 
     # -- backbone features ---------------------------------------------------------------
@@ -184,7 +204,7 @@ class MultimodalEncoder:
 
     def image_features(
         self, images: Sequence[bytes], *, progress: bool = False, errors: dict[int, str] | None = None,
-        view: str | None = None,
+        view: str | None = None, adapted: bool = False,
     ) -> np.ndarray:
         """Backbone features for photos given as encoded bytes, (N, image_dim) float32.
 
@@ -192,11 +212,13 @@ class MultimodalEncoder:
         position in ``errors``; without it, the first bad image raises :class:`InvalidImage`.
         ``view`` (training only): features of an augmented view of each photo
         (:func:`~vitrine.encoders.images.augment_view`), cached under their own keys.
+        ``adapted``: through the image tower's LoRA deltas (:meth:`shared_image_features`).
         """
         n = len(images)
         out = np.zeros((n, self.towers.image_dim), dtype=np.float32)
         kind = "img" if view is None else f"img@{check_view(view)}"
-        keys = [_digest(kind, self.towers.key, b) for b in images]
+        tower_key = self._lora_key if adapted and self._lora_key else self.towers.key
+        keys = [_digest(kind, tower_key, b) for b in images]
         cached = self.cache.get_many(keys) if self.cache else {}
         todo = [i for i, k in enumerate(keys) if k not in cached]
         for i, k in enumerate(keys):
@@ -220,7 +242,7 @@ class MultimodalEncoder:
                     errors[i] = str(e)
                     out[i] = np.nan
             if pixels:
-                feats = self.pixel_features(torch.stack(pixels))
+                feats = (self.shared_pixel_features if adapted else self.pixel_features)(torch.stack(pixels))
                 out[ok] = feats
                 if self.cache:
                     self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(ok))
@@ -259,6 +281,56 @@ class MultimodalEncoder:
             bar.update(len(chunk))
         bar.close()
         return out
+
+    # -- the adapter's inputs (the towers' features, through their LoRA deltas when loaded) ------
+    @property
+    def adapts_text(self) -> bool:
+        return self.lora is not None and self.lora.spec.text
+
+    @property
+    def adapts_image(self) -> bool:
+        return self.lora is not None and self.lora.spec.image
+
+    def shared_text_features(self, texts: Sequence[str], *, native: np.ndarray | None = None,
+                             progress: bool = False) -> np.ndarray:
+        """Text features that feed the adapter: the frozen tower's (``native`` when already at
+        hand) unless LoRA deltas adapt the text tower; those are cached under the deltas' key."""
+        if not self.adapts_text:
+            return native if native is not None else self.text_features(texts, progress=progress)
+        assert self.lora is not None and self._lora_key is not None
+        keys = [_digest("txt", self._lora_key, t.encode("utf-8")) for t in texts]
+        got = self.cache.get_many(keys) if self.cache else {}
+        out = np.zeros((len(texts), self.towers.text_dim), dtype=np.float32)
+        todo = [i for i, k in enumerate(keys) if k not in got]
+        for i, k in enumerate(keys):
+            if k in got:
+                out[i] = got[k]
+        for s in range(0, len(todo), self.batch_size * 4):
+            chunk = todo[s:s + self.batch_size * 4]
+            with self._lock, torch.inference_mode():
+                feats = self.lora.text_features([texts[i] for i in chunk]).cpu().numpy()
+            out[chunk] = feats
+            if self.cache:
+                self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(chunk))
+        return out
+
+    def shared_image_features(self, images: Sequence[bytes], *, progress: bool = False,
+                              errors: dict[int, str] | None = None) -> np.ndarray:
+        """Photo features that feed the adapter (as :meth:`image_features`, through the image
+        tower's LoRA deltas when loaded)."""
+        if not self.adapts_image:
+            return self.image_features(images, progress=progress, errors=errors)
+        return self.image_features(images, progress=progress, errors=errors, adapted=True)
+
+    def shared_pixel_features(self, pixels: torch.Tensor) -> np.ndarray:
+        """:meth:`pixel_features` through the image tower's LoRA deltas when loaded."""
+        if not self.adapts_image:
+            return self.pixel_features(pixels)
+        assert self.lora is not None
+        step = IMAGE_FORWARD_BATCH if self.towers.device.type == "cpu" else max(1, len(pixels))
+        with self._lock:
+            return torch.cat([self.lora.pixel_features(self.towers, pixels[s:s + step])
+                              for s in range(0, len(pixels), step)]).cpu().numpy()
 
     # -- shared space ----------------------------------------------------------------------
     def query_photo_weight(self, image_vec: np.ndarray, text_vec: np.ndarray, default: float) -> float:
@@ -325,6 +397,6 @@ class MultimodalEncoder:
         self, texts: Sequence[str] | None = None, images: Sequence[bytes] | None = None, *, progress: bool = False
     ) -> Embeddings:
         """Texts and/or photos (aligned by position) -> shared-space embeddings."""
-        tf = self.text_features(texts, progress=progress) if texts is not None else None
-        imf = self.image_features(images, progress=progress) if images is not None else None
+        tf = self.shared_text_features(texts, progress=progress) if texts is not None else None
+        imf = self.shared_image_features(images, progress=progress) if images is not None else None
         return self.embed(imf, tf)

@@ -375,7 +375,7 @@ class QueryEncoder:
         tk = self.encoder.towers.key
         for t, v in zip(texts, _rows(unit_rows(feats))):
             self.native_cache.put((tk, self.text_precision, "n", self.normalise(t)), v)
-        emb = self.encoder.embed(None, feats).text
+        emb = self.encoder.embed(None, self.encoder.shared_text_features(texts, native=feats)).text
         if emb is None:  # pragma: no cover - an adapter always gives text vectors for text input
             raise ModelError("the adapter returned no text vectors")
         return _rows(emb)
@@ -383,7 +383,9 @@ class QueryEncoder:
     @torch.inference_mode()
     def _encode_pixels(self, pixels: list[torch.Tensor]) -> list[np.ndarray]:
         px = torch.stack(pixels)
-        if self._onnx_image is not None:
+        if self.encoder.adapts_image:  # the image tower's LoRA deltas run in torch
+            feats = self.encoder.shared_pixel_features(px)
+        elif self._onnx_image is not None:
             trunk = torch.from_numpy(self._onnx_image(px.numpy()))
             feats = self.encoder.towers.with_histogram(trunk, px).numpy()
         else:

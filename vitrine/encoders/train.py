@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ import torch.nn.functional as F
 
 from vitrine.encoders.adapters import Adapter
 from vitrine.progress import progress_bar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitrine.encoders.lora_train import JointTowers
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +147,13 @@ def train_adapter(
     progress: bool = True,
     log_path: str | Path | None = None,
     score_fn: Callable[[dict[str, float]], float] | None = None,
+    towers: JointTowers | None = None,
 ) -> TrainResult:
-    """Train ``adapter`` in place; keeps the weights of the best validation epoch."""
+    """Train ``adapter`` in place; keeps the weights of the best validation epoch.
+
+    ``towers``: LoRA deltas of the towers trained jointly (vitrine/encoders/lora_train.py): a
+    step's titles, pseudo-queries and photos go through them instead of the cached features, at
+    ``towers.lr_scale`` times the learning rate; validation re-embeds val through them."""
     seed_everything(cfg.seed)
     dev = torch.device(cfg.device)
     adapter.to(dev)
@@ -173,10 +181,12 @@ def train_adapter(
     params = [p for p in adapter.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-    )
+    groups: list[dict[str, Any]] = [{"params": decay, "weight_decay": cfg.weight_decay},
+                                    {"params": no_decay, "weight_decay": 0.0}]
+    if towers is not None:
+        groups.append({"params": towers.parameters(), "weight_decay": 0.0, "lr_scale": towers.lr_scale})
+        params = params + towers.parameters()
+    opt = torch.optim.AdamW(groups, lr=cfg.lr)
     n = len(img)
     steps_per_epoch = max(1, math.ceil(n / cfg.batch_size))
     total = steps_per_epoch * cfg.epochs
@@ -189,9 +199,10 @@ def train_adapter(
         return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
 
     best_state: dict[str, torch.Tensor] | None = None
+    best_towers: dict[str, torch.Tensor] | None = None
     best_score, best_epoch, bad_epochs = -1.0, -1, 0
     history: list[dict[str, float]] = []
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     step = 0
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
     ema: dict[str, torch.Tensor] | None = None
@@ -212,7 +223,7 @@ def train_adapter(
                     extra_rows = extra_rows[extra_rows >= 0]
                     idx = torch.unique(torch.cat([idx, extra_rows]))
                 for g in opt.param_groups:
-                    g["lr"] = lr_at(step)
+                    g["lr"] = lr_at(step) * g.get("lr_scale", 1.0)
                 bi, bt, bg = img[idx], txt[idx], grp[idx]
                 if views is not None and cfg.view_prob > 0:
                     # Feature-level augmentation: some rows see an augmented view of their photo.
@@ -224,6 +235,8 @@ def train_adapter(
                     hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout
                 else:
                     hide = None
+                if towers is not None:  # the step's rows through the towers' deltas (with grad)
+                    bi, bt = towers.batch(idx, bi, bt)
                 out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
                     else adapter(bi, bt)
                 scale = adapter.logit_scale.exp().clamp(max=100.0)
@@ -242,7 +255,7 @@ def train_adapter(
                     if len(sel) > cfg.batch_size:
                         sel = sel[torch.randperm(len(sel), generator=gen)[: cfg.batch_size].to(dev)]
                     if len(sel):
-                        qo = adapter(None, q_txt[sel])
+                        qo = adapter(None, towers.queries(sel, q_txt[sel]) if towers is not None else q_txt[sel])
                         pos = p_keys[q_sub[sel]][:, idx] == q_key[sel][:, None]
                         target = out.fused if "fused" in out.aux.get("train_terms", ()) else out.image
                         lq = multi_positive_ce(scale * qo.text @ target.t(), pos)
@@ -278,10 +291,11 @@ def train_adapter(
             if ema is not None:  # validate (and keep) the averaged weights
                 live = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
                 adapter.load_state_dict(ema)
-            metrics = evaluate_pairs(adapter, val, cfg.device)
+            metrics = evaluate_pairs(adapter, towers.refresh(val, "val") if towers is not None else val, cfg.device)
             score = score_fn(metrics)
             row = {"epoch": epoch, **{f"loss_{k}": v / steps_per_epoch for k, v in sums.items()}, **metrics,
-                   "score": score, "lr": lr_at(step - 1), "seconds": time.time() - t0}
+                   "score": score, "lr": lr_at(step - 1), "seconds": time.time() - t0,
+                   "cpu_seconds": time.process_time() - c0}
             history.append(row)
             if log_file:
                 log_file.write(json.dumps(row) + "\n")
@@ -293,6 +307,7 @@ def train_adapter(
             if improved:
                 best_score, best_epoch, bad_epochs = score, epoch, 0
                 best_state = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
+                best_towers = towers.state() if towers is not None else None
             if live is not None:
                 adapter.load_state_dict(live)
             if not improved:
@@ -306,6 +321,10 @@ def train_adapter(
             log_file.close()
     if best_state is not None:
         adapter.load_state_dict(best_state)
+    if towers is not None and best_towers is not None:
+        towers.load_state(best_towers)
+        adapted = towers.refresh(train, "train")  # the balance settles on the adapted tokens
+        img, txt = torch.from_numpy(adapted.image).to(dev), torch.from_numpy(adapted.text).to(dev)
     balance: dict[str, float] = {}
     if hasattr(adapter, "calibrate_balance"):
         balance = adapter.calibrate_balance(img, txt)

@@ -285,8 +285,8 @@ class Engine:
         img_errors: dict[int, str] = {}
         img_feats = np.full((len(todo), self.encoder.towers.image_dim), np.nan, dtype=np.float32)
         if with_img:
-            feats = self.encoder.image_features([todo[i][1] for i in with_img], progress=progress,  # type: ignore[misc]
-                                                errors=img_errors)
+            feats = self.encoder.shared_image_features([todo[i][1] for i in with_img],  # type: ignore[misc]
+                                                       progress=progress, errors=img_errors)
             img_feats[with_img] = feats
         txt_feats = self.encoder.text_features(texts, progress=progress)
         bad = {with_img[j] for j in img_errors}
@@ -296,7 +296,8 @@ class Engine:
             report.failed.append(ItemError(id=it.product.id, line=it.line, reason=f"photo: {reason}"))
         if not keep:
             return []
-        emb = self.encoder.embed(img_feats[keep], txt_feats[keep])
+        shared_txt = self.encoder.shared_text_features([texts[i] for i in keep], native=txt_feats[keep])
+        emb = self.encoder.embed(img_feats[keep], shared_txt)
         native_vecs = native.unit_rows(txt_feats[keep])
         rows: list[RecordRow] = []
         for n, i in enumerate(keep):

@@ -71,11 +71,11 @@ def light_query_vectors(engine: "Engine", text: str | None, image: bytes | None)
     dev = enc.towers.device
     with torch.inference_mode():
         if text:
-            tf = torch.from_numpy(enc.text_features([text])).to(dev)
+            tf = torch.from_numpy(enc.shared_text_features([text])).to(dev)
             res = light(None, tf)
             out["text"] = _unit(res.text if res.text is not None else res.fused)
         if image is not None:
-            imf = torch.from_numpy(enc.image_features([image])).to(dev)
+            imf = torch.from_numpy(enc.shared_image_features([image])).to(dev)
             res = light(imf, None)
             out["image"] = _unit(res.image if res.image is not None else res.fused)
     return out

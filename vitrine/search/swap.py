@@ -234,10 +234,10 @@ def embed_rows(engine: "Engine", encoder: MultimodalEncoder, rows: list[RecordRo
         with_img = [i for i, p in enumerate(photos) if p is not None]
         if with_img:
             errors: dict[int, str] = {}
-            imf[with_img] = encoder.image_features([photos[i] for i in with_img], errors=errors)  # type: ignore[misc]
+            imf[with_img] = encoder.shared_image_features([photos[i] for i in with_img], errors=errors)  # type: ignore[misc]
             for j in errors:  # a stored photo that no longer decodes: the product keeps its words
                 imf[with_img[j]] = np.nan
-        emb = encoder.embed(imf, tf)
+        emb = encoder.embed(imf, encoder.shared_text_features(texts, native=tf))
         has_img = ~np.isnan(imf).any(axis=1)
         for i, r in enumerate(chunk):
             out[int(r.iid)] = {  # type: ignore[arg-type]
@@ -407,8 +407,8 @@ def canary_set(engine: "Engine") -> Canary:
 
 
 def _query_vecs(encoder: MultimodalEncoder, c: Canary) -> tuple[np.ndarray, np.ndarray]:
-    tq = encoder.embed(None, encoder.text_features(c.texts)).text if c.texts else None
-    pq = encoder.embed(encoder.image_features(c.photos), None).image if c.photos else None
+    tq = encoder.embed(None, encoder.shared_text_features(c.texts)).text if c.texts else None
+    pq = encoder.embed(encoder.shared_image_features(c.photos), None).image if c.photos else None
     dim = encoder.dim
     return (tq if tq is not None else np.zeros((0, dim), np.float32),
             pq if pq is not None else np.zeros((0, dim), np.float32))

@@ -81,7 +81,7 @@ def test_top_layers_only_and_image_targets(towers):
 def lora_gate(mini_source, tmp_path_factory, cache_dir) -> tuple[Path, dict]:
     """A short joint run of the gate with both towers' deltas on the real subset."""
     from vitrine.cli.train import train_gate_command
-    from vitrine.search.settings import Settings
+    from vitrine.settings import Settings
 
     tmp = tmp_path_factory.mktemp("lora-gate")
     settings = Settings(data_dir=tmp / "data", cache_dir=cache_dir, _env_file=None, torch_threads=1)

@@ -71,7 +71,7 @@ class EncoderSettings(_Section):
 
     model: str = Field("effnetlite2-minilm", description="Tower config name/folder or open_clip architecture.")
     pretrained: str | None = Field(None, description="Local weights file of a full CLIP checkpoint.")
-    adapter: str = Field("mlp", description="Shipped adapter name or folder (config.json + model.safetensors).")
+    adapter: str = Field("moe", description="Shipped adapter name or folder (config.json + model.safetensors).")
     device: str = Field("auto", description="auto | cpu | cuda")
     image_height: int | None = Field(None, ge=16, le=1024, description="Override the tower's input height.")
     image_width: int | None = Field(None, ge=16, le=1024, description="Override the tower's input width.")

@@ -63,6 +63,17 @@ def encoder(settings_factory, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mlp_encoder(encoder):
+    """The same towers with the shipped MLP aligner, for checks that need a photo query to score 1.0
+    against its own product: the MLP embeds a photo alone, while the default MoE gate routes a
+    product's photo together with its title, so the photo alone scores about 0.9 against it."""
+    from vitrine.encoders.adapters import load_adapter
+    from vitrine.encoders.encoder import MultimodalEncoder
+
+    return MultimodalEncoder(encoder.towers, load_adapter("mlp"), cache=encoder.cache)
+
+
+@pytest.fixture(scope="session")
 def engine(settings_factory, encoder, catalog_dir, tmp_path_factory):
     """An engine over the subset, ingested once; tests must not modify it."""
     from vitrine.ingest.catalog import ingest_file

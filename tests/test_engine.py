@@ -95,7 +95,10 @@ def test_long_text_is_truncated_not_refused(engine):
     assert 1 <= len(res.results) <= 3  # the query's slots (red, shirts) filter: the subset has fewer than 3
 
 
-def test_upsert_replace_delete_and_versions(fresh_engine, subset_rows):
+def test_upsert_replace_delete_and_versions(settings_factory, mlp_encoder, subset_rows, tmp_path):
+    from vitrine.search.engine import Engine
+
+    fresh_engine = Engine(settings_factory(tmp_path / "data", adapter="mlp"), mlp_encoder)  # photo self-match = 1.0
     r = subset_rows[0]
     p = Product(id="p1", title=r["productDisplayName"], category=["Apparel"], attributes={"gender": "Men"},
                 price=100, version=2)

@@ -235,7 +235,8 @@ def test_routing_report_of_vitrine_eval_on_real_features(encoder, subset_rows):
     assert rep["split"] == "train" and rep["products"] == n > 0 and rep["tokens"] == 2 * n
     assert sum(rep["load"]) == pytest.approx(1.0, abs=1e-3) and 0.0 <= rep["pairs_sharing_an_expert"] <= 1.0
     with pytest.raises(ModelError, match="router"):  # the shipped MLP has no router
-        P.routing_report(encoder, cat, split="train", progress=False)
+        P.routing_report(MultimodalEncoder(encoder.towers, load_adapter("mlp"), cache=encoder.cache), cat,
+                         split="train", progress=False)
 
 
 def test_moe_roundtrip_through_the_adapter_factory(tmp_path):

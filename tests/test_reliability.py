@@ -43,6 +43,38 @@ def clone(engine: Engine, dst: Path) -> Path:
     return dst
 
 
+# This module checks durability and atomicity by a photo's self-match (score 1.0 against its own
+# product's vectors): true of the MLP aligner, which embeds a photo alone, not of the default MoE gate,
+# which routes a product's photo together with its title. So its engines use the shipped MLP.
+@pytest.fixture(scope="module")
+def settings_factory(cache_dir):
+    from vitrine.settings import Settings
+
+    def make(data_dir: Path, **kw):
+        kw.setdefault("adapter", "mlp")
+        return Settings(data_dir=data_dir, cache_dir=cache_dir, _env_file=None, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def encoder(settings_factory, tmp_path_factory):
+    from vitrine.search.engine import build_encoder
+
+    return build_encoder(settings_factory(tmp_path_factory.mktemp("unused")))
+
+
+@pytest.fixture(scope="module")
+def engine(settings_factory, encoder, catalog_dir, tmp_path_factory):
+    from vitrine.ingest.catalog import ingest_file
+
+    eng = Engine(settings_factory(tmp_path_factory.mktemp("data")), encoder)
+    report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
+    assert not report.failed
+    yield eng
+    eng.close()
+
+
 @pytest.fixture(scope="module")
 def base_dir(engine, tmp_path_factory) -> Path:
     """The 240-product subset as a data dir of its own (copied from the session engine's)."""

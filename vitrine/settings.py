@@ -169,7 +169,8 @@ class SearchSettings(_Section):
     title: ClassVar[str] = "Search and ranking"
 
     query_image_weight: float = Field(
-        0.5, ge=0.0, le=1.0, description="Weight of the photo when a query has both photo and text."
+        0.4, ge=0.0, le=1.0, description="Weight of the photo when a query has both photo and text (chosen on val by "
+        "`vitrine eval --protocol composed`)."
     )
     query_mix: Literal["gate", "fixed"] = Field(
         "fixed", description="Photo + words queries: always query_image_weight (fixed), or the MoE gate's modality "

@@ -151,7 +151,7 @@ def bench_intent(n: int, weights: str | None, runtimes: str, out: Path) -> None:
 
 
 @bench.command("gate")
-@click.option("--adapters", default="mlp,linear", show_default=True,
+@click.option("--adapters", default="moe,mlp,linear", show_default=True,
               help="Adapters to time, comma-separated (shipped names or NAME=FOLDER; a trained MoE: "
                    "moe=vitrine/encoders/weights/moe; FOLDER@KEY=VALUE sets an inference option, e.g. "
                    "moe@dynamic_k=true)")

@@ -44,14 +44,30 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-@pytest.fixture(scope="session")
-def settings_factory(cache_dir):
+def settings_maker(cache_dir: Path, **defaults):
+    """Settings for a test data dir over the shared feature cache; ``defaults`` apply unless overridden."""
     from vitrine.settings import Settings
 
     def make(data_dir: Path, **kw):
-        return Settings(data_dir=data_dir, cache_dir=cache_dir, _env_file=None, **kw)
+        return Settings(data_dir=data_dir, cache_dir=cache_dir, _env_file=None, **(defaults | kw))
 
     return make
+
+
+def subset_engine_of(settings, encoder, catalog_dir: Path):
+    """An engine over the subset catalogue, ingested."""
+    from vitrine.ingest.catalog import ingest_file
+    from vitrine.search.engine import Engine
+
+    eng = Engine(settings, encoder)
+    report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
+    assert report.upserted == SUBSET_SIZE and not report.failed
+    return eng
+
+
+@pytest.fixture(scope="session")
+def settings_factory(cache_dir):
+    return settings_maker(cache_dir)
 
 
 @pytest.fixture(scope="session")
@@ -76,12 +92,7 @@ def mlp_encoder(encoder):
 @pytest.fixture(scope="session")
 def engine(settings_factory, encoder, catalog_dir, tmp_path_factory):
     """An engine over the subset, ingested once; tests must not modify it."""
-    from vitrine.ingest.catalog import ingest_file
-    from vitrine.search.engine import Engine
-
-    eng = Engine(settings_factory(tmp_path_factory.mktemp("data")), encoder)
-    report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
-    assert report.upserted == SUBSET_SIZE and not report.failed
+    eng = subset_engine_of(settings_factory(tmp_path_factory.mktemp("data")), encoder, catalog_dir)
     yield eng
     eng.close()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SOURCE
+from conftest import SOURCE, settings_maker, subset_engine_of
 from kafka_broker import child_runtime, wait_exit
 from vitrine.errors import ModelError, SwapRefused
 from vitrine.search import fusion
@@ -48,13 +48,7 @@ def clone(engine: Engine, dst: Path) -> Path:
 # which routes a product's photo together with its title. So its engines use the shipped MLP.
 @pytest.fixture(scope="module")
 def settings_factory(cache_dir):
-    from vitrine.settings import Settings
-
-    def make(data_dir: Path, **kw):
-        kw.setdefault("adapter", "mlp")
-        return Settings(data_dir=data_dir, cache_dir=cache_dir, _env_file=None, **kw)
-
-    return make
+    return settings_maker(cache_dir, adapter="mlp")
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +60,7 @@ def encoder(settings_factory, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(settings_factory, encoder, catalog_dir, tmp_path_factory):
-    from vitrine.ingest.catalog import ingest_file
-
-    eng = Engine(settings_factory(tmp_path_factory.mktemp("data")), encoder)
-    report = ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
-    assert not report.failed
+    eng = subset_engine_of(settings_factory(tmp_path_factory.mktemp("data")), encoder, catalog_dir)
     yield eng
     eng.close()
 

@@ -33,6 +33,7 @@ from vitrine.errors import MissingExtra, ModelError
 from vitrine.evals import attribute_queries as aq
 from vitrine.evals.datasets import Catalog
 from vitrine.evals.metrics import mean_metrics
+from vitrine.evals.plotting import pyplot
 
 log = logging.getLogger(__name__)
 
@@ -249,13 +250,7 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "gate_ablati
     png = out_dir / f"{stem}.png"
     lines += ["", f"![{png.name}]({png.name})", ""]
     md.write_text("\n".join(lines))
-    try:
-        import matplotlib  # noqa: PLC0415
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError as e:
-        raise MissingExtra("the ablation plot needs matplotlib: pip install 'vitrine[bench]'") from e
+    plt = pyplot("the ablation plot")
     cols = [c for c in COLUMNS if any(c in r["metrics"] for r in result["rows"])]
     fig, ax = plt.subplots(figsize=(12, 4.5))
     width = 0.8 / max(1, len(result["rows"]))

@@ -22,8 +22,8 @@ import torch
 
 from vitrine.encoders.adapters import load_adapter, parse_adapter_spec
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import MissingExtra
 from vitrine.evals.datasets import Catalog
+from vitrine.evals.plotting import pyplot
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,7 @@ def write_report(result: dict[str, Any], out_dir: Path, stem: str = "degraded") 
         lines.append(f"| {r['name']} | " + " | ".join(cells) + f" | {mean_degraded(result, i):.3f} |")
     lines += ["", f"![{png.name}]({png.name})", ""]
     md.write_text("\n".join(lines))
-    try:
-        import matplotlib  # noqa: PLC0415
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError as e:
-        raise MissingExtra("the degraded-photo plot needs matplotlib: pip install 'vitrine[bench]'") from e
+    plt = pyplot("the degraded-photo plot")
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / max(1, len(result["rows"]))
     for i, r in enumerate(result["rows"]):

@@ -196,7 +196,7 @@ class IntentClassifier:
             if got.shape != want.shape or float(np.abs(got - want).max()) > 1e-5:
                 raise ModelError(f"the stacked ensemble disagrees with its members on {batch[0]!r}")
             probes.append((torch.from_numpy(rows), torch.from_numpy(last)))
-        key = "intent-stacked:" + ",".join(str(c.model.config.get("weights_sha256") or c.name) for c in everyone)
+        key = "intent-stacked-2d:" + ",".join(str(c.model.config.get("weights_sha256") or c.name) for c in everyone)
         return onnxrt.OnnxModule.export(
             net, probes[0], key=key, cache_dir=onnx_dir or Path(tempfile.gettempdir()),
             input_names=["rows", "last"], dynamic_axes={"rows": {1: "batch", 2: "tokens"}, "last": {0: "batch"},

@@ -157,3 +157,30 @@ def stack_inputs(member_rows: list[list[list[int]]], offsets: np.ndarray, pad: i
             out[mi, bi, : len(r)] = np.asarray(r, dtype=np.int64) + offsets[mi]
     last = np.fromiter((len(r) - 1 for r in member_rows[0]), dtype=np.int64, count=n_b)
     return out, last
+
+
+class RowTable:
+    """Query token ids -> the stacked graph's inputs in one gather per query: what
+    :func:`stack_inputs` builds from each member's :meth:`IntentModel.rows`, without running
+    every member's lookup in Python. ``row_of[m]`` is member m's id -> row table (all the same
+    length); ids are given already clipped to the members' (equal) token limit."""
+
+    def __init__(self, row_of: list[np.ndarray], offsets: np.ndarray, *, pad: int, unk: int, eos: int) -> None:
+        if len({len(r) for r in row_of}) != 1:
+            raise ModelError("ensemble members have id tables of different lengths")
+        off = np.asarray(offsets, dtype=np.int64)
+        self.table = np.stack([np.asarray(r, dtype=np.int64) + o for r, o in zip(row_of, off)])  # [M, V]
+        self.pad, self.unk, self.eos = pad + off, unk + off, eos + off
+
+    def __call__(self, ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        n_v = self.table.shape[1]
+        width = max(len(i) for i in ids) + 1
+        out = np.empty((len(self.table), len(ids), width), dtype=np.int64)
+        out[:] = self.pad[:, None, None]
+        for b, i in enumerate(ids):
+            a = np.asarray(i, dtype=np.int64)
+            ok = (a >= 0) & (a < n_v)
+            rows = self.table[:, np.clip(a, 0, n_v - 1)]
+            out[:, b, : len(i)] = rows if ok.all() else np.where(ok, rows, self.unk[:, None])
+            out[:, b, len(i)] = self.eos
+        return out, np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))

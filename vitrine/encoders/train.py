@@ -96,6 +96,7 @@ class TrainConfig:
     view_prob: float = 0.5  # chance that a row trains on an augmented photo view (when views are given)
     gumbel_tau: float = 0.0  # > 0: adapters with a router route by straight-through Gumbel-softmax at this temperature
     route_kl_weight: float = 0.0  # weight of the routing-agreement loss (symmetric KL, photo vs title routes)
+    feature_stats: bool = True  # False: keep the adapter's own input standardisation (fine-tuning a trained one)
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -191,7 +192,8 @@ def train_adapter(
     txt = torch.from_numpy(train.text).to(dev)
     # text-only: ``img`` holds the title variants (text features), the products' second view
     img = torch.from_numpy(train.variant if text_only else train.image).to(dev)  # type: ignore[arg-type]
-    adapter.set_feature_stats(None if text_only else img, txt)
+    if cfg.feature_stats:
+        adapter.set_feature_stats(None if text_only else img, txt)
     score_fn = score_fn or (lambda m: m["MRR@10"])
 
     grp = torch.from_numpy(train.group).to(dev)

@@ -24,6 +24,7 @@ tower's own ranking (the floor) stays the fallback.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from vitrine.encoders.adapters import create_adapter
-from vitrine.encoders.train import PairSet, TrainConfig, seed_everything, train_adapter
+from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, seed_everything, train_adapter
 from vitrine.errors import InvalidInput
 from vitrine.evals import pseudo_queries as pq
 from vitrine.search.engine import Engine, product_text
@@ -161,27 +162,40 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
 def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int = 20, patience: int = 4,
                   batch_size: int = 1024, lr: float = 2e-3, dim: int = 256, hidden: int = 512, seed: int = 0,
                   install: bool = True, retune: bool = True, overrides: dict[str, Any] | None = None,
-                  counts: dict[str, int] | None = None) -> dict[str, Any]:
+                  counts: dict[str, int] | None = None, init: str = "fresh") -> dict[str, Any]:
     """Train an aligner of ``kind`` on the engine's catalogue, save it to ``out``, and (``install``)
     hot-swap it in through the canary checks, then tune the catalogue again. ``counts``: pseudo-queries
-    per kind (training and the re-tune; default: their defaults)."""
+    per kind (training and the re-tune; default: their defaults). ``init``: ``fresh`` weights, or
+    ``live``: fine-tune the aligner the engine serves (same kind; its input standardisation kept)."""
     t0 = time.time()
     seed_everything(seed)
     train, val, info = catalogue_pairs(engine, seed=seed, counts=counts)
-    towers = engine.encoder.towers
-    cfg: dict[str, Any] = {"image_dim": towers.image_dim, "text_dim": towers.text_dim, "dim": dim,
-                           "hidden": hidden, "towers_key": towers.key, "model": engine.settings.encoders.model,
-                           "name": f"{kind}-{Path(engine.data_dir).name}"}
-    cfg |= overrides or {}
-    adapter = create_adapter(kind, **cfg)
+    live = engine.encoder.adapter
+    before = evaluate_pairs(live, val)["MRR@10"]  # the served aligner on the same held-out queries
+    if init == "live":
+        if live.kind != kind or overrides:
+            raise InvalidInput(f"--init live fine-tunes the served {live.kind} aligner as it is: ask for that kind, "
+                               "without config overrides")
+        adapter = copy.deepcopy(live)
+        adapter.config["name"] = f"{kind}-{Path(engine.data_dir).name}"
+    elif init == "fresh":
+        towers = engine.encoder.towers
+        cfg: dict[str, Any] = {"image_dim": towers.image_dim, "text_dim": towers.text_dim, "dim": dim,
+                               "hidden": hidden, "towers_key": towers.key, "model": engine.settings.encoders.model,
+                               "name": f"{kind}-{Path(engine.data_dir).name}"}
+        cfg |= overrides or {}
+        adapter = create_adapter(kind, **cfg)
+    else:
+        raise InvalidInput(f"init must be 'fresh' or 'live', not {init!r}")
     out.mkdir(parents=True, exist_ok=True)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
+                       feature_stats=init == "fresh",
                        modality_dropout=0.15 if kind == "moe" else 0.0,
                        text_text_weight=0.5 if kind == "moe" else 0.0)  # unused text-only (one text side)
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
     adapter.save_pretrained(out)
-    summary: dict[str, Any] = {"kind": kind, "out": str(out), **info, "best_epoch": result.best_epoch,
-                               "heldout_MRR@10": result.best_score, "epochs_run": len(result.history),
+    summary: dict[str, Any] = {"kind": kind, "init": init, "out": str(out), **info, "best_epoch": result.best_epoch,
+                               "heldout_MRR@10": result.best_score, "heldout_MRR@10_served_before": before, "epochs_run": len(result.history),
                                "train_seconds": round(result.seconds, 1)}
     if install:
         from vitrine.search.swap import SwapRefused, SwapRequest  # noqa: PLC0415

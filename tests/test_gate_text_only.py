@@ -51,10 +51,11 @@ def test_text_only_catalogue_trains_the_text_side_and_installs(settings_factory,
         assert (train.product_keys[train.query_subset, train.query_rows] == train.query_key).all()
         out = tmp_path / "adapter"
         summary = train_on_data(eng, out, kind="moe", epochs=12, patience=3, dim=64, overrides=TINY_MOE,
-                                counts=COUNTS, lr=5e-3, batch_size=64)
+                                counts=COUNTS, lr=5e-3, batch_size=64, init="fresh")
         log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
         scores = [r["score"] for r in log]
         # early-stopped on the held-out pseudo title queries: the kept weights are the best epoch's
+        assert summary["init"] == "fresh" and 0.0 <= summary["heldout_MRR@10_served_before"] <= 1.0
         assert summary["heldout_MRR@10"] == pytest.approx(max(scores)) and summary["best_epoch"] == int(np.argmax(scores))
         assert len(log) == summary["epochs_run"] and (len(log) == 12 or len(log) - 1 - summary["best_epoch"] == 3)
         assert max(scores) > scores[0], scores  # it learns the catalogue beyond its first epoch
@@ -101,3 +102,13 @@ def test_too_small_a_text_only_catalogue_is_refused_clearly(settings_factory, en
             catalogue_pairs(eng)
     finally:
         eng.close()
+
+
+def test_auto_init_fine_tunes_the_served_aligner_only_for_text_only_catalogues():
+    from vitrine.evals.gate_training import resolve_init
+
+    assert resolve_init("auto", text_only=True, served_kind="moe", kind="moe", overrides=False) == "live"
+    assert resolve_init("auto", text_only=False, served_kind="moe", kind="moe", overrides=False) == "fresh"
+    assert resolve_init("auto", text_only=True, served_kind="mlp", kind="moe", overrides=False) == "fresh"
+    assert resolve_init("auto", text_only=True, served_kind="moe", kind="moe", overrides=True) == "fresh"
+    assert resolve_init("fresh", text_only=True, served_kind="moe", kind="moe", overrides=False) == "fresh"

@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,14 @@ def main() -> None:
     ap.add_argument("--kind", default="moe")
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--n-attr", type=int, default=200)
-    ap.add_argument("--init", choices=["fresh", "live"], default="fresh")
+    ap.add_argument("--init", choices=["auto", "fresh", "live"], default="auto")
+    ap.add_argument("--name", default="gate_text_only", help="Report file name (without extension)")
+    ap.add_argument("--rewrite", type=Path, default=None, help="Only rewrite the report from this run's JSON")
     ap.add_argument("--lr", type=float, default=2e-3)
     args = ap.parse_args()
+    if args.rewrite is not None:
+        write(json.loads(args.rewrite.read_text()), args.out, args.name)
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     t0 = time.time()
     full = Catalog.load()
@@ -85,7 +91,8 @@ def main() -> None:
     engine = Engine(base, build_encoder(base))
     result: dict[str, Any] = {"domain": args.domain, "products": len(rows), "test_seed_products": len(test_idx),
                               "queries": {k: sum(q["kind"] == k for q in queries) for k in sorted({q["kind"] for q in queries})},
-                              "shipped_adapter": base.encoders.adapter, "machine": machine()}
+                              "shipped_adapter": base.encoders.adapter, "machine": machine(),
+                              "command": "python -m vitrine_bench.gate_text_only " + " ".join(sys.argv[1:])}
     try:
         if not len(engine):
             ingest_rows(engine, rows, None)
@@ -97,15 +104,19 @@ def main() -> None:
     finally:
         engine.close()
     result["seconds"] = round(time.time() - t0, 1)
-    write(result, args.out)
+    write(result, args.out, args.name)
 
 
-def write(result: dict[str, Any], out: Path) -> None:
+def write(result: dict[str, Any], out: Path, name: str = "gate_text_only") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gate_text_only.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     tr = result["train"]
     lines = [f"# `vitrine train gate --data` on a text-only catalogue ({result['domain']})", "",
-             f"Machine: {result['machine']}. Total {result['seconds']} s.", "",
+             f"Command: `{result.get('command')}` (with `PYTHONPATH=. VITRINE_TORCH_THREADS=1 nice -n 19`). "
+             f"Machine: {result['machine']}; {result.get('load', '')} Total {result['seconds']} s.", "",
+             f"The shipped aligner (`{result['shipped_adapter']}`) was trained on the bundled catalogue's train "
+             "split, this domain's included (with photos): the catalogue is new to it as a text-only shop, not as "
+             "a domain.", "",
              f"Catalogue: every {result['domain']} product of the bundled catalogue ({result['products']}), "
              f"ingested without photos. Queries: {result['queries']}.", "",
              f"Training: {tr['kind']} ({tr['init']} weights), {tr['train_products']} products trained on, {tr['heldout_products']} held out, "
@@ -122,13 +133,36 @@ def write(result: dict[str, Any], out: Path) -> None:
                 if system != "vitrine" and label != stages[0][0]:
                     continue  # the floor and BM25 do not depend on the aligner
                 m = st["by_kind"][kind][system]
-                name = f"vitrine ({label})" if system == "vitrine" else system
-                lines.append(f"| {kind} | {name} | {m['nDCG@10']:.4f} | {m['R@10']:.4f} | {m['MRR@10']:.4f} |")
+                who = f"vitrine ({label})" if system == "vitrine" else system
+                lines.append(f"| {kind} | {who} | {m['nDCG@10']:.4f} | {m['R@10']:.4f} | {m['MRR@10']:.4f} |")
     lines += ["", "Tuning (held-out pseudo-query objective of `vitrine tune`):", ""]
     for label, st in stages:
         lines.append(f"- {label}: {'accepted' if st['tuning']['accepted'] else 'floor kept'} "
                      f"`{st['tuning']['weights']}`; held-out {st['tuning']['heldout']}")
-    (out / "gate_text_only.md").write_text("\n".join(lines) + "\n")
+    lines += ["", f"![nDCG@10 per query set]({name}.png)"]
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    kinds = list(result["queries"])
+    bars = [("text_tower", result["shipped"], "text_tower"), ("bm25", result["shipped"], "bm25"),
+            ("shipped + tune", result["shipped"], "vitrine")]
+    if result.get("trained"):
+        bars.append((f"trained ({tr['init']}) + re-tune", result["trained"], "vitrine"))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    w = 0.8 / len(bars)
+    for i, (label, st, system) in enumerate(bars):
+        ax.bar([j + i * w for j in range(len(kinds))], [st["by_kind"][k][system]["nDCG@10"] for k in kinds], w,
+               label=label)
+    ax.set_xticks([j + 0.4 - w / 2 for j in range(len(kinds))], kinds)
+    ax.set_ylabel("nDCG@10")
+    ax.set_title(f"text-only {result['domain']} catalogue")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

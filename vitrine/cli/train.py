@@ -97,8 +97,9 @@ def train() -> None:
               help="Train on this ingested data dir's catalogue (its photos + pseudo-queries; early-stops on "
                    "held-out products), then install it by hot swap and re-tune (docs/tuning.md)")
 @click.option("--no-install", is_flag=True, help="With --data: train and save only")
-@click.option("--init", "init", type=click.Choice(["fresh", "live"]), default="fresh", show_default=True,
-              help="With --data: train fresh weights, or fine-tune the aligner the data dir serves (same --kind)")
+@click.option("--init", "init", type=click.Choice(["auto", "fresh", "live"]), default="auto", show_default=True,
+              help="With --data: train fresh weights, or fine-tune the aligner the data dir serves (same --kind); "
+                   "auto: live for a text-only catalogue served by an aligner of --kind, else fresh")
 @click.option("--lora", type=click.Choice(["text", "image", "both"]), default=None,
               help="Also train LoRA deltas of the towers with the gate (MiniLM's attention query/value; the image "
                    "tower's last stage), saved in OUT/lora (needs the `train` extra: peft)")
@@ -115,7 +116,7 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
                ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
                gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False,
                lora: str | None = None, lora_rank: int = 8, lora_text_layers: str = "4,5", lora_lr_scale: float = 0.25,
-               train_limit: int | None = None, init: str = "fresh") -> None:
+               train_limit: int | None = None, init: str = "auto") -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,

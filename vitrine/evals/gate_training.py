@@ -159,18 +159,30 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
     return train, val, info
 
 
+def resolve_init(init: str, *, text_only: bool, served_kind: str, kind: str, overrides: bool) -> str:
+    """``auto``: a text-only catalogue fine-tunes the served aligner when it is of ``kind`` (without
+    config overrides): text pairs cannot train the photo side, and fresh weights would leave it
+    untrained; a catalogue with photos trains fresh weights."""
+    if init != "auto":
+        return init
+    return "live" if text_only and served_kind == kind and not overrides else "fresh"
+
+
 def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int = 20, patience: int = 4,
                   batch_size: int = 1024, lr: float = 2e-3, dim: int = 256, hidden: int = 512, seed: int = 0,
                   install: bool = True, retune: bool = True, overrides: dict[str, Any] | None = None,
-                  counts: dict[str, int] | None = None, init: str = "fresh") -> dict[str, Any]:
+                  counts: dict[str, int] | None = None, init: str = "auto") -> dict[str, Any]:
     """Train an aligner of ``kind`` on the engine's catalogue, save it to ``out``, and (``install``)
     hot-swap it in through the canary checks, then tune the catalogue again. ``counts``: pseudo-queries
     per kind (training and the re-tune; default: their defaults). ``init``: ``fresh`` weights, or
-    ``live``: fine-tune the aligner the engine serves (same kind; its input standardisation kept)."""
+    ``live``: fine-tune the aligner the engine serves (same kind; its input standardisation kept), or
+    ``auto``: :func:`resolve_init`."""
     t0 = time.time()
     seed_everything(seed)
     train, val, info = catalogue_pairs(engine, seed=seed, counts=counts)
     live = engine.encoder.adapter
+    init = resolve_init(init, text_only=bool(info["text_only"]), served_kind=live.kind, kind=kind,
+                        overrides=bool(overrides))
     before = evaluate_pairs(live, val)["MRR@10"]  # the served aligner on the same held-out queries
     if init == "live":
         if live.kind != kind or overrides:

@@ -1,4 +1,4 @@
-"""Readers and writers of the engine's in-memory state.
+"""Readers and writers of the index state (vitrine/search/state.py).
 
 Searches read several structures in turn (vector indexes, filter index, graph, record store);
 a write changes all of them. :class:`StateLock` lets any number of searches run together and

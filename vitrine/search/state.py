@@ -5,8 +5,8 @@ and photo store, the vector indexes of the shared space, the text tower's native
 filter/facet index, the product graph, the change sequence number the indexes reflect, and
 the locks and flag that keep them consistent:
 
-- ``write_lock`` serialises writers (the engine's writes, catching up with other processes,
-  snapshots, hot swaps);
+- ``write_lock`` serialises writers (the write path's upserts and deletes, catching up with
+  other processes, snapshots, hot swaps);
 - ``lock`` (vitrine/search/concurrency.py) lets searches read together and makes the visible
   step of each write exclusive, so a search never sees half a write;
 - ``needs_snapshot``: the indexes changed since the last snapshot version.

@@ -58,7 +58,7 @@ def _cos(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     return round(float(a @ b) / (na * nb), 6)
 
 
-def _hit(reader: Reader, row: "RecordRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
+def _hit(row: "RecordRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
     p = product_out(row)
     return RecommendHit(score=round(float(score), 6), relation=relation,
                         explanation=Explanation(vector_score=round(float(signals.get("vector", score)), 6),
@@ -150,7 +150,7 @@ def _similar(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFac
     for j, m in picked:
         r = rows.get(int(cand[j]))
         if r is not None and r.id != row.id:
-            out.append(_hit(reader, r, sims[j], relation, {"vector": float(sims[j]), "mmr": m}))
+            out.append(_hit(r, sims[j], relation, {"vector": float(sims[j]), "mmr": m}))
     return out
 
 
@@ -213,7 +213,7 @@ def _complementary(reader: Reader, row: "RecordRow", av: np.ndarray, facts: Prod
         rel = f"complements: {facts.category} -> {cat} ({', '.join(outfits)}); {colour_txt}"
         if is_fill:
             rel += f"; {f.gender if f else 'unisex'} for a {facts.gender or 'unknown'} anchor (unisex-compatible)"
-        out.append(_hit(reader, r, sim, rel, {"vector": sim, "graph:complements": float(len(outfits))}))
+        out.append(_hit(r, sim, rel, {"vector": sim, "graph:complements": float(len(outfits))}))
     return out
 
 

@@ -25,7 +25,7 @@ from vitrine.errors import InvalidInput, ModelError, VitrineError
 from vitrine.intent import decision
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.cues import CueWords
-from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
+from vitrine.intent.model import DEFAULT_WEIGHTS, EOS, PAD, UNK, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class IntentClassifier:
         self.members: list[IntentClassifier] = []
         self._stacked: onnxrt.OnnxModule | None = None  # all members in one onnxruntime graph
         self._stack_offsets = np.zeros(1, dtype=np.int64)
+        self._stack_rows: Any = None  # stacked.RowTable: token ids -> the stacked graph's inputs
         self.rule = decision.DecisionRule(lexical_prior=False)  # load() reads the weights' own rule
         self.cues: CueWords | None = None
 
@@ -167,12 +168,27 @@ class IntentClassifier:
         if stack:
             try:
                 self._stacked = self._export_stacked(onnx_dir, threads)
+                self._stack_rows = self._row_table()
                 return
             except VitrineError as e:
                 log.warning("intent ensemble runs member by member: %s", e)
         for m in self.members:
             m._onnx = m._export(onnx_dir, threads)
             m.runtime = "onnx"
+
+    def _row_table(self) -> Any:
+        """Every member's rows in one gather, when the members share the token limit and the id
+        table's length (else None: each member looks up its own rows)."""
+        from vitrine.intent.stacked import RowTable  # noqa: PLC0415
+
+        everyone = [self, *self.members]
+        if len({c.model.max_tokens for c in everyone}) != 1:
+            return None
+        try:
+            return RowTable([c.model.row_of for c in everyone], self._stack_offsets, pad=PAD, unk=UNK, eos=EOS)
+        except VitrineError as e:
+            log.info("intent ensemble looks up each member's rows: %s", e)
+            return None
 
     def _export_stacked(self, onnx_dir: Path | None, threads: int) -> onnxrt.OnnxModule:
         import tempfile  # noqa: PLC0415
@@ -196,7 +212,7 @@ class IntentClassifier:
             if got.shape != want.shape or float(np.abs(got - want).max()) > 1e-5:
                 raise ModelError(f"the stacked ensemble disagrees with its members on {batch[0]!r}")
             probes.append((torch.from_numpy(rows), torch.from_numpy(last)))
-        key = "intent-stacked:" + ",".join(str(c.model.config.get("weights_sha256") or c.name) for c in everyone)
+        key = "intent-stacked-2d:" + ",".join(str(c.model.config.get("weights_sha256") or c.name) for c in everyone)
         return onnxrt.OnnxModule.export(
             net, probes[0], key=key, cache_dir=onnx_dir or Path(tempfile.gettempdir()),
             input_names=["rows", "last"], dynamic_axes={"rows": {1: "batch", 2: "tokens"}, "last": {0: "batch"},
@@ -224,6 +240,8 @@ class IntentClassifier:
         if self._stacked is not None:
             from vitrine.intent.stacked import stack_inputs  # noqa: PLC0415
 
+            if self._stack_rows is not None:
+                return self._stacked(*self._stack_rows([self.model.clip(i)[0] for i in ids]))
             rows = [[e.rows for e in encs]] + [[m.model.rows(i).rows for i in ids] for m in self.members]
             return self._stacked(*stack_inputs(rows, self._stack_offsets, PAD))
         probs = self._probabilities(encs)

@@ -113,14 +113,26 @@ class IntentModel:
         self._torch = torch
 
     # -- ids ----------------------------------------------------------------------------------------
+    @property
+    def row_of(self) -> np.ndarray:
+        """Qwen token id -> embedding row (UNK for an id outside the kept table); read-only."""
+        view = self._row_of.view()
+        view.flags.writeable = False
+        return view
+
+    def clip(self, token_ids: list[int]) -> tuple[list[int], bool]:
+        """The ids a query keeps (at most ``max_tokens - 1``: head and tail) and whether it was cut."""
+        n = len(token_ids)
+        limit = self.max_tokens - 1
+        if n <= limit:
+            return token_ids, False
+        head = (limit * 3) // 4
+        return token_ids[:head] + token_ids[n - (limit - head):], True
+
     def rows(self, token_ids: list[int]) -> Encoded:
         """Embedding rows for a query's Qwen ids: truncated (head and tail kept), EOS appended."""
         n = len(token_ids)
-        limit = self.max_tokens - 1
-        truncated = n > limit
-        if truncated:
-            head = (limit * 3) // 4
-            token_ids = token_ids[:head] + token_ids[n - (limit - head):]
+        token_ids, truncated = self.clip(token_ids)
         ids = np.asarray(token_ids, dtype=np.int64)
         ok = (ids >= 0) & (ids < len(self._row_of))
         rows = np.where(ok, self._row_of[np.clip(ids, 0, len(self._row_of) - 1)], UNK)

@@ -306,6 +306,20 @@ def _damerau1(a: str, b: str) -> bool:
     return a[i:] == b[i + 1:]
 
 
+_ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")  # a phrase boundary is none of these
+_END = ""  # the trie key marking that a phrase ends here (never a character of a query)
+
+
+def _phrase_trie(phrases: Iterable[str]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for k in phrases:
+        node = root
+        for ch in k:
+            node = node.setdefault(ch, {})
+        node[_END] = True
+    return root
+
+
 def _deletes(w: str) -> set[str]:
     return {w[:i] + w[i + 1:] for i in range(len(w))}
 
@@ -352,12 +366,7 @@ class SlotExtractor:
         for b in lex.get("blockers", []):
             phrases.setdefault(key_norm(b), None)
         self.phrases = phrases
-        alts = []
-        for k in sorted(phrases, key=lambda s: (-len(s), s)):
-            pre = _B if _word_char(k[0]) else ""
-            post = r"(?![a-z0-9])" if _word_char(k[-1]) else ""
-            alts.append(f"{pre}{re.escape(k)}{post}")
-        self._rx = re.compile("|".join(alts)) if alts else None
+        self._trie = _phrase_trie(phrases)
         # typo correction: long Latin words of the vocabulary's forms (colours and genders only from
         # six letters: "baack" is "back", not "black")
         self._known = common | {w for k in phrases for w in k.split()}
@@ -412,18 +421,42 @@ class SlotExtractor:
             folded = folded[:a] + " " * (b - a) + folded[b:]
         q = key_norm(folded)
         q, slots.corrected = self._correct(q)
-        if self._rx is None:
-            return slots
-        for m in self._rx.finditer(q):
-            target = self.phrases.get(m.group(0))
+        for surface in self.find_phrases(q):
+            target = self.phrases.get(surface)
             if target is None:
                 continue
             fld, value = target
             vals = getattr(slots, fld)
             if value not in vals:
                 vals.append(value)
-            slots.matches.append(SlotMatch(fld, value, m.group(0)))
+            slots.matches.append(SlotMatch(fld, value, surface))
         return slots
+
+    def find_phrases(self, q: str) -> list[str]:
+        """The vocabulary phrases (and blockers) a normalised query holds, left to right: at each
+        position the longest phrase that starts and ends at a word boundary where it starts or
+        ends with a word character (the regex alternation of every phrase, longest first, would
+        find the same), then the scan goes on after it. One walk of a character trie per position
+        instead of trying every phrase of the catalogue at every position."""
+        out: list[str] = []
+        i, n = 0, len(q)
+        while i < n:
+            end = -1
+            if not (i and q[i - 1] in _ASCII_WORD and _word_char(q[i])):  # a word phrase starts a word
+                node, j = self._trie, i
+                while j < n:
+                    node = node.get(q[j])
+                    if node is None:
+                        break
+                    j += 1
+                    if _END in node and (j == n or q[j] not in _ASCII_WORD or not _word_char(q[j - 1])):
+                        end = j
+            if end > 0:
+                out.append(q[i:end])
+                i = end
+            else:
+                i += 1
+        return out
 
 
 def slots_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,11 +1,14 @@
-"""An ensemble of Qwen2 sequence classifiers as one forward: every weight stacked on a member axis.
+"""An ensemble of Qwen2 sequence classifiers as one forward, the members on a leading axis.
 
 The shipped intent classifier is an ensemble of small ``Qwen2ForSequenceClassification`` models
 whose probabilities are averaged. Run one after another, each member is a few hundred tiny
 operators whose cost is dispatch, not arithmetic (~0.8 ms per member in onnxruntime at batch 1).
-:class:`StackedQwen2` holds the members' weights stacked on a leading member axis and computes all
-of them in one pass of batched matrix products, so an ensemble of M costs about one member's
-operator count (``vitrine bench intent``).
+:class:`StackedQwen2` carries the members' activations on a leading member axis: norms, rotary
+positions, attention and the head run once for all members (their small weights stacked), so an
+ensemble of M costs about one member's operator count (``vitrine bench intent``). The projections
+(q|k|v side by side, o, gate|up side by side, down) stay one 2D matrix per member, split off the
+member axis and concatenated back: onnxruntime packs a constant 2D MatMul weight once at load,
+while a stacked 3D weight was packed again on every call (1.3 ms more CPU per query at batch 1).
 
 It is a serving form, not a model format: it is built from the trained members (which persist
 as config.json + safetensors) and is checked against transformers' own forward of each member
@@ -68,29 +71,30 @@ class StackedQwen2(nn.Module):
         tables = [n.model.embed_tokens.weight.detach().float() for n in nets]
         self.row_offsets = np.cumsum([0] + [t.shape[0] for t in tables[:-1]]).astype(np.int64)
         self.register_buffer("embed", torch.cat(tables).contiguous())
+        nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
+        self.qkv_split = [nh * d, nkv * d, nkv * d]
+        self.mlp_split = [int(cfg.intermediate_size)] * 2
         for i in range(self.n_layers):
             def layer(n: Any, i: int = i) -> Any:
                 return n.model.layers[i]
-            for name, get, tr in (
-                ("in_norm", lambda n: layer(n).input_layernorm.weight, False),
-                ("post_norm", lambda n: layer(n).post_attention_layernorm.weight, False),
-                ("wq", lambda n: layer(n).self_attn.q_proj.weight, True),
-                ("bq", lambda n: layer(n).self_attn.q_proj.bias, False),
-                ("wk", lambda n: layer(n).self_attn.k_proj.weight, True),
-                ("bk", lambda n: layer(n).self_attn.k_proj.bias, False),
-                ("wv", lambda n: layer(n).self_attn.v_proj.weight, True),
-                ("bv", lambda n: layer(n).self_attn.v_proj.bias, False),
-                ("wo", lambda n: layer(n).self_attn.o_proj.weight, True),
-                ("wg", lambda n: layer(n).mlp.gate_proj.weight, True),
-                ("wu", lambda n: layer(n).mlp.up_proj.weight, True),
-                ("wd", lambda n: layer(n).mlp.down_proj.weight, True),
-            ):
-                w = stack(get, tr)
-                if not tr:  # vectors broadcast over the flattened tokens: [M, 1, dim]
-                    w = w.unsqueeze(1)
-                self.register_buffer(f"l{i}_{name}", w)
-            if nets[0].model.layers[i].self_attn.o_proj.bias is not None:
+            if layer(nets[0]).self_attn.o_proj.bias is not None:
                 raise ModelError("stacked Qwen2 expects o_proj without bias (as Qwen2 has)")
+            for name, get in (  # vectors broadcast over the flattened tokens: [M, 1, dim]
+                ("in_norm", lambda n: layer(n).input_layernorm.weight),
+                ("post_norm", lambda n: layer(n).post_attention_layernorm.weight),
+                ("bqkv", lambda n: torch.cat([layer(n).self_attn.q_proj.bias, layer(n).self_attn.k_proj.bias,
+                                              layer(n).self_attn.v_proj.bias])),
+            ):
+                self.register_buffer(f"l{i}_{name}", stack(get).unsqueeze(1))
+            # projections: one 2D [in, out] matrix per member (onnxruntime pre-packs a constant 2D
+            # MatMul weight once; a stacked 3D one is re-packed on every call), q|k|v and gate|up
+            # side by side so that each member reads its input once per pair
+            for j, n in enumerate(nets):
+                a, mlp = layer(n).self_attn, layer(n).mlp
+                for name, ws in (("qkv", (a.q_proj, a.k_proj, a.v_proj)), ("o", (a.o_proj,)),
+                                 ("gu", (mlp.gate_proj, mlp.up_proj)), ("down", (mlp.down_proj,))):
+                    w = torch.cat([x.weight.detach().float() for x in ws]).t().contiguous()
+                    self.register_buffer(f"l{i}_{name}_{j}", w)
         self.register_buffer("final_norm", stack(lambda n: n.model.norm.weight).unsqueeze(1))
         self.register_buffer("score", stack(lambda n: n.score.weight, True))
         n_pos = int(cfg.max_position_embeddings)
@@ -111,6 +115,11 @@ class StackedQwen2(nn.Module):
         h = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
 
+    def _each(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """``x`` [M, N, in] times each member's own 2D weight ``{name}_{j}``: [M, N, out]."""
+        return torch.cat([torch.matmul(p, getattr(self, f"{name}_{j}"))
+                          for j, p in enumerate(x.split(1, dim=0))], dim=0)
+
     def forward(self, rows: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
         m, b, t = rows.shape
         d, nh, nkv = self.head_dim, self.n_heads, self.n_kv
@@ -118,21 +127,21 @@ class StackedQwen2(nn.Module):
         cos, sin = self.cos[:t], self.sin[:t]                        # [T, d]
         mask = self.causal[:t, :t]
         for i in range(self.n_layers):
-            w = {k: getattr(self, f"l{i}_{k}") for k in ("in_norm", "post_norm", "wq", "bq", "wk", "bk", "wv",
-                                                          "bv", "wo", "wg", "wu", "wd")}
-            h = self._norm(x, w["in_norm"])
-            q = (torch.matmul(h, w["wq"]) + w["bq"]).reshape(m, b, t, nh, d).transpose(2, 3)
-            k = (torch.matmul(h, w["wk"]) + w["bk"]).reshape(m, b, t, nkv, d).transpose(2, 3)
-            v = (torch.matmul(h, w["wv"]) + w["bv"]).reshape(m, b, t, nkv, d).transpose(2, 3)
+            h = self._norm(x, getattr(self, f"l{i}_in_norm"))
+            q, k, v = (self._each(h, f"l{i}_qkv") + getattr(self, f"l{i}_bqkv")).split(self.qkv_split, dim=-1)
+            q = q.reshape(m, b, t, nh, d).transpose(2, 3)
+            k = k.reshape(m, b, t, nkv, d).transpose(2, 3)
+            v = v.reshape(m, b, t, nkv, d).transpose(2, 3)
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
             if nh != nkv:  # grouped-query attention: each key/value head serves nh/nkv query heads
                 k = k.repeat_interleave(nh // nkv, dim=2)
                 v = v.repeat_interleave(nh // nkv, dim=2)
             att = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * (d ** -0.5) + mask, dim=-1)
             o = torch.matmul(att, v).transpose(2, 3).reshape(m, b * t, nh * d)
-            x = x + torch.matmul(o, w["wo"])
-            h = self._norm(x, w["post_norm"])
-            x = x + torch.matmul(nn.functional.silu(torch.matmul(h, w["wg"])) * torch.matmul(h, w["wu"]), w["wd"])
+            x = x + self._each(o, f"l{i}_o")
+            h = self._norm(x, getattr(self, f"l{i}_post_norm"))
+            g, u = self._each(h, f"l{i}_gu").split(self.mlp_split, dim=-1)
+            x = x + self._each(nn.functional.silu(g) * u, f"l{i}_down")
         x = self._norm(x, self.final_norm).reshape(m, b, t, -1)
         pooled = x[:, torch.arange(b), last]                         # [M, B, H]
         logits = torch.matmul(pooled, self.score)                    # [M, B, labels]
@@ -151,3 +160,30 @@ def stack_inputs(member_rows: list[list[list[int]]], offsets: np.ndarray, pad: i
             out[mi, bi, : len(r)] = np.asarray(r, dtype=np.int64) + offsets[mi]
     last = np.fromiter((len(r) - 1 for r in member_rows[0]), dtype=np.int64, count=n_b)
     return out, last
+
+
+class RowTable:
+    """Query token ids -> the stacked graph's inputs in one gather per query: what
+    :func:`stack_inputs` builds from each member's :meth:`IntentModel.rows`, without running
+    every member's lookup in Python. ``row_of[m]`` is member m's id -> row table (all the same
+    length); ids are given already clipped to the members' (equal) token limit."""
+
+    def __init__(self, row_of: list[np.ndarray], offsets: np.ndarray, *, pad: int, unk: int, eos: int) -> None:
+        if len({len(r) for r in row_of}) != 1:
+            raise ModelError("ensemble members have id tables of different lengths")
+        off = np.asarray(offsets, dtype=np.int64)
+        self.table = np.stack([np.asarray(r, dtype=np.int64) + o for r, o in zip(row_of, off)])  # [M, V]
+        self.pad, self.unk, self.eos = pad + off, unk + off, eos + off
+
+    def __call__(self, ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        n_v = self.table.shape[1]
+        width = max(len(i) for i in ids) + 1
+        out = np.empty((len(self.table), len(ids), width), dtype=np.int64)
+        out[:] = self.pad[:, None, None]
+        for b, i in enumerate(ids):
+            a = np.asarray(i, dtype=np.int64)
+            ok = (a >= 0) & (a < n_v)
+            rows = self.table[:, np.clip(a, 0, n_v - 1)]
+            out[:, b, : len(i)] = rows if ok.all() else np.where(ok, rows, self.unk[:, None])
+            out[:, b, len(i)] = self.eos
+        return out, np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))

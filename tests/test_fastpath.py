@@ -238,9 +238,9 @@ def test_warm_up_builds_what_first_queries_would(settings_factory, encoder, engi
 
     eng = Engine(engine.settings.updated(snapshot_interval_s=0.0), encoder)
     try:
-        assert eng._query_encoder is None and eng.records._bm25 is None
+        assert not eng.reader.query_encoder_built and eng.records._bm25 is None
         assert eng.warm_up() > 0
-        assert eng._query_encoder is not None and eng.records._bm25 is not None
+        assert eng.reader.query_encoder_built and eng.records._bm25 is not None
         assert eng.understanding is not None and eng.understanding._extractor is not None
     finally:
         eng.records.close()
@@ -265,7 +265,7 @@ def test_a_first_query_does_not_pay_the_fast_path_set_up_in_its_budget(settings_
         built(self, *a, **kw)
 
     monkeypatch.setattr(queries.QueryEncoder, "__init__", slow_build)
-    eng._query_encoder = None
+    eng.reader.reset_query_encoder()
     photo = (catalog_dir / "images" / f"{ids[1]}.jpg").read_bytes()
     res = eng.search(SearchRequest(k=1), image=photo)
     assert res.degraded == [] and res.results[0].id == ids[1]

@@ -4,6 +4,12 @@
 ``cli``; ``ingest``, ``web`` and ``evals`` never import each other (nor ``cli``, the composition
 root). Checked on every import statement of every module, lazy ones inside functions included.
 ``vitrine/settings.py``, which every layer reads, imports no layer.
+
+Inside ``search`` the engine is the top: a facade over the read path and the write path. Every
+other module of ``vitrine/search`` (fusion, recommend, fallback, understanding, swap, storefront,
+the reader, the state ...) is below it: it never imports ``vitrine.search.engine`` and never
+names ``Engine`` (an argument, a return type, a variable), so the dependencies run engine ->
+read/write paths and their steps -> index state, never back.
 """
 
 from __future__ import annotations
@@ -45,3 +51,66 @@ def test_layers_import_one_way() -> None:
         forbidden = FORBIDDEN.get(layer) or LEAVES.get(layer, set())
         bad += [f"{rel}:{line} imports vitrine.{got}" for line, got in _imported_layers(path) if got in forbidden]
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+# -- inside search: nothing below the engine knows it ---------------------------------------------------
+SEARCH = ROOT / "search"
+ENGINE_MODULE = "vitrine.search.engine"
+
+
+def engine_uses(path: Path) -> list[str]:
+    """Where a module imports the engine module (lazily too) or names ``Engine`` at all (a
+    signature, an annotation string, a variable)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [f"{node.lineno}: import {a.name}" for a in node.names if a.name == ENGINE_MODULE]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if mod == ENGINE_MODULE or (mod == "vitrine.search" and any(a.name == "engine" for a in node.names)) \
+                    or (node.level and (mod == "engine" or (not mod and any(a.name == "engine" for a in node.names)))):
+                out.append(f"{node.lineno}: from {mod or '.'} import ...")
+        elif isinstance(node, ast.Name) and node.id == "Engine":
+            out.append(f"{node.lineno}: names Engine")
+        elif isinstance(node, ast.Attribute) and node.attr == "Engine":
+            out.append(f"{node.lineno}: names Engine")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value != "":
+            # a string annotation ("Engine", "engine.Engine") is parsed for the names it holds
+            try:
+                sub = ast.parse(node.value, mode="eval")
+            except SyntaxError:
+                continue
+            if any(isinstance(n, ast.Name) and n.id == "Engine" or isinstance(n, ast.Attribute) and n.attr == "Engine"
+                   for n in ast.walk(sub)):
+                out.append(f"{node.lineno}: names Engine in {node.value!r}")
+    return sorted(out, key=lambda v: int(v.split(":")[0]))  # (ast.walk goes breadth first)
+
+
+def test_nothing_below_the_engine_knows_it() -> None:
+    bad = [f"{p.relative_to(ROOT)}:{v}" for p in sorted(SEARCH.rglob("*.py")) if p.name != "engine.py"
+           for v in engine_uses(p)]
+    assert not bad, "modules below the engine that know it:\n" + "\n".join(bad)
+    for name in ("fusion", "recommend", "fallback", "understanding", "swap"):  # the ones the issue names
+        assert (SEARCH / f"{name}.py").is_file()
+
+
+def test_the_engine_scan_finds_what_it_must(tmp_path: Path) -> None:
+    """The scan itself: each way of knowing the engine is found; the reader is not the engine."""
+    (tmp_path / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from vitrine.search.engine import Engine\n"
+        "import vitrine.search.engine\n"
+        "from vitrine.search import engine\n"
+        "from .engine import product_text\n"
+        "def f(engine: 'Engine', reader: 'Reader') -> int:\n    return 1\n"
+        "def g(e: Engine) -> None:\n    from vitrine.search.engine import build_encoder\n"
+        "x: 'vitrine.search.engine.Engine | None' = None\n")
+    assert engine_uses(tmp_path / "a.py") == [
+        "3: from vitrine.search.engine import ...", "4: import vitrine.search.engine",
+        "5: from vitrine.search import ...", "6: from engine import ...",
+        "7: names Engine in 'Engine'", "9: names Engine", "10: from vitrine.search.engine import ...",
+        "11: names Engine in 'vitrine.search.engine.Engine | None'",
+    ]
+    (tmp_path / "b.py").write_text("def f(reader: 'Reader', engine_count: int) -> None:\n    pass\n")
+    assert engine_uses(tmp_path / "b.py") == []

@@ -351,7 +351,7 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
         resp = eng.search(SearchRequest(text=row["productDisplayName"], k=5))
         assert resp.results and not resp.degraded
         assert any(h.id == row["id"] for h in resp.results)
-        light = fallback.light_query_vectors(eng, row["productDisplayName"], None)
+        light = fallback.light_query_vectors(eng.reader, row["productDisplayName"], None)
         routed = eng.query_vectors(row["productDisplayName"], None)
         assert float(light["text"] @ routed["text"]) > 0.5  # same space, without the router
 

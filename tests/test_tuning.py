@@ -183,7 +183,7 @@ def test_tuning_metrics_match_brute_force(engine):
     iid_to_id = {r.iid: r.id for r in engine.records.iter_rows(with_vectors=False)}
     for i, q in enumerate(queries):
         qv = {"text": engine.query_encoder.text([q.text])[0]}
-        pool = fusion.build_pool(engine, qv, q.text, 10, None, signals=("bm25", "graph"),
+        pool = fusion.build_pool(engine.reader, qv, q.text, 10, None, signals=("bm25", "graph"),
                                  native_q=engine.query_encoder.native(q.text))
         ranked = [iid_to_id[iid] for iid, _, _ in fusion.fuse_weighted(pool, weights, limit=10)]
         assert got["nDCG@10"][i] == pytest.approx(ndcg_at_k(ranked, q.relevant, 10), abs=1e-9)

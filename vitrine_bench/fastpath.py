@@ -268,8 +268,7 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
         engine.settings.encoders.query_runtime = runtime  # type: ignore[assignment]
         for fusion in ("weighted", "off"):
             engine.settings.search.fusion = fusion  # type: ignore[assignment]
-            engine._query_encoder = None  # rebuilt with this precision
-            engine._query_cache.clear()
+            engine.reader.reset_query_encoder(clear_cache=True)  # rebuilt with this precision
             m = P.run_qrels(engine, evq, [10], progress=False)["metrics"]
             row[f"attr_nDCG@10_{fusion}"] = m["nDCG@10"]
             row[f"attr_R@10_{fusion}"] = m["R@10"]

@@ -88,7 +88,7 @@ def run(data_dir: Path, queries: list[Path], out: Path, *, limit: int | None = N
         pools, qrels = [], []
         for q in tqdm(qs, desc=f"pools {path.name}"):
             qv = engine.query_vectors(q.text, None)
-            pools.append(build_pool(engine, qv, q.text or "", 10, None, signals=("bm25", "graph")))
+            pools.append(build_pool(engine.reader, qv, q.text or "", 10, None, signals=("bm25", "graph")))
             rows = engine.records.get_many(list(q.relevant))
             qrels.append({rows[pid].iid: g for pid, g in q.relevant.items() if pid in rows})
         groups.append((path.stem, pools, qrels))

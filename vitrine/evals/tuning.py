@@ -69,7 +69,7 @@ def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 6
     rows: list[tuple[np.ndarray, np.ndarray]] = []
     n_rel = np.zeros(len(queries))
     for i, q in enumerate(queries):
-        pool = fusion.build_pool(engine, {"text": shared[i]}, texts[i], K, None, signals=("bm25", "graph"),
+        pool = fusion.build_pool(engine.reader, {"text": shared[i]}, texts[i], K, None, signals=("bm25", "graph"),
                                  native_q=native[i])  # type: ignore[index]
         cols = np.column_stack([pool.native if pool.native is not None else np.zeros(len(pool)), pool.vector,
                                 pool.bm25_norm(), pool.graph])

@@ -1,4 +1,4 @@
-"""Readers and writers of the engine's in-memory state.
+"""Readers and writers of the index state (vitrine/search/state.py).
 
 Searches read several structures in turn (vector indexes, filter index, graph, record store);
 a write changes all of them. :class:`StateLock` lets any number of searches run together and
@@ -13,14 +13,10 @@ comparison by searching), so nesting never deadlocks.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class StateLock:
@@ -90,14 +86,3 @@ class StateLock:
             with self._cond:
                 self._writer = None
                 self._cond.notify_all()
-
-
-def reads_state(fn: F) -> F:
-    """Run an engine method under its index state lock's read side (``self.index.lock``)."""
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self.index.lock.read():
-            return fn(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]

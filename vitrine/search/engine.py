@@ -1,32 +1,33 @@
-"""The engine: one write path (upsert/delete) and one read path (search).
+"""The engine: a facade over one write path and one read path of one data dir.
 
-write: validated products (+ photo bytes) -> encoder (towers -> adapter) -> one SQLite
-       transaction (records + vectors + photos) -> in-memory vector and filter indexes.
-read:  query -> encoder (query vectors) -> filters -> FAISS -> records -> hits with explanation.
+write (vitrine/search/writes.py): validated products (+ photo bytes) -> encoder (towers ->
+       adapter) -> one SQLite transaction (records + vectors + photos) -> in-memory vector and
+       filter indexes.
+read (vitrine/search/reads.py): query -> encoder (query vectors) -> filters -> FAISS -> records
+       -> hits with explanation.
 
-The engine is a facade: the record store and every index over it, their change sequence and
-their locks belong to one owner, :class:`~vitrine.search.state.IndexState` (``engine.index``;
-opening a data dir: vitrine/search/recovery.py). The engine encodes, ranks and explains.
+Below both, one owner of the index state: :class:`~vitrine.search.state.IndexState`
+(``engine.index``): the record store and every index over it, the serving model, their change
+sequence and their locks (opening a data dir: vitrine/search/recovery.py). The read path's steps
+(fusion, fallback, understanding, storefront, recommend) take a
+:class:`~vitrine.search.reader.Reader` over that state; hot swaps (vitrine/search/swap.py) take
+the state, the settings and the write path's snapshot. None of them knows the engine: it builds
+them and delegates, so its methods are the API the web app, the CLI, evals and benchmarks call.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder
-from vitrine.errors import InvalidInput, NotFound, StorageError, VitrineError
+from vitrine.errors import NotFound, VitrineError
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
@@ -34,60 +35,37 @@ from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import PhotoStoreAPI, RecordStoreAPI
 from vitrine.index.vectors import VectorIndex
-from vitrine.search.models import (
+from vitrine.search import calibration, native, recovery
+from vitrine.search import swap as hotswap
+from vitrine.search.artifacts import ModelSpec, read_active_model, served_artifacts
+from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
     CompareResponse,
-    Explanation,
     FacetsResponse,
     Filters,
-    Hit,
-    ItemError,
-    Product,
     ProductOut,
     RecommendResponse,
     SearchRequest,
     SearchResponse,
     UpsertReport,
-    decode_b64,
+    product_text,
 )
-from vitrine.search import calibration, fusion, native, recommend, recovery
-from vitrine.search import understanding
-from vitrine.search import fallback
-from vitrine.search import swap as hotswap
-from vitrine.search import storefront
-from vitrine.search.concurrency import reads_state
-from vitrine.settings import Settings
+from vitrine.search.reader import Reader
+from vitrine.search.reads import ReadPath
 from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, filter_values: re-exported
     FILTER_FIELDS,
     INDEX_FIELDS,
     IndexState,
     Ranked,
     filter_values,
-    product_fields,
     product_out,
 )
+from vitrine.search.understanding import QueryUnderstanding
+from vitrine.search.writes import ProductInput, WritePath
+from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
 
-@dataclass
-class ProductInput:
-    """A validated product and its photo bytes (resolved by the caller), or why there are none."""
-
-    product: Product
-    image: bytes | None = None
-    image_error: str | None = None
-    line: int | None = None
-
-
-def product_text(p: Product) -> str:
-    """The words a product is embedded by: its title, plus brand and category leaf when the
-    title does not already say them."""
-    parts = [p.title]
-    low = p.title.casefold()
-    if p.brand and p.brand.casefold() not in low:
-        parts.append(p.brand)
-    if p.category and p.category[-1].casefold() not in low:
-        parts.append(p.category[-1])
-    return " ".join(parts)
+__all__ = ["Engine", "ProductInput", "build_encoder", "product_text"]
 
 
 class Engine:
@@ -95,28 +73,34 @@ class Engine:
 
     def __init__(self, settings: Settings, encoder: MultimodalEncoder) -> None:
         self.settings = settings
-        self.encoder = encoder
         self.data_dir = Path(settings.storage.data_dir)
-        # the index state below the engine: stores, indexes, change sequence, locks (vitrine/search/state.py)
-        self.index = IndexState(settings.storage, settings.index, dim=encoder.dim, towers_key=encoder.towers.key,
-                                text_dim=encoder.towers.text_dim, model_key=encoder.model_key,
-                                text_features=lambda texts: self.encoder.text_features(texts))
-        self.swaps: list[dict[str, Any]] = []  # hot swaps tried by this process (newest last)
         enc = settings.encoders
-        self.model_spec = hotswap.ModelSpec(enc.model, enc.adapter, enc.pretrained)
-        # the query fast path (micro-batched, cached query embeddings); built on first use
-        self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.encoders.query_cache_size)
-        self._query_encoder: QueryEncoder | None = None
-        self._query_encoder_lock = threading.Lock()
+        # the index state below the engine: stores, indexes, serving model, change sequence, locks
+        self.index = IndexState(settings.storage, settings.index, encoder,
+                                ModelSpec(enc.model, enc.adapter, enc.pretrained))
+        self.writes = WritePath(self.index, settings)
+        self.hotswap = hotswap.HotSwap(self.index, settings, save=self.writes.save)
         MemoryBM25.typo_tolerance = settings.index.typo_tolerance  # one engine per process sets it
-        reembed = (lambda: self.reembed(progress=True)) if settings.index.reembed_on_open else None
+        reembed = (lambda: self.writes.reembed(progress=True)) if settings.index.reembed_on_open else None
         recovery.open_indexes(self.index, reembed)
-        self._calibration: calibration.Calibration | None = None
-        self._calibration_seq = -1
-        # query intent + slots (vitrine/intent), loaded here, never at import
-        self.understanding = understanding.QueryUnderstanding(self, settings) if settings.intent.intent else None
+        self.reader = Reader(self.index, settings)
+        # the read path; its query intent + slots (vitrine/intent) are loaded here, never at import
+        self.reads = ReadPath(self.reader)
 
     # -- the index state's parts (owned by self.index) -----------------------------------------
+    @property
+    def encoder(self) -> MultimodalEncoder:
+        """The serving encoder (the state's; a hot swap replaces it with the vectors)."""
+        return self.index.encoder
+
+    @encoder.setter
+    def encoder(self, encoder: MultimodalEncoder) -> None:
+        self.index.encoder = encoder
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        return self.index.model_spec
+
     @property
     def records(self) -> RecordStoreAPI:
         return self.index.records
@@ -167,6 +151,16 @@ class Engine:
         """The model the served vectors were made by."""
         return self.index.model_key
 
+    @property
+    def understanding(self) -> QueryUnderstanding | None:
+        """The read path's intent classifier and slots (None: intent off)."""
+        return self.reads.understanding
+
+    @property
+    def swaps(self) -> list[dict[str, Any]]:
+        """Hot swaps tried by this process (newest last; the last 20)."""
+        return self.hotswap.history
+
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def open(cls, settings: Settings, encoder: MultimodalEncoder | None = None) -> "Engine":
@@ -176,7 +170,7 @@ class Engine:
         artifacts fail their checksums the configured model serves instead, and says so."""
         notes: list[str] = []
         if encoder is None:
-            active = hotswap.read_active_model(Path(settings.storage.data_dir) / "index") \
+            active = read_active_model(Path(settings.storage.data_dir) / "index") \
                 if settings.swap.follow_swap else None
             if active and (active["model"], active["adapter"], active.get("pretrained")) != \
                     (settings.encoders.model, settings.encoders.adapter, settings.encoders.pretrained):
@@ -200,130 +194,38 @@ class Engine:
             eng.recovery.setdefault("notes", []).extend(notes)
         return eng
 
+    # -- calibration (the reader's) ------------------------------------------------------------
     @property
     def calibration(self) -> calibration.Calibration:
-        """How text queries rank on this catalogue: the data dir's tuned settings while they fit
-        the catalogue and model, else the floor (vitrine/search/calibration.py). Re-checked when
-        the records change."""
-        seq = self.records.recent_seq()
-        cal = self._calibration
-        if cal is None or seq != self._calibration_seq:
-            s = self.settings
-            cal = calibration.floor("settings: calibration=floor") if s.search.calibration == "floor" else \
-                calibration.load(self.data_dir, self.records, self.store_id, self.model_key, s.search.tune_max_drift)
-            self._calibration, self._calibration_seq = cal, seq
-        return cal
+        """How text queries rank on this catalogue (vitrine/search/reader.py)."""
+        return self.reader.calibration
 
     def slot_filters_on(self) -> bool:
-        """Whether the intent classifier's slots filter results: configured on, and (unless
-        calibration is off) found useful on this catalogue by `vitrine tune`."""
-        s = self.settings
-        return s.intent.intent_slot_filters and (s.search.calibration == "off" or self.calibration.slot_filters)
+        """Whether the intent classifier's slots filter results on this catalogue."""
+        return self.reader.slot_filters_on()
 
     def set_calibration(self, cal: calibration.Calibration) -> None:
         """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
-        self._calibration, self._calibration_seq = cal, self.records.recent_seq()
+        self.reader.set_calibration(cal)
 
     def reload_calibration(self) -> calibration.Calibration:
         """Read the data dir's tuned settings again (after `vitrine tune` wrote them)."""
-        self._calibration = None
-        return self.calibration
+        return self.reader.reload_calibration()
 
-    # -- writes ---------------------------------------------------------------------------------
+    # -- writes (vitrine/search/writes.py) -------------------------------------------------------
     def upsert(self, items: Sequence[ProductInput], *, progress: bool = False) -> UpsertReport:
         """Encode and store products; unchanged and stale ones are skipped, bad ones reported."""
-        t0 = time.time()
-        report = UpsertReport()
-        # One product per id per call: the last occurrence wins, as it would in a stream.
-        by_id: dict[str, ProductInput] = {}
-        for it in items:
-            by_id.pop(it.product.id, None)
-            by_id[it.product.id] = it
-        todo: list[tuple[ProductInput, bytes | None, str | None]] = []
-        with self.index.write_lock:
-            existing = self.records.get_many(list(by_id), include_deleted=True)
-            for pid, it in by_id.items():
-                img = it.image
-                if img is None and it.product.image_b64:
-                    try:
-                        img = decode_b64(it.product.image_b64)
-                    except InvalidInput as e:
-                        report.failed.append(ItemError(id=pid, line=it.line, reason=str(e)))
-                        continue
-                if it.image_error:
-                    report.failed.append(ItemError(id=pid, line=it.line, reason=it.image_error))
-                    continue
-                img_sha = hashlib.sha256(img).hexdigest() if img is not None else None
-                h = it.product.content_hash(img_sha)
-                old = existing.get(pid)
-                if old is not None:
-                    if it.product.version is not None and old.version is not None and it.product.version < old.version:
-                        report.stale += 1
-                        continue
-                    if not old.deleted and old.content_hash == h and old.model_key == self.model_key \
-                            and old.version == it.product.version:
-                        report.unchanged += 1
-                        continue
-                todo.append((it, img, img_sha))
-            if todo:
-                rows = self._encode_rows(todo, report, progress=progress)
-                if rows:
-                    photos = {it.product.id: img for it, img, _ in todo if img is not None}
-                    # photos first: a record never points at a missing file
-                    self.images.put_many({r.image_key: photos[r.id] for r in rows if r.image_key})
-                    seq = self.index.commit(rows)  # searches see all of this write or none of it
-                    report.upserted += len(rows)
-                    report.seq = seq
-        report.seconds = time.time() - t0
-        return report
-
-    def _encode_rows(
-        self, todo: list[tuple[ProductInput, bytes | None, str | None]], report: UpsertReport, *, progress: bool
-    ) -> list[RecordRow]:
-        texts = [product_text(it.product) for it, _, _ in todo]
-        with_img = [i for i, (_, img, _) in enumerate(todo) if img is not None]
-        img_errors: dict[int, str] = {}
-        img_feats = np.full((len(todo), self.encoder.towers.image_dim), np.nan, dtype=np.float32)
-        if with_img:
-            feats = self.encoder.shared_image_features([todo[i][1] for i in with_img],  # type: ignore[misc]
-                                                       progress=progress, errors=img_errors)
-            img_feats[with_img] = feats
-        txt_feats = self.encoder.text_features(texts, progress=progress)
-        bad = {with_img[j] for j in img_errors}
-        keep = [i for i in range(len(todo)) if i not in bad]
-        for j, reason in img_errors.items():
-            it = todo[with_img[j]][0]
-            report.failed.append(ItemError(id=it.product.id, line=it.line, reason=f"photo: {reason}"))
-        if not keep:
-            return []
-        shared_txt = self.encoder.shared_text_features([texts[i] for i in keep], native=txt_feats[keep])
-        emb = self.encoder.embed(img_feats[keep], shared_txt)
-        native_vecs = native.unit_rows(txt_feats[keep])
-        rows: list[RecordRow] = []
-        for n, i in enumerate(keep):
-            it, img, sha = todo[i]
-            has_img = img is not None
-            rows.append(RecordRow(
-                id=it.product.id,
-                doc=it.product.document(),
-                content_hash=it.product.content_hash(sha),
-                version=it.product.version,
-                image_key=_image_key(sha, img) if has_img else None,  # type: ignore[arg-type]
-                model_key=self.model_key,
-                vectors={
-                    "fused": emb.fused[n],
-                    "image": emb.image[n] if has_img and emb.image is not None else None,
-                    "text": emb.text[n] if emb.text is not None else None,
-                    "native": native_vecs[n],
-                },
-            ))
-        return rows
+        return self.writes.upsert(items, progress=progress)
 
     def delete(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> int:
         """Delete products by id; unknown ids are ignored. Returns how many were deleted.
 
         With ``versions``, a delete older than the stored version is ignored (stale)."""
-        return self.index.delete(ids, versions)
+        return self.writes.delete(ids, versions)
+
+    def reembed(self, *, progress: bool = False, photo_loader: Callable[[str], bytes | None] | None = None) -> int:
+        """Re-embed every product whose vectors came from another model (photos from the store)."""
+        return self.writes.reembed(progress=progress, photo_loader=photo_loader)
 
     # -- several processes on one data dir (ingest workers, API replicas) -------------------------
     def refresh(self) -> int:
@@ -344,35 +246,26 @@ class Engine:
     def save(self) -> bool:
         """Publish a snapshot version of the indexes (vitrine/search/state.py). Returns False if
         nothing changed since the last one."""
-        return self.index.save(self.model_spec.as_dict(), self.artifacts)
+        return self.writes.save()
 
     def artifacts(self) -> dict[str, Any]:
         """SHA-256 of every model artifact serving this engine (towers, adapter, intent)."""
-        try:
-            return hotswap.model_artifacts(self.model_spec, self.encoder,
-                                           self.settings.intent.intent_model if self.settings.intent.intent else None)
-        except (OSError, ValueError, VitrineError) as e:
-            return {"error": str(e)}
+        intent = self.settings.intent
+        return served_artifacts(self.model_spec, self.encoder, intent.intent_model if intent.intent else None)
 
     def close(self) -> None:
         try:
             self.save()
         finally:
             self.index.close()
-            if self._query_encoder is not None:
-                self._query_encoder.close()
+            self.reader.close()
 
-
-    # -- reads -----------------------------------------------------------------------------------
+    # -- reads (vitrine/search/reads.py) -----------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.vectors["fused"])
+        return len(self.index)
 
-    @reads_state
     def get(self, pid: str) -> ProductOut:
-        row = self.records.get(pid)
-        if row is None:
-            raise NotFound("product", pid)
-        return product_out(row)
+        return self.reads.get(pid)
 
     def image_path(self, key: str) -> Path:
         path = self.images.path_for(key)
@@ -384,214 +277,59 @@ class Engine:
         """A stored record as the API shows a product."""
         return product_out(row)
 
-
     def query_vectors(self, text: str | None, image: bytes | None, text_vector: Future[np.ndarray] | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
-        """Shared-space query vectors per modality present (``text_vector``: the text's encode,
-        started earlier with ``query_encoder.text_future``). Both encodes run in the query fast
-        path's batcher threads while this one waits for them, at most ``timeout_s`` in all
-        (TimeoutError past it; the abandoned encodes finish in the background)."""
-        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
-        qe = self.query_encoder
-        futures: dict[str, Future[np.ndarray]] = {}
-        if text:
-            futures["text"] = text_vector if text_vector is not None else qe.text_future(text)
-        if image is not None:
-            futures["image"] = qe.image_future(image)  # a photo that cannot be decoded raises here
-        return {m: f.result(None if deadline is None else max(0.0, deadline - time.perf_counter()))
-                for m, f in futures.items()}
+        """Shared-space query vectors per modality present (vitrine/search/reader.py)."""
+        return self.reader.query_vectors(text, image, text_vector, timeout_s=timeout_s)
 
     @property
     def query_encoder(self) -> QueryEncoder:
-        """The query fast path over the current encoder: concurrent queries encoded in one forward,
-        an LRU cache of query embeddings keyed by model key. Rebuilt when the encoder is swapped."""
-        qe = self._query_encoder
-        if qe is not None and qe.encoder is self.encoder:
-            return qe
-        with self._query_encoder_lock:
-            qe = self._query_encoder
-            if qe is None or qe.encoder is not self.encoder:
-                s = self.settings
-                new = QueryEncoder(
-                    self.encoder, cache=self._query_cache, max_batch=s.encoders.query_batch_max,
-                    max_wait_ms=s.encoders.query_batch_wait_ms, text_precision=s.encoders.query_text_precision,
-                    threads=s.encoders.query_threads, runtime=s.encoders.query_runtime, onnx_dir=s.storage.cache_dir,
-                )
-                if qe is not None:
-                    qe.close()
-                self._query_encoder = qe = new
-            return qe
+        """The query fast path over the current encoder (vitrine/search/reader.py)."""
+        return self.reader.query_encoder
 
     def allowed_ids(self, filters: Filters | None) -> np.ndarray | None:
         """The product ids ``filters`` allow (None: no filter)."""
-        return self.index.allowed(filters)
+        return self.reader.allowed_ids(filters)
 
-
-    @reads_state
     def search(self, req: SearchRequest, *, image: bytes | None = None) -> SearchResponse:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters."""
-        t0 = time.perf_counter()
-        s = self.settings
-        if req.k > s.search.max_k:
-            raise InvalidInput(f"k must be between 1 and {s.search.max_k}")
-        depth = storefront.pool_depth(s.search, req)  # the same pool for every page (vitrine/search/storefront.py)
-        text = " ".join((req.text or "").split()) or None
-        if text and len(text) > s.search.max_text_chars:
-            text = text[: s.search.max_text_chars]
-        if image is None and req.image_b64:
-            image = decode_b64(req.image_b64)
-        if not text and image is None:
-            raise InvalidInput("empty query: give text, a photo, or both")
-        self._prepare_query_encoder()
-        early = self._encode_early(req, text)  # the text's encode runs while the classifier does
-        plan = understanding.plan(self, req, text)  # intent + slots -> filters; degrades, never raises
-        if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
-            return understanding.answer_response(self, req, text, image is not None, plan, t0)
-        qv, gate = fallback.query_vectors(self, text, image, early)  # degrades (gate), never fails
-        allowed = understanding.allowed_ids(self, plan)
-        window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
-        scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
-            self, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
-            lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
-        degraded = gate + degraded
-        view = storefront.arrange(self, req, scored,
-                                  exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
-        rows = self.records.get_by_iids([iid for iid, _, _ in view.page])
-        hits: list[Hit] = []
-        applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
-        marks = storefront.Highlighter(text) if req.highlight else None
-        for iid, score, parts in view.page:
-            row = rows.get(iid)
-            if row is None:  # deleted between ranking and fetching
-                continue
-            hit = Hit(score=round(float(score), 6), **product_fields(row))  # one validation per hit
-            if marks is not None:
-                hit.highlights = marks.of(hit.title, hit.description)
-            if req.explain:
-                hit.explanation = Explanation(
-                    vector_score=round(float(vector_scores.get(iid, score)), 6),
-                    signals={k: round(float(v), 6) for k, v in parts.items()},
-                    modalities=sorted(qv), **plan.explanation(iid, applied),
-                )
-            hits.append(hit)
-        resp = SearchResponse(
-            results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
-            query={"text": text, "image": image is not None, "filters": applied,
-                   **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
-            model=self.model_key, degraded=degraded + plan.degraded, **view.response_fields(req),
-        )
-        return understanding.finish(self, req, text, plan, resp)
+        return self.reads.search(req, image=image)
 
     def warm_up(self) -> float:
         """Build what the first queries would otherwise build inside their time budgets (the
-        query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches):
-        a first search took 0.8 s on the full catalogue, and could degrade. Runs a few real
-        searches; returns the seconds it took."""
-        t0 = time.perf_counter()
-        self._prepare_query_encoder()
-        for text in ("red shoes", "nike vs puma running shoes", "women blue shirt under 1500"):
-            try:
-                self.search(SearchRequest(text=text, k=5))
-            except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
-                log.warning("warm-up search %r failed: %s", text, e)
-        try:  # text queries at the floor skip BM25; queries with a photo still use it
-            self.records.bm25_scores("warm up")
-        except Exception as e:  # noqa: BLE001
-            log.warning("warm-up BM25 failed: %s", e)
-        took = time.perf_counter() - t0
-        log.info("warmed up in %.2fs", took)
-        return took
-
-    def _prepare_query_encoder(self) -> None:
-        """Build the query fast path (an ONNX export, or loading one and checking it against torch)
-        before the query's time budget starts: one-time set-up is not the query's latency, and a
-        first query must not degrade for it. A failure here is left to the guarded step, which
-        degrades."""
-        try:
-            self.query_encoder  # noqa: B018 - the property builds it once and keeps it
-        except Exception as e:  # noqa: BLE001
-            log.warning("query fast path not built: %s", e)
-
-    def _encode_early(self, req: SearchRequest, text: str | None) -> Future[np.ndarray] | None:
-        """Start the query text's encode before intent classification when both will run (an
-        after-sales query then wastes one encode; every other query waits for the slower of the
-        two instead of their sum). None: encode later, in the guarded query-vector step."""
-        if not text or self.understanding is None or not req.use_intent:
-            return None
-        try:
-            return self.query_encoder.text_future(text)
-        except Exception as e:  # noqa: BLE001 - the guarded step retries and degrades if need be
-            log.warning("early query encode not started: %s", e)
-            return None
-
-    def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
-                      allowed: np.ndarray | None, depth: int) -> tuple[Any, dict[int, float], list[str], Any]:
-        """Hybrid ranking of a pool of ``depth`` candidates per retriever under a time budget (the
-        whole pool, best first); when fusion raises or overstays, the plain vector ranking
-        (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
-        if not qv:
-            return fallback.lexical_rank(self, qv, text, depth, allowed)
-        if not text or self.settings.search.fusion == "off" or not self.settings.search.fusion_signals:
-            return fusion.rank(self, qv, text, k, allowed, depth=depth)
-        try:
-            return fusion.rank(self, qv, text, k, allowed, depth=depth,
-                               deadline=time.perf_counter() + self.settings.search.fusion_timeout_ms / 1000)
-        except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
-            log.warning("hybrid fusion skipped for this search: %s", e)
-            if set(qv) == {"text"} and self.settings.search.calibration != "off":
-                try:  # a text query falls back to the floor, not below it
-                    nq = native.query_vector(self, text)  # type: ignore[arg-type]
-                    if nq is not None:
-                        scored, vs, _, terms = fusion.native_rank(self, nq, depth, allowed)
-                        return scored, vs, ["fusion"], terms
-                except Exception as e2:  # noqa: BLE001
-                    log.warning("native fallback failed too: %s", e2)
-            scored = self.rank_vectors(dict(qv), depth, allowed)
-            from vitrine.index.graph import QueryTerms  # noqa: PLC0415
-
-            return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()
+        query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches).
+        Returns the seconds it took."""
+        return self.reads.warm_up()
 
     def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:
-        """The photo's weight for a photo + words query: the aligner's per-query choice
-        (``query_mix="gate"``, the MoE's modality gate) or the fixed ``query_image_weight``."""
-        if self.settings.search.query_mix != "gate":
-            return self.settings.search.query_image_weight
-        return self.encoder.query_photo_weight(qv["image"], qv["text"], self.settings.search.query_image_weight)
+        """The photo's weight for a photo + words query (vitrine/search/reader.py)."""
+        return self.reader.query_image_weight(qv)
 
     def rank_vectors(self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None) -> Ranked:
-        """Vector ranking. Text searches the fused product vectors, a photo searches photo
-        vectors; with both, candidates of each are re-scored by the weighted sum."""
-        return self.index.rank(qv, k, allowed, image_weight=self.query_image_weight(qv) if len(qv) > 1 else 0.0,
-                               multiplier=self.settings.search.candidate_multiplier)
-
+        """The plain vector ranking (vitrine/search/reader.py)."""
+        return self.reader.rank_vectors(qv, k, allowed)
 
     # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
-    @reads_state
     def recommend(self, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
         """Similar products (same category, nearest in the shared space, MMR-diversified) or
         complementary ones (complementary categories via the graph, colour-compatible, same
         gender); NotFound for an unknown id, InvalidInput for a bad kind or k."""
-        return recommend.recommend(self, pid, kind, k)
+        return self.reads.recommend(pid, kind, k)
 
-    @reads_state
     def compare(self, ids: list[str]) -> CompareResponse:
         """Compare 2..5 distinct products: attributes, pairwise similarities, graph relation."""
-        return recommend.compare(self, ids)
+        return self.reads.compare(ids)
 
-    @reads_state
     def compare_text(self, text: str) -> CompareResponse:
         """Compare what "A vs B" names: each side resolved by search, best match of each."""
-        return recommend.compare_text(self, text)
+        return self.reads.compare_text(text)
 
-    @reads_state
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
-        return self.index.vector_of(pid, field)
+        return self.reads.vector_of(pid, field)
 
-    @reads_state
     def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
         """Filter values per field, most common first (at most ``limit`` each)."""
-        return self.index.facets(fields, limit)
-
+        return self.reads.facets(fields, limit)
 
     def stats(self) -> dict[str, Any]:
         clf = self.understanding.classifier if self.understanding is not None else None
@@ -606,63 +344,19 @@ class Engine:
             if clf is not None else None,
         }
 
-    # -- maintenance -------------------------------------------------------------------------------
-    def reembed(self, *, progress: bool = False, photo_loader: Callable[[str], bytes | None] | None = None) -> int:
-        """Re-embed every product whose vectors came from another model (photos from the store)."""
-        stale = [r for r in self.records.iter_rows(with_vectors=False) if r.model_key != self.model_key]
-        if not stale:
-            return 0
-        items = []
-        for r in stale:
-            doc = dict(r.doc)
-            img = self.images.get(r.image_key) if r.image_key else None
-            items.append(ProductInput(Product.model_validate(doc), image=img))
-        with self.index.write_lock:
-            todo = [(it, it.image, hashlib.sha256(it.image).hexdigest() if it.image else None) for it in items]
-            report = UpsertReport()
-            rows = self._encode_rows(todo, report, progress=progress)
-            versions = {s.id: s.version for s in stale}
-            for r in rows:  # (rows skip products whose photo failed: match by id, not position)
-                r.version = versions.get(r.id)
-            if not rows:
-                return 0
-            self.index.commit(rows)
-        return len(rows)
-
     # -- hot swap (vitrine/search/swap.py) ---------------------------------------------------------
     def swap(self, req: "hotswap.SwapRequest", *, progress: bool = False) -> "hotswap.SwapReport":
         """Load a new model version or index snapshot beside the live one, check it on the canary
         queries, switch atomically; raises SwapRefused (saying why) and keeps serving otherwise."""
-        return hotswap.swap(self, req, progress=progress)
+        return self.hotswap.swap(req, progress=progress)
 
     def install(self, cand: "hotswap.Candidate") -> list[str]:
         """Switch to a checked candidate: catch it up with the latest writes, then swap models and
         indexes in one exclusive step; remember the model in the data dir and snapshot it."""
-        warnings: list[str] = []
-        with self.index.write_lock:
-            hotswap.catch_up(self, cand)
-            hotswap.write_active_model(self.data_dir / "index", cand)
-            with self.index.lock.write():
-                self.encoder, self.model_spec = cand.encoder, cand.spec
-                self.index.swap_in(cand.vectors, cand.model_key, cand.seq)
-                self.settings.index.index_factory = cand.factory
-        try:
-            self.save()
-        except (StorageError, OSError) as e:  # the switch stands; the records still hold every change
-            warnings.append(f"switched, but the snapshot of the new version failed: {e}")
-            log.error("%s", warnings[-1])
-        return warnings
+        return self.hotswap.install(cand)
 
     def record_swap(self, report: "hotswap.SwapReport") -> None:
-        self.swaps.append({"at": time.time(), "accepted": report.accepted, "switched": report.switched,
-                           "reason": report.reason, "model_key": report.candidate.get("model_key")})
-        del self.swaps[:-20]
-
-
-def _image_key(sha: str, data: bytes) -> str:
-    ext = "png" if data[:8] == b"\x89PNG\r\n\x1a\n" else "webp" if data[8:12] == b"WEBP" else \
-        "gif" if data[:4] == b"GIF8" else "jpg"
-    return f"{sha}.{ext}"
+        self.hotswap.record(report)
 
 
 def build_encoder(settings: Settings) -> MultimodalEncoder:

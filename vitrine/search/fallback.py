@@ -23,27 +23,25 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from vitrine.errors import InvalidInput, ModelError
 from vitrine.index.graph import QueryTerms
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.engine import Engine
+from vitrine.search.reader import Reader
 
 log = logging.getLogger(__name__)
 
 Ranked = list[tuple[int, float, dict[str, float]]]
 
 
-def query_vectors(engine: "Engine", text: str | None, image: bytes | None,
+def query_vectors(reader: Reader, text: str | None, image: bytes | None,
                   text_vector: Future[np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """The query's shared-space vectors and the degraded components (``["gate"]`` or none)."""
-    budget_s = engine.settings.search.gate_timeout_ms / 1000
+    budget_s = reader.settings.search.gate_timeout_ms / 1000
     try:
-        return engine.query_vectors(text, image, text_vector, timeout_s=budget_s), []
+        return reader.query_vectors(text, image, text_vector, timeout_s=budget_s), []
     except InvalidInput:
         raise
     except TimeoutError:
@@ -51,7 +49,7 @@ def query_vectors(engine: "Engine", text: str | None, image: bytes | None,
     except Exception as e:  # noqa: BLE001 - any failure of the gate degrades, never fails the search
         log.warning("query embedding failed (%s); degrading to the light path", e)
     try:
-        return light_query_vectors(engine, text, image), ["gate"]
+        return light_query_vectors(reader, text, image), ["gate"]
     except InvalidInput:
         raise
     except Exception as e:  # noqa: BLE001
@@ -59,11 +57,11 @@ def query_vectors(engine: "Engine", text: str | None, image: bytes | None,
         return {}, ["gate"]
 
 
-def light_query_vectors(engine: "Engine", text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
+def light_query_vectors(reader: Reader, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
     """Query vectors from the adapter's light path (``forward_light``), or none when it has none."""
     import torch  # noqa: PLC0415
 
-    enc = engine.encoder
+    enc = reader.encoder
     light = getattr(enc.adapter, "forward_light", None)
     if light is None:
         return {}
@@ -89,7 +87,7 @@ def _unit(t: Any) -> np.ndarray:
     return (v / n).astype(np.float32)
 
 
-def lexical_rank(engine: "Engine", qv: dict[str, np.ndarray], text: str | None, k: int,
+def lexical_rank(reader: Reader, qv: dict[str, np.ndarray], text: str | None, k: int,
                  allowed: np.ndarray | None) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """Ranking without query vectors: BM25 over titles, brands, categories and attributes, then
     the knowledge graph's products for the values the words name. Same shape as ``fusion.rank``."""
@@ -98,7 +96,7 @@ def lexical_rank(engine: "Engine", qv: dict[str, np.ndarray], text: str | None, 
     if allowed is not None and len(allowed) == 0:
         return [], {}, [], QueryTerms()
     only = allowed.tolist() if allowed is not None else None
-    hits = engine.records.bm25(text, k, only=only)
+    hits = reader.state.records.bm25(text, k, only=only)
     out: Ranked = []
     best = max((s for _, s in hits), default=0.0) or 1.0
     for iid, s in hits:
@@ -108,8 +106,8 @@ def lexical_rank(engine: "Engine", qv: dict[str, np.ndarray], text: str | None, 
         try:
             from vitrine.search.fusion import graph_candidate_ids  # noqa: PLC0415
 
-            terms = engine.graph.match_query(text)
-            more = graph_candidate_ids(engine.graph, terms).tolist() if terms else []
+            terms = reader.state.graph.match_query(text)
+            more = graph_candidate_ids(reader.state.graph, terms).tolist() if terms else []
             seen = {i for i, _, _ in out}
             allowed_set = set(only) if only is not None else None
             for iid in more:

@@ -2,7 +2,7 @@
 
 Three retrievers fill one candidate pool for a text query:
 
-- vectors: the engine's vector ranking (text -> fused product vectors; with a photo, the
+- vectors: the plain vector ranking (text -> fused product vectors; with a photo, the
   photo/text blend), top ``fusion_candidates``;
 - BM25: SQLite FTS5 over titles, brands, categories and attributes (exact words, brands and
   model names are never lost to the embedding);
@@ -35,15 +35,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from vitrine.index.graph import ProductFacts, ProductGraph, QueryTerms, norm_key
-from vitrine.search import native as native_space
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.engine import Engine
+from vitrine.search.reader import Reader
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +55,7 @@ GRAPH_SIGNALS = ("graph:category", "graph:proximity", *(f"graph:{f}" for f in GR
 class Pool:
     """A query's candidates with all their signals (before fusion), one numpy row per candidate.
 
-    ``iids`` sorted; ``vector`` the engine's vector score and ``parts`` its modality parts (columns
+    ``iids`` sorted; ``vector`` the plain vector score and ``parts`` its modality parts (columns
     ``part_names``); ``bm25`` the raw BM25 score (0: no match); ``graph`` one column per
     :data:`GRAPH_SIGNALS` (0: the signal is absent). Arrays, not objects: a pool of ~150
     candidates is scored and fused per search, and per-candidate Python was most of a hybrid
@@ -203,37 +198,37 @@ class GraphScorer:
 
 
 # -- the pool ----------------------------------------------------------------------------------------
-def vector_scores(engine: "Engine", qv: Mapping[str, np.ndarray], iids: np.ndarray
+def vector_scores(reader: Reader, qv: Mapping[str, np.ndarray], iids: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
-    """The engine's vector score of given products, as its ranking computes it: (which of
+    """The plain vector score of given products, as its ranking computes it: (which of
     ``iids`` have one, their scores, their modality parts, the parts' names)."""
-    fused, image = engine.vectors["fused"], engine.vectors["image"]
+    fused, image = reader.state.vectors["fused"], reader.state.vectors["image"]
     if len(qv) == 1:
         mod, q = next(iter(qv.items()))
         index = image if mod == "image" else fused
         have, vecs = index.get_present(iids)
         sc = (vecs @ q).astype(np.float64)
         return have, sc, sc[:, None], (f"{mod}->{'image' if mod == 'image' else 'fused'}",)
-    w = engine.query_image_weight(dict(qv))
+    w = reader.query_image_weight(dict(qv))
     have, vecs = fused.get_present(iids)
     s_txt = vecs @ qv["text"]
     has_img, img_vecs = image.get_present(iids[have])
     s_img = np.zeros(len(s_txt), dtype=np.float32)
     s_img[has_img] = img_vecs @ qv["image"]
-    total = w * s_img + (1 - w) * s_txt  # in float32, as the engine's vector ranking blends them
+    total = w * s_img + (1 - w) * s_txt  # in float32, as the plain vector ranking blends them
     return (have, total.astype(np.float64),
             np.stack([s_img, s_txt], axis=1).astype(np.float64), ("image->image", "text->fused"))
 
 
-def _vector_ids(engine: "Engine", qv: Mapping[str, np.ndarray], n: int, allowed: np.ndarray | None) -> np.ndarray:
-    """Ids of the engine's vector top ``n`` (scores are recomputed for the whole pool)."""
+def _vector_ids(reader: Reader, qv: Mapping[str, np.ndarray], n: int, allowed: np.ndarray | None) -> np.ndarray:
+    """Ids of the plain vector top ``n`` (scores are recomputed for the whole pool)."""
     if len(qv) == 1:
         mod, q = next(iter(qv.items()))
         if allowed is not None and len(allowed) == 0:
             return np.zeros(0, dtype=np.int64)
-        _, ids = engine.vectors["image" if mod == "image" else "fused"].search(q[None], n, allowed)
+        _, ids = reader.state.vectors["image" if mod == "image" else "fused"].search(q[None], n, allowed)
         return ids[0][ids[0] >= 0]
-    return np.array([iid for iid, _, _ in engine.rank_vectors(dict(qv), n, allowed)], dtype=np.int64)
+    return np.array([iid for iid, _, _ in reader.rank_vectors(dict(qv), n, allowed)], dtype=np.int64)
 
 
 def _in_time(deadline: float | None) -> None:
@@ -241,7 +236,7 @@ def _in_time(deadline: float | None) -> None:
         raise TimeoutError("hybrid fusion ran past its time budget")
 
 
-def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int,
+def build_pool(reader: Reader, qv: Mapping[str, np.ndarray], text: str, k: int,
                allowed: np.ndarray | None, *, signals: Iterable[str] | None = None,
                terms: QueryTerms | None = None, deadline: float | None = None, depth: int | None = None,
                native_q: np.ndarray | None = None) -> Pool:
@@ -249,20 +244,20 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
     and the graph, each with every signal (``depth``: each retriever's top that many; default
     from ``k``). ``deadline`` is checked before each stage (a running stage is not interrupted):
     past it, TimeoutError."""
-    s = engine.settings
+    s = reader.settings
     signals = set(s.search.fusion_signals if signals is None else signals)
     n = depth if depth is not None else max(s.search.fusion_candidates, k * s.search.candidate_multiplier)
     _in_time(deadline)
-    found = [_vector_ids(engine, qv, n, allowed)]
+    found = [_vector_ids(reader, qv, n, allowed)]
     if native_q is not None and (allowed is None or len(allowed)):
-        _, nids = engine.native.index.search(native_q[None], n, allowed)
+        _, nids = reader.state.native.index.search(native_q[None], n, allowed)
         found.append(nids[0][nids[0] >= 0])
     _in_time(deadline)
     degraded: list[str] = []
     bm25_scores: Mapping[int, float] = {}
     if "bm25" in signals:
         try:  # one pass over the matches: the top n join the pool, the rest score other candidates
-            bm25_scores = engine.records.bm25_scores(text)
+            bm25_scores = reader.state.records.bm25_scores(text)
             top = getattr(bm25_scores, "top", None)  # numpy top-n of the in-memory scores (same order)
             if top is not None:
                 best = top(n, allowed)
@@ -275,7 +270,7 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
         except Exception as e:  # noqa: BLE001 - a failing retriever degrades, never fails the search
             log.warning("BM25 retrieval failed: %s", e)
             degraded.append("bm25")
-    graph = engine.graph
+    graph = reader.state.graph
     if terms is None:
         terms = QueryTerms()
         if "graph" in signals:
@@ -293,14 +288,14 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
                 if allowed is not None:
                     gids = np.intersect1d(gids, allowed, assume_unique=True)
                 if len(gids):
-                    found.append(_vector_ids(engine, qv, n, gids))
+                    found.append(_vector_ids(reader, qv, n, gids))
         except Exception as e:  # noqa: BLE001
             log.warning("graph retrieval failed: %s", e)
             degraded.append("graph")
             use_graph = False
     iids = np.unique(np.concatenate(found))
     _in_time(deadline)
-    have, vector, parts, part_names = vector_scores(engine, qv, iids)
+    have, vector, parts, part_names = vector_scores(reader, qv, iids)
     iids = iids[have]  # no vector (another model's, or deleted meanwhile): cannot be ranked
     bm25 = np.zeros(len(iids))
     if "bm25" in signals and "bm25" not in degraded and len(iids):
@@ -319,7 +314,7 @@ def build_pool(engine: "Engine", qv: Mapping[str, np.ndarray], text: str, k: int
             gmat = np.zeros((len(iids), len(GRAPH_SIGNALS)))
     nat = None
     if native_q is not None:
-        nhave, nvecs = engine.native.index.get_present(iids)
+        nhave, nvecs = reader.state.native.index.get_present(iids)
         nat = np.zeros(len(iids))
         nat[nhave] = (nvecs @ native_q).astype(np.float64)
     return Pool(iids=iids, vector=vector, bm25=bm25, graph=gmat, terms=terms, parts=parts,
@@ -407,24 +402,24 @@ def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float 
     raise ValueError(f"unknown fusion method {method!r}")
 
 
-def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: int,
+def rank(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None, k: int,
          allowed: np.ndarray | None, *, deadline: float | None = None, depth: int | None = None
          ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
-    """The engine's ranking for a query: hybrid when it has words and fusion is on, else the
+    """The read path's ranking for a query: hybrid when it has words and fusion is on, else the
     plain vector ranking. Returns (iid, score, signals) best first, the vector score of each,
     the degraded components and the graph terms the query named. ``deadline`` (a
     ``time.perf_counter()`` value): past it, between two stages, TimeoutError. ``depth``: rank
     each retriever's top ``depth`` and return the whole pool's ranking, not only the top ``k``."""
-    s = engine.settings
-    weights, nq, degraded = text_weights(engine, qv, text)
+    s = reader.settings
+    weights, nq, degraded = text_weights(reader, qv, text)
     if not text or s.search.fusion == "off" or (weights is None and not s.search.fusion_signals):
-        scored = engine.rank_vectors(dict(qv), depth or k, allowed)
+        scored = reader.rank_vectors(dict(qv), depth or k, allowed)
         return scored, {i: sc for i, sc, _ in scored}, degraded, QueryTerms()
     if allowed is not None and len(allowed) == 0:
         return [], {}, degraded, QueryTerms()
     if weights is not None and nq is not None and {n for n, w in weights.items() if w} <= {"native"}:
-        return native_rank(engine, nq, depth or k, allowed)  # the floor: the text tower's own cosine ranking
-    pool = build_pool(engine, qv, text, k, allowed, deadline=deadline, depth=depth, native_q=nq)
+        return native_rank(reader, nq, depth or k, allowed)  # the floor: the text tower's own cosine ranking
+    pool = build_pool(reader, qv, text, k, allowed, deadline=deadline, depth=depth, native_q=nq)
     pool.degraded = degraded + pool.degraded
     method = "weighted" if weights is not None else s.search.fusion
     if weights is None:
@@ -435,26 +430,26 @@ def rank(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None, k: in
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms
 
 
-def text_weights(engine: "Engine", qv: Mapping[str, np.ndarray], text: str | None
+def text_weights(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None
                  ) -> tuple[dict[str, float] | None, np.ndarray | None, list[str]]:
     """For a text-only query under a calibration: (its weighted-fusion weights, the query's
     native vector, []); otherwise (None: the configured weights, None, degraded components).
     When the native vector cannot be had, the configured weights (``degraded: native``)."""
-    if not text or set(qv) != {"text"} or engine.settings.search.calibration == "off":
+    if not text or set(qv) != {"text"} or reader.settings.search.calibration == "off":
         return None, None, []
     try:
-        nq = native_space.query_vector(engine, text)
+        nq = reader.native_query_vector(text)
     except Exception as e:  # noqa: BLE001 - a failing native space degrades to the shared one
         log.warning("native text vector failed: %s", e)
         nq = None
     if nq is None:
         return None, None, ["native"]
-    return dict(engine.calibration.text_weights), nq, []
+    return dict(reader.calibration.text_weights), nq, []
 
 
-def native_rank(engine: "Engine", nq: np.ndarray, k: int, allowed: np.ndarray | None
+def native_rank(reader: Reader, nq: np.ndarray, k: int, allowed: np.ndarray | None
                 ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The text tower's own cosine ranking (the floor), with the filters ``allowed``."""
-    scores, ids = engine.native.index.search(nq[None], k, allowed)
+    scores, ids = reader.state.native.index.search(nq[None], k, allowed)
     out: Ranked = [(i, sc, {"native": sc}) for sc, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
     return out, {i: sc for i, sc, _ in out}, [], QueryTerms()

@@ -212,6 +212,18 @@ class Product(BaseModel):
         return h.hexdigest()
 
 
+def product_text(p: Product) -> str:
+    """The words a product is embedded by: its title, plus brand and category leaf when the
+    title does not already say them."""
+    parts = [p.title]
+    low = p.title.casefold()
+    if p.brand and p.brand.casefold() not in low:
+        parts.append(p.brand)
+    if p.category and p.category[-1].casefold() not in low:
+        parts.append(p.category[-1])
+    return " ".join(parts)
+
+
 def decode_b64(s: str) -> bytes:
     """Strict base64 (standard or URL-safe, data: URIs accepted) -> bytes."""
     s = s.strip()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,9 +22,7 @@ from vitrine.encoders.queries import unit_rows
 from vitrine.index.records import RecordRow
 from vitrine.index.store import RecordStoreAPI
 from vitrine.index.vectors import VectorIndex
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.engine import Engine
+from vitrine.search.models import Product, product_text
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +71,6 @@ class NativeSpace:
              batch: int = 2048) -> int:
         """Native vectors of ``rows`` computed from their texts by ``text_features`` (the text
         tower; the feature cache usually holds its output already: ingest computed it)."""
-        from vitrine.search.engine import product_text  # noqa: PLC0415 - engine imports this module
-        from vitrine.search.models import Product  # noqa: PLC0415
-
         done = 0
         for s in range(0, len(rows), batch):
             part = rows[s:s + batch]
@@ -102,10 +97,3 @@ class NativeSpace:
 
     def load(self, folder: Path, sha256: str | None, **kw: Any) -> None:
         self.index = VectorIndex.load(folder / FILE, sha256, **kw)
-
-
-def query_vector(engine: "Engine", text: str) -> np.ndarray | None:
-    """The query's native vector, or None when the native space cannot serve this encoder."""
-    if not engine.native.usable_with(engine.encoder.towers.key):
-        return None
-    return engine.query_encoder.native(text)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,11 +33,12 @@ from vitrine.search.models import (
     RecommendHit,
     RecommendResponse,
     SearchRequest,
+    SearchResponse,
 )
+from vitrine.search.reader import Reader
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.index.records import RecordRow
-    from vitrine.search.engine import Engine
 
 KINDS = ("similar", "complementary")
 MAX_COMPARE = 5
@@ -56,7 +58,7 @@ def _cos(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     return round(float(a @ b) / (na * nb), 6)
 
 
-def _hit(engine: "Engine", row: "RecordRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
+def _hit(row: "RecordRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
     p = product_out(row)
     return RecommendHit(score=round(float(score), 6), relation=relation,
                         explanation=Explanation(vector_score=round(float(signals.get("vector", score)), 6),
@@ -65,10 +67,10 @@ def _hit(engine: "Engine", row: "RecordRow", score: float, relation: str, signal
                         **p.model_dump(exclude={"version"}))
 
 
-def _facts(engine: "Engine", row: "RecordRow") -> ProductFacts:
-    f = engine.graph.facts(row.iid)  # type: ignore[arg-type]
+def _facts(reader: Reader, row: "RecordRow") -> ProductFacts:
+    f = reader.state.graph.facts(row.iid)  # type: ignore[arg-type]
     if f is None:
-        f, _ = engine.graph.facts_from_doc(row.iid, row.id, row.doc)  # type: ignore[arg-type]
+        f, _ = reader.state.graph.facts_from_doc(row.iid, row.id, row.doc)  # type: ignore[arg-type]
     return f
 
 
@@ -91,33 +93,33 @@ def mmr(anchor_sims: np.ndarray, vecs: np.ndarray, k: int, lam: float) -> list[t
     return picked
 
 
-def recommend(engine: "Engine", pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
+def recommend(reader: Reader, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
     t0 = time.perf_counter()
     if kind not in KINDS:
         raise InvalidInput(f"kind must be one of {list(KINDS)}, got {kind!r}")
-    if not isinstance(k, int) or not 1 <= k <= engine.settings.search.max_k:
-        raise InvalidInput(f"k must be between 1 and {engine.settings.search.max_k}")
-    row = engine.records.get(pid)
+    if not isinstance(k, int) or not 1 <= k <= reader.settings.search.max_k:
+        raise InvalidInput(f"k must be between 1 and {reader.settings.search.max_k}")
+    row = reader.state.records.get(pid)
     if row is None:
         raise NotFound("product", pid)
     anchor = product_out(row)
-    fused = engine.vectors["fused"]
+    fused = reader.state.vectors["fused"]
     if row.iid not in fused:  # embedded by another model: nothing to compare it with yet
         return RecommendResponse(anchor=anchor, kind=kind, results=[],
                                  took_ms=round((time.perf_counter() - t0) * 1000, 3))
     av = fused.get([row.iid])[0]  # type: ignore[list-item]
-    facts = _facts(engine, row)
+    facts = _facts(reader, row)
     if kind == "similar":
-        results = _similar(engine, row, av, facts, k)
+        results = _similar(reader, row, av, facts, k)
     else:
-        results = _complementary(engine, row, av, facts, k)
+        results = _complementary(reader, row, av, facts, k)
     return RecommendResponse(anchor=anchor, kind=kind, results=results,
                              took_ms=round((time.perf_counter() - t0) * 1000, 3))
 
 
-def _similar(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: ProductFacts, k: int) -> list[RecommendHit]:
-    g = engine.graph
-    fused = engine.vectors["fused"]
+def _similar(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFacts, k: int) -> list[RecommendHit]:
+    g = reader.state.graph
+    fused = reader.state.vectors["fused"]
     allowed = None
     relation = "nearest in the shared space"
     if facts.category:
@@ -142,20 +144,20 @@ def _similar(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: ProductF
     cand = np.array([i for i, _ in pairs], dtype=np.int64)
     sims = np.array([s for _, s in pairs], dtype=np.float32)
     vecs = fused.get(cand)
-    picked = mmr(sims, vecs, k, engine.settings.search.mmr_lambda)
-    rows = engine.records.get_by_iids([int(cand[j]) for j, _ in picked])
+    picked = mmr(sims, vecs, k, reader.settings.search.mmr_lambda)
+    rows = reader.state.records.get_by_iids([int(cand[j]) for j, _ in picked])
     out = []
     for j, m in picked:
         r = rows.get(int(cand[j]))
         if r is not None and r.id != row.id:
-            out.append(_hit(engine, r, sims[j], relation, {"vector": float(sims[j]), "mmr": m}))
+            out.append(_hit(r, sims[j], relation, {"vector": float(sims[j]), "mmr": m}))
     return out
 
 
-def _complementary(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: ProductFacts,
+def _complementary(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFacts,
                    k: int) -> list[RecommendHit]:
-    g = engine.graph
-    fused = engine.vectors["fused"]
+    g = reader.state.graph
+    fused = reader.state.vectors["fused"]
     with g.lock:
         comps = g.complements_of(facts.category, facts.gender)
         if not comps:
@@ -198,7 +200,7 @@ def _complementary(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: Pr
     picks = _round_robin(queues(False), k)
     if len(picks) < k:  # not enough of the anchor's own gender: unisex-compatible products fill in
         picks += _round_robin(queues(True), k - len(picks))
-    rows = engine.records.get_by_iids([i for _, _, i, _, _ in picks])
+    rows = reader.state.records.get_by_iids([i for _, _, i, _, _ in picks])
     out = []
     for cat, outfits, iid, sim, is_fill in picks:
         r = rows.get(iid)
@@ -211,7 +213,7 @@ def _complementary(engine: "Engine", row: "RecordRow", av: np.ndarray, facts: Pr
         rel = f"complements: {facts.category} -> {cat} ({', '.join(outfits)}); {colour_txt}"
         if is_fill:
             rel += f"; {f.gender if f else 'unisex'} for a {facts.gender or 'unknown'} anchor (unisex-compatible)"
-        out.append(_hit(engine, r, sim, rel, {"vector": sim, "graph:complements": float(len(outfits))}))
+        out.append(_hit(r, sim, rel, {"vector": sim, "graph:complements": float(len(outfits))}))
     return out
 
 
@@ -242,7 +244,7 @@ def _same(values: list[Any]) -> bool:
     return len({norm_key(str(v)) if isinstance(v, str) else v for v in values}) == 1
 
 
-def compare(engine: "Engine", ids: list[str]) -> CompareResponse:
+def compare(reader: Reader, ids: list[str]) -> CompareResponse:
     t0 = time.perf_counter()
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise InvalidInput("ids must be a list of product ids")
@@ -253,13 +255,13 @@ def compare(engine: "Engine", ids: list[str]) -> CompareResponse:
     dups = sorted({i for i in ids if ids.count(i) > 1})
     if dups:
         raise InvalidInput(f"duplicate product id(s) {dups}: compare distinct products")
-    rows = engine.records.get_many(ids, with_vectors=True)
+    rows = reader.state.records.get_many(ids, with_vectors=True)
     for i in ids:
         if i not in rows:
             raise NotFound("product", i)
     ordered = [rows[i] for i in ids]
     products: list[ProductOut] = [product_out(r) for r in ordered]
-    facts = [_facts(engine, r) for r in ordered]
+    facts = [_facts(reader, r) for r in ordered]
     table: dict[str, dict[str, Any]] = {}
     for r, p, f in zip(ordered, products, facts):
         vals: dict[str, Any] = {"brand": p.brand or f.brand, "category": p.category[-1] if p.category else f.category}
@@ -283,7 +285,7 @@ def compare(engine: "Engine", ids: list[str]) -> CompareResponse:
         attributes.append(CompareAttribute(name=n, values=values, same=_same(list(values.values()))))
     shared = {a.name: a.values[ids[0]] for a in attributes if a.same}
     differing = [a.name for a in attributes if not a.same]
-    image_idx, fused_idx = engine.vectors["image"], engine.vectors["fused"]
+    image_idx, fused_idx = reader.state.vectors["image"], reader.state.vectors["fused"]
     pairwise = []
     for (ra, fa), (rb, fb) in itertools.combinations(list(zip(ordered, facts)), 2):
         va, vb = ra.vectors or {}, rb.vectors or {}
@@ -291,8 +293,8 @@ def compare(engine: "Engine", ids: list[str]) -> CompareResponse:
             if ra.iid in image_idx and rb.iid in image_idx else None
         fused = _cos(fused_idx.get([ra.iid])[0], fused_idx.get([rb.iid])[0]) \
             if ra.iid in fused_idx and rb.iid in fused_idx else _cos(va.get("fused"), vb.get("fused"))
-        with engine.graph.lock:
-            rel = engine.graph.relation(fa.category, fb.category, fa.gender)
+        with reader.state.graph.lock:
+            rel = reader.state.graph.relation(fa.category, fb.category, fa.gender)
         pairwise.append(PairwiseSimilarity(a=ra.id, b=rb.id, photo=photo, text=_cos(va.get("text"), vb.get("text")),
                                            fused=fused, relation=rel))  # type: ignore[arg-type]
     prices = [p.price for p in products if p.price is not None]
@@ -335,8 +337,8 @@ def split_sides(text: str) -> list[str]:
     return [s for s in sides if s]
 
 
-def compare_text(engine: "Engine", text: str) -> CompareResponse:
-    """Resolve each side of "A vs B" by search (sharing the words only one side carries, as in
+def compare_text(reader: Reader, text: str, search: Callable[[SearchRequest], SearchResponse]) -> CompareResponse:
+    """Resolve each side of "A vs B" by ``search`` (sharing the words only one side carries, as in
     "nike vs puma running shoes") and compare the best match of each."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("compare text is empty")
@@ -345,7 +347,7 @@ def compare_text(engine: "Engine", text: str) -> CompareResponse:
         raise InvalidInput(f"could not find two things to compare in {text!r}; write them like 'A vs B'")
     if len(sides) > MAX_COMPARE:
         raise InvalidInput(f"compare takes at most {MAX_COMPARE} sides, got {len(sides)}")
-    g = engine.graph
+    g = reader.state.graph
     terms = [g.match_query(s) for s in sides]
     # Words of the side that names a category, minus its brand, complete the sides that name none.
     context = ""
@@ -359,10 +361,10 @@ def compare_text(engine: "Engine", text: str) -> CompareResponse:
     queries = [s if tm.get("category") or not context else f"{s} {context}" for s, tm in zip(sides, terms)]
     chosen: list[str] = []
     for side, q in zip(sides, queries):
-        res = engine.search(SearchRequest(text=q, k=max(5, len(sides) + 1)))
+        res = search(SearchRequest(text=q, k=max(5, len(sides) + 1)))
         pick = next((h.id for h in res.results if h.id not in chosen), None)
         if pick is None:
             raise NotFound("product matching", side)
         chosen.append(pick)
-    return compare(engine, chosen)
+    return compare(reader, chosen)
 

@@ -5,11 +5,15 @@ and photo store, the vector indexes of the shared space, the text tower's native
 filter/facet index, the product graph, the change sequence number the indexes reflect, and
 the locks and flag that keep them consistent:
 
-- ``write_lock`` serialises writers (the engine's writes, catching up with other processes,
-  snapshots, hot swaps);
+- ``write_lock`` serialises writers (the write path's upserts and deletes, catching up with
+  other processes, snapshots, hot swaps);
 - ``lock`` (vitrine/search/concurrency.py) lets searches read together and makes the visible
   step of each write exclusive, so a search never sees half a write;
 - ``needs_snapshot``: the indexes changed since the last snapshot version.
+
+It also holds the model its vectors are made by: the serving encoder, the :class:`ModelSpec` it
+was built from and its ``model_key``. A hot swap replaces them together with the vectors in one
+exclusive step, so a query is always encoded by the model whose vectors it searches.
 
 The record store is the source of truth; the in-memory indexes are snapshotted with the change
 sequence number they reflect (vitrine/index/snapshots.py) and catch up by replaying the later
@@ -22,12 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index import taxonomy_map
 from vitrine.index.filters import FilterIndex
@@ -37,6 +42,7 @@ from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex
 from vitrine.search import native
+from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
 from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut
 from vitrine.settings import IndexSettings, StorageSettings
@@ -47,7 +53,6 @@ FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
 GRAPH_FILE = "graph.json"
 
-TextFeatures = Callable[[list[str]], np.ndarray]
 Ranked = list[tuple[int, float, dict[str, float]]]
 
 
@@ -86,24 +91,25 @@ def product_out(row: RecordRow) -> ProductOut:
 
 
 class IndexState:
-    """The record store and every index over it, for vectors made by ``model_key``.
+    """The record store and every index over it, for vectors made by ``encoder`` (built from
+    ``spec``; its ``model_key``).
 
-    ``text_features`` embeds texts with the serving text tower (the native space of rows that
-    came without a native vector, and the taxonomy mapper's category vectors)."""
+    The serving text tower embeds texts here (the native space of rows that came without a native
+    vector, and the taxonomy mapper's category vectors)."""
 
-    def __init__(self, storage: StorageSettings, options: IndexSettings, *, dim: int, towers_key: str,
-                 text_dim: int, model_key: str, text_features: TextFeatures) -> None:
+    def __init__(self, storage: StorageSettings, options: IndexSettings, encoder: MultimodalEncoder,
+                 spec: ModelSpec) -> None:
         self.storage, self.options = storage, options  # the settings' storage and index sections
-        self.dim, self.towers_key, self.text_dim = dim, towers_key, text_dim
-        self.model_key = model_key
-        self.text_features = text_features
+        self.encoder, self.model_spec = encoder, spec
+        self.dim, self.towers_key, self.text_dim = encoder.dim, encoder.towers.key, encoder.towers.text_dim
+        self.model_key = encoder.model_key
         self.data_dir = Path(storage.data_dir)
         # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
         self.records, self.images = open_stores(storage.store, self.data_dir)
         self.filters = FilterIndex(FILTER_FIELDS)
         self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
-            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, text_features, towers_key,
+            self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, self.text_features, self.towers_key,
             options.taxonomy_vectors_file, options.taxonomy_map_threshold)
         self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
@@ -117,6 +123,10 @@ class IndexState:
         self.store_id = self._store_identity()
         self._seq = 0
         self._dirty = False
+
+    def text_features(self, texts: list[str]) -> np.ndarray:
+        """The serving text tower's features of ``texts`` (the native space's vectors, unnormalised)."""
+        return self.encoder.text_features(texts)
 
     # -- construction ------------------------------------------------------------------------------
     def new_index(self, field: str = "fused") -> VectorIndex:
@@ -246,9 +256,11 @@ class IndexState:
                     self._advance_seq(seq)
             return len(iids)
 
-    def swap_in(self, vectors: dict[str, VectorIndex], model_key: str, seq: int) -> None:
-        """Serve the vectors of a hot-swapped model (``write_lock`` and ``lock.write()`` held)."""
+    def swap_in(self, vectors: dict[str, VectorIndex], encoder: MultimodalEncoder, spec: ModelSpec,
+                model_key: str, seq: int) -> None:
+        """Serve a hot-swapped model and its vectors (``write_lock`` and ``lock.write()`` held)."""
         self.vectors, self.model_key = vectors, model_key
+        self.encoder, self.model_spec = encoder, spec
         self._seq = max(self._seq, seq)
         self._dirty = True
 
@@ -316,11 +328,11 @@ class IndexState:
             pass
 
     # -- snapshots -----------------------------------------------------------------------------------
-    def save(self, model: dict[str, Any], artifacts: Callable[[], dict[str, Any]]) -> bool:
+    def save(self, intent_model: str | None = None) -> bool:
         """Publish a snapshot version of the indexes (vectors + graph + native space, with the
         change sequence number they reflect and every file's SHA-256; vitrine/index/snapshots.py),
-        naming the ``model`` and its ``artifacts``. Returns False if nothing changed since the
-        last one."""
+        naming the serving model and its artifacts (``intent_model``'s too). Returns False if
+        nothing changed since the last one."""
         with self.write_lock:
             if (not self._dirty and self.snapshot_version is not None) or self.options.vector_backend != "faiss":
                 return False
@@ -331,14 +343,14 @@ class IndexState:
                 snap = pub.commit({
                     "seq": self._seq, "model_key": self.model_key, "factory": self.options.index_factory,
                     "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
-                    "graph_fingerprint": self.graph_data.fingerprint, "model": model,
+                    "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),
                     "native_towers": self.native.towers_key,
                     # The records take part by reference: SQLite's own transactions keep them; this
                     # version reflects every change up to ``seq``, and opening replays the later ones.
                     "records": {"file": self.records.location if self.storage.store else "records.sqlite",
                                 "seq": self._seq, "store_id": self.store_id,
                                 "schema": SCHEMA_VERSION},
-                    "artifacts": artifacts(),
+                    "artifacts": served_artifacts(self.model_spec, self.encoder, intent_model),
                 })
             self.snapshot_version = snap.name
             self._dirty = False

@@ -1,6 +1,6 @@
 """What a storefront needs of a ranking: pages, sort orders, facet counts and highlights.
 
-The engine ranks a fixed pool of candidates for a query by relevance: the same pool for every
+The read path ranks a fixed pool of candidates for a query by relevance: the same pool for every
 page of the same query and page size (``pool_depth``), so pages never overlap or skip while the
 catalogue is unchanged; ``max_k`` bounds how deep a page may start. Over that ranking:
 
@@ -35,7 +35,7 @@ from vitrine.index.symbolic import query_words
 from vitrine.search.models import FacetValue, SearchRequest, Span
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.engine import Engine
+    from vitrine.search.reader import Reader
     from vitrine.settings import SearchSettings
 
 Ranked = list[tuple[int, float, dict[str, float]]]
@@ -79,35 +79,35 @@ def above_floor(ranked: Ranked, fraction: float) -> int:
     return int(below[0]) if len(below) else len(ranked)
 
 
-def arrange(engine: "Engine", req: SearchRequest, ranked: Ranked, *, exhaustive: bool) -> Arranged:
+def arrange(reader: "Reader", req: SearchRequest, ranked: Ranked, *, exhaustive: bool) -> Arranged:
     """The page ``req`` asks for from the relevance ranking ``ranked`` (the whole pool), sorted as
     asked, with facet counts over the matching products. ``exhaustive``: the pool held every
     product within the filters (so the total is exact)."""
-    n_match = above_floor(ranked, engine.settings.search.relevance_floor)
+    n_match = above_floor(ranked, reader.settings.search.relevance_floor)
     matching = ranked[:n_match]
     if req.sort == "relevance":
         ordered = ranked
     else:
-        ordered = sort(engine, matching, req.sort)
+        ordered = sort(reader, matching, req.sort)
     page = ordered[req.offset: req.offset + req.k]
     out = Arranged(page=page, total=n_match, total_exact=exhaustive, pool=len(ranked))
     if req.facets:
-        out.facets = facet_counts(engine, [iid for iid, _, _ in matching], req.facets)
+        out.facets = facet_counts(reader, [iid for iid, _, _ in matching], req.facets)
     return out
 
 
-def sort(engine: "Engine", ranked: Ranked, order: str) -> Ranked:
+def sort(reader: "Reader", ranked: Ranked, order: str) -> Ranked:
     """``ranked`` (best first) in ``order``; products without the sort key go last; ties keep the
     relevance order."""
     if not ranked:
         return ranked
     iids = [iid for iid, _, _ in ranked]
     if order in ("price_asc", "price_desc"):
-        key = engine.filters.prices(iids)
+        key = reader.state.filters.prices(iids)
         if order == "price_desc":
             key = -key
     elif order == "newest":
-        rows = engine.records.get_by_iids(iids)
+        rows = reader.state.records.get_by_iids(iids)
         key = np.array([-(rows[i].seq or 0) if i in rows else np.nan for i in iids], dtype=np.float64)
     else:
         raise InvalidInput(f"unknown sort {order!r}")
@@ -117,13 +117,13 @@ def sort(engine: "Engine", ranked: Ranked, order: str) -> Ranked:
     return [ranked[j] for j in order_ix.tolist()]
 
 
-def facet_counts(engine: "Engine", iids: Sequence[int], fields: Sequence[str]) -> dict[str, list[FacetValue]]:
+def facet_counts(reader: "Reader", iids: Sequence[int], fields: Sequence[str]) -> dict[str, list[FacetValue]]:
     out: dict[str, list[FacetValue]] = {}
     for f in dict.fromkeys(fields):
         if f == "price":
-            out[f] = price_ranges(engine.filters.prices(iids), engine.filters.price_edges())
+            out[f] = price_ranges(reader.state.filters.prices(iids), reader.state.filters.price_edges())
             continue
-        counts = engine.filters.counts(iids, f)
+        counts = reader.state.filters.counts(iids, f)
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))[:FACET_LIMIT]
         out[f] = [FacetValue(value=v, count=n) for v, n in top]
     return out

@@ -25,7 +25,7 @@ e.g. a previous version to roll back to, or a folder built elsewhere for this re
      than ``swap_max_recall_drop`` below the live one.
    Thresholds are in Settings (``swap_min_overlap``/``swap_min_agreement`` for the same model,
    ``swap_model_min_*`` for a new one).
-3. **Switch** under the engine's exclusive state lock, after applying the changes written since
+3. **Switch** under the index state's exclusive lock, after applying the changes written since
    the candidate was built: every search runs wholly on the old version or wholly on the new one.
    The data dir remembers the model (``index/active_model.json``, so a restart serves it) and a
    snapshot of the new version is published. A failed check leaves the live version untouched.
@@ -38,29 +38,34 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vitrine.atomic import atomic_write_bytes
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import InvalidInput, ModelError, StorageError, SwapRefused, VitrineError
+from vitrine.errors import InvalidInput, ModelError, StorageError, SwapRefused
 from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex
 from vitrine.progress import progress_bar
-from vitrine.search.models import Product
-from vitrine.search.state import INDEX_FIELDS
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.engine import Engine
+from vitrine.search.artifacts import (  # noqa: F401 - ACTIVE_MODEL, adapter_folder, read_active_model: re-exported
+    ACTIVE_MODEL,
+    ModelSpec,
+    adapter_folder,
+    model_artifacts,
+    read_active_model,
+    verify_artifacts,
+    write_active_model,
+)
+from vitrine.search.models import Product, product_text
+from vitrine.search.state import INDEX_FIELDS, IndexState
+from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
-
-ACTIVE_MODEL = "active_model.json"
 
 
 class SwapRequest(BaseModel):
@@ -106,16 +111,6 @@ class SwapReport(BaseModel):
 
 
 @dataclass
-class ModelSpec:
-    model: str
-    adapter: str
-    pretrained: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "adapter": self.adapter, "pretrained": self.pretrained}
-
-
-@dataclass
 class Candidate:
     encoder: MultimodalEncoder
     model_key: str
@@ -129,84 +124,8 @@ class Candidate:
     snapshot: str | None = None
 
 
-# -- artifacts and their checksums ------------------------------------------------------------------------
-def adapter_folder(adapter: str) -> Path | None:
-    from vitrine.encoders.adapters import CONFIG_NAME, WEIGHTS_DIR  # noqa: PLC0415
-
-    p = Path(adapter)
-    if (p / CONFIG_NAME).is_file():
-        return p
-    q = WEIGHTS_DIR / adapter
-    return q if (q / CONFIG_NAME).is_file() else None
-
-
-def model_artifacts(spec: ModelSpec, encoder: MultimodalEncoder, intent_model: str | None = None) -> dict[str, Any]:
-    """Every model artifact behind a model version with its SHA-256 (and the pin it was checked
-    against): tower weights, the adapter's config and weights, the intent classifier's."""
-    from vitrine.encoders.factory import resolve_package_path, sha256_file  # noqa: PLC0415
-
-    out: dict[str, Any] = {"towers_key": encoder.towers.key, "files": {}}
-    files = out["files"]
-    weights = ((encoder.towers.config or {}).get("vitrine") or {}).get("weights") or {}
-    for side, w in sorted(weights.items()):
-        try:
-            path = resolve_package_path(f"package:{w['package']}/{w['file']}")
-            files[f"towers.{side}"] = {"path": str(path), "sha256": sha256_file(path), "pinned": w.get("sha256")}
-        except (KeyError, OSError, VitrineError) as e:
-            files[f"towers.{side}"] = {"error": str(e)}
-    if spec.pretrained:
-        files["towers.pretrained"] = {"path": spec.pretrained, "sha256": _sha(Path(spec.pretrained))}
-    folder = adapter_folder(spec.adapter) if spec.adapter != "none" else None
-    if folder is not None:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        files["adapter.config"] = {"path": str(folder / "config.json"), "sha256": _sha(folder / "config.json")}
-        files["adapter.weights"] = {"path": str(folder / "model.safetensors"),
-                                    "sha256": _sha(folder / "model.safetensors"), "pinned": cfg.get("weights_sha256")}
-    if intent_model:
-        try:
-            from vitrine.intent.model import CONFIG_NAME, WEIGHTS_NAME, resolve_weights  # noqa: PLC0415
-
-            ip = resolve_weights(intent_model)
-            icfg = json.loads((ip / CONFIG_NAME).read_text(encoding="utf-8"))
-            files["intent.weights"] = {"path": str(ip / WEIGHTS_NAME), "sha256": _sha(ip / WEIGHTS_NAME),
-                                       "pinned": icfg.get("weights_sha256")}
-        except (ImportError, OSError, ValueError, VitrineError) as e:
-            files["intent.weights"] = {"error": str(e)}
-    return out
-
-
-def verify_artifacts(artifacts: dict[str, Any]) -> list[str]:
-    """Artifacts whose SHA-256 differs from their pin (one line each, naming both)."""
-    bad = []
-    for name, f in (artifacts.get("files") or {}).items():
-        if f.get("pinned") and f.get("sha256") and f["pinned"] != f["sha256"]:
-            bad.append(f"{name} {f.get('path')}: sha256 {f['sha256']}, pinned {f['pinned']}")
-    return bad
-
-
-def _sha(path: Path) -> str:
-    from vitrine.encoders.factory import sha256_file  # noqa: PLC0415
-
-    return sha256_file(path)
-
-
-def read_active_model(index_dir: Path) -> dict[str, Any] | None:
-    try:
-        d = json.loads((index_dir / ACTIVE_MODEL).read_text(encoding="utf-8"))
-        return d if isinstance(d, dict) and d.get("adapter") and d.get("model") else None
-    except (OSError, ValueError):
-        return None
-
-
-def write_active_model(index_dir: Path, cand: Candidate) -> None:
-    body = {**cand.spec.as_dict(), "model_key": cand.model_key, "index_factory": cand.factory,
-            "activated": time.time(), "source": cand.source}
-    atomic_write_bytes(index_dir / ACTIVE_MODEL, json.dumps(body, indent=2).encode())
-
-
 # -- building the candidate ---------------------------------------------------------------------------------
-def _build_encoder(engine: "Engine", spec: ModelSpec, adapter_sha256: str | None) -> MultimodalEncoder:
-    s = engine.settings
+def _build_encoder(s: Settings, spec: ModelSpec, adapter_sha256: str | None) -> MultimodalEncoder:
     from vitrine.encoders.adapters import load_adapter  # noqa: PLC0415
 
     adapter_obj = load_adapter(spec.adapter, expected_sha256=adapter_sha256) if spec.adapter != "none" else None
@@ -217,18 +136,16 @@ def _build_encoder(engine: "Engine", spec: ModelSpec, adapter_sha256: str | None
     )
 
 
-def embed_rows(engine: "Engine", encoder: MultimodalEncoder, rows: list[RecordRow], *,
+def embed_rows(state: IndexState, encoder: MultimodalEncoder, rows: list[RecordRow], *,
                progress: bool = False) -> dict[int, dict[str, np.ndarray | None]]:
     """Vectors of stored products under ``encoder`` (texts from their documents, photos from the
     photo store; backbone features from the feature cache when it has them)."""
-    from vitrine.search.engine import product_text  # noqa: PLC0415
-
     out: dict[int, dict[str, np.ndarray | None]] = {}
     bar = progress_bar(total=len(rows), desc="re-embed", unit="product", enabled=progress and bool(rows))
     for s in range(0, len(rows), 2048):
         chunk = rows[s:s + 2048]
         texts = [product_text(Product.model_validate(r.doc)) for r in chunk]
-        photos = [engine.images.get(r.image_key) if r.image_key else None for r in chunk]
+        photos = [state.images.get(r.image_key) if r.image_key else None for r in chunk]
         tf = encoder.text_features(texts)
         imf = np.full((len(chunk), encoder.towers.image_dim), np.nan, dtype=np.float32)
         with_img = [i for i, p in enumerate(photos) if p is not None]
@@ -263,11 +180,11 @@ def _apply(vectors: dict[str, VectorIndex], vecs: dict[int, dict[str, np.ndarray
             vectors[f].delete(missing)
 
 
-def catch_up(engine: "Engine", cand: Candidate, *, progress: bool = False) -> int:
+def catch_up(state: IndexState, cand: Candidate, *, progress: bool = False) -> int:
     """Bring the candidate's vectors up to the record store: rows changed since ``cand.seq``
     (their stored vectors when the candidate's model made them, else re-embedded)."""
-    target = engine.records.seq
-    rows = list(engine.records.iter_rows(since_seq=cand.seq, include_deleted=True))
+    target = state.records.seq
+    rows = list(state.records.iter_rows(since_seq=cand.seq, include_deleted=True))
     if not rows:
         cand.seq = max(cand.seq, target)
         return 0
@@ -277,19 +194,20 @@ def catch_up(engine: "Engine", cand: Candidate, *, progress: bool = False) -> in
     other = [r for r in live if r.model_key != cand.model_key]
     vecs = dict(own)
     if other:
-        vecs.update(embed_rows(engine, cand.encoder, other, progress=progress))
+        vecs.update(embed_rows(state, cand.encoder, other, progress=progress))
         cand.reembedded += len(other)
     _apply(cand.vectors, vecs, dead)
     cand.seq = max(cand.seq, target, max(int(r.seq or 0) for r in rows))
     return len(rows)
 
 
-def build_candidate(engine: "Engine", req: SwapRequest, *, progress: bool = False) -> Candidate:
-    s = engine.settings
-    live = engine.model_spec
+def build_candidate(state: IndexState, s: Settings, req: SwapRequest, *, progress: bool = False) -> Candidate:
+    """The candidate ``req`` names, loaded beside ``state``'s live version and caught up with its
+    record store (``s``: the settings its model and indexes are built with)."""
+    live = state.model_spec
     snap: Snapshot | None = None
     if req.snapshot:
-        snap = _find_snapshot(engine, req.snapshot)
+        snap = _find_snapshot(state, req.snapshot)
         m = snap.manifest or {}
         spec_d = m.get("model") or {}
         spec = ModelSpec(req.model or spec_d.get("model") or live.model, req.adapter or spec_d.get("adapter") or live.adapter,
@@ -303,14 +221,14 @@ def build_candidate(engine: "Engine", req: SwapRequest, *, progress: bool = Fals
         factory = req.index_factory or s.index.index_factory
     VectorIndex(8, factory)  # refuses an unsupported factory string up front (InvalidInput)
     same_model = spec == live and not req.adapter_sha256
-    encoder = engine.encoder if same_model else _build_encoder(engine, spec, req.adapter_sha256)
-    model_key = engine.model_key if encoder is engine.encoder else encoder.model_key
+    encoder = state.encoder if same_model else _build_encoder(s, spec, req.adapter_sha256)
+    model_key = state.model_key if encoder is state.encoder else encoder.model_key
     artifacts = model_artifacts(spec, encoder, s.intent.intent_model if s.intent.intent else None)
     bad = verify_artifacts(artifacts)
     if bad:
         raise ModelError("artifact checksum mismatch: " + "; ".join(bad))
-    seq0 = engine.records.seq
-    source = f"snapshot {snap.name}" if snap else ("model" if model_key != engine.model_key else "index")
+    seq0 = state.records.seq
+    source = f"snapshot {snap.name}" if snap else ("model" if model_key != state.model_key else "index")
     cand = Candidate(encoder, model_key, spec, factory, {}, seq0, source, artifacts, snapshot=snap.name if snap else None)
     new = lambda: VectorIndex(encoder.dim, factory, nprobe=s.index.nprobe, ef_search=s.index.ef_search)  # noqa: E731
     if snap is not None:
@@ -319,40 +237,40 @@ def build_candidate(engine: "Engine", req: SwapRequest, *, progress: bool = Fals
             raise ModelError(f"snapshot {snap.name} was built by model {m.get('model_key')}, but its model "
                              f"{spec.adapter} now gives {model_key}")
         store = (m.get("records") or {}).get("store_id")
-        if store and store != engine.store_id:
+        if store and store != state.store_id:
             raise StorageError(f"snapshot {snap.name} belongs to another record store")
-        if int(m.get("seq", 0)) > engine.records.seq:
+        if int(m.get("seq", 0)) > state.records.seq:
             raise StorageError(f"snapshot {snap.name} is ahead of the record store")
         cand.vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
                                             nprobe=s.index.nprobe, ef_search=s.index.ef_search) for f in INDEX_FIELDS}
         cand.seq = int(m.get("seq", 0))
-        catch_up(engine, cand, progress=progress)
+        catch_up(state, cand, progress=progress)
         return cand
     cand.vectors = {f: new() for f in INDEX_FIELDS}
-    if model_key == engine.model_key:  # same model, another index: copy the live vectors
-        with engine.index.lock.read():
+    if model_key == state.model_key:  # same model, another index: copy the live vectors
+        with state.lock.read():
             for f in INDEX_FIELDS:
-                ids = engine.vectors[f].ids()
+                ids = state.vectors[f].ids()
                 for st in range(0, len(ids), 20_000):
                     part = ids[st:st + 20_000]
-                    cand.vectors[f].upsert(part, engine.vectors[f].get(part))
-            cand.seq = engine.index.seq
-        catch_up(engine, cand, progress=progress)
+                    cand.vectors[f].upsert(part, state.vectors[f].get(part))
+            cand.seq = state.seq
+        catch_up(state, cand, progress=progress)
         return cand
-    rows = list(engine.records.iter_rows(with_vectors=True))
+    rows = list(state.records.iter_rows(with_vectors=True))
     own = {int(r.iid): dict(r.vectors or {}) for r in rows if r.model_key == model_key}  # type: ignore[arg-type]
     other = [r for r in rows if r.model_key != model_key]
     vecs = dict(own)
     if other:
-        vecs.update(embed_rows(engine, encoder, other, progress=progress))
+        vecs.update(embed_rows(state, encoder, other, progress=progress))
         cand.reembedded = len(other)
     _apply(cand.vectors, vecs, [])
-    catch_up(engine, cand, progress=progress)
+    catch_up(state, cand, progress=progress)
     return cand
 
 
-def _find_snapshot(engine: "Engine", ref: str) -> Snapshot:
-    for snap in engine.snapshots.versions():
+def _find_snapshot(state: IndexState, ref: str) -> Snapshot:
+    for snap in state.snapshots.versions():
         if snap.name == ref:
             if snap.manifest is None:
                 raise StorageError(f"snapshot {ref}: {snap.error}")
@@ -364,7 +282,7 @@ def _find_snapshot(engine: "Engine", ref: str) -> Snapshot:
         except (OSError, ValueError) as e:
             raise StorageError(f"snapshot {ref}: manifest unreadable: {e}") from e
         return Snapshot(int(m.get("version", 0) or 0), p, m)
-    names = ", ".join(x.name for x in engine.snapshots.versions()) or "none"
+    names = ", ".join(x.name for x in state.snapshots.versions()) or "none"
     raise InvalidInput(f"no snapshot {ref!r}; this data dir holds: {names}")
 
 
@@ -377,10 +295,9 @@ class Canary:
     photo_iids: list[int]
 
 
-def canary_set(engine: "Engine") -> Canary:
+def canary_set(state: IndexState, s: Settings) -> Canary:
     """A fixed sample of the catalogue (by hash of id): titles and photos as queries."""
-    s = engine.settings
-    rows = sorted(engine.records.iter_rows(with_vectors=False),
+    rows = sorted(state.records.iter_rows(with_vectors=False),
                   key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: s.swap.canary_size]
     c = Canary([], [], [], [])
     for r in rows:
@@ -389,7 +306,7 @@ def canary_set(engine: "Engine") -> Canary:
             c.texts.append(str(title))
             c.text_iids.append(int(r.iid))  # type: ignore[arg-type]
         if r.image_key:
-            data = engine.images.get(r.image_key)
+            data = state.images.get(r.image_key)
             if data:
                 c.photos.append(data)
                 c.photo_iids.append(int(r.iid))  # type: ignore[arg-type]
@@ -423,15 +340,14 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float((ra * rb).sum() / den) if den else 0.0
 
 
-def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str, Any]]:
-    s = engine.settings
+def run_canary(state: IndexState, s: Settings, cand: Candidate) -> tuple[list[Check], dict[str, Any]]:
     k = s.swap.canary_k
-    c = canary_set(engine)
-    same = cand.model_key == engine.model_key
+    c = canary_set(state, s)
+    same = cand.model_key == state.model_key
     checks: list[Check] = []
-    with engine.index.lock.read():
-        live_vecs = engine.vectors
-        live_t, live_p = _query_vecs(engine.encoder, c)
+    with state.lock.read():
+        live_vecs = state.vectors
+        live_t, live_p = _query_vecs(state.encoder, c)
         live_count = len(live_vecs["fused"])
         live_ids = set(live_vecs["fused"].ids().tolist())
         live_res = _results(live_vecs, live_t, live_p, k)
@@ -462,8 +378,8 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
         cos = [float(x) for x in np.sum(live_t * cand_t, axis=1)] + [float(x) for x in np.sum(live_p * cand_p, axis=1)]
         pids = [i for i in c.text_iids if i is not None and i in cand_ids and i in live_ids]
         if pids:
-            with engine.index.lock.read():
-                lv = engine.vectors["fused"].get(pids)
+            with state.lock.read():
+                lv = state.vectors["fused"].get(pids)
             cos += [float(x) for x in np.sum(lv * cand.vectors["fused"].get(pids), axis=1)]
         ag = float(np.mean(cos)) if cos else 1.0
         min_ag = s.swap.swap_min_agreement
@@ -472,15 +388,15 @@ def run_canary(engine: "Engine", cand: Candidate) -> tuple[list[Check], dict[str
         rhos = []
         probes_all = set(c.text_iids) | set(c.photo_iids)
         probes_all.discard(None)
-        with engine.index.lock.read():
+        with state.lock.read():
             for qi, (kind, row) in enumerate([("t", i) for i in range(len(cand_t))] + [("p", i) for i in range(len(cand_p))]):
                 lq, cq = (live_t[row], cand_t[row]) if kind == "t" else (live_p[row], cand_p[row])
                 field = "fused" if kind == "t" else "image"
                 probes = sorted(({*live_res["all"][qi], *cand_res["all"][qi], *probes_all}) & live_ids & cand_ids
-                                & set(engine.vectors[field].ids().tolist()) & set(cand.vectors[field].ids().tolist()))
+                                & set(state.vectors[field].ids().tolist()) & set(cand.vectors[field].ids().tolist()))
                 if len(probes) < 3:
                     continue
-                a = engine.vectors[field].get(probes) @ lq
+                a = state.vectors[field].get(probes) @ lq
                 b = cand.vectors[field].get(probes) @ cq
                 rhos.append(_spearman(a, b))
         ag = float(np.mean(rhos)) if rhos else 1.0
@@ -524,52 +440,89 @@ def _recall(res: dict[str, list[list[int]]], c: Canary) -> float:
 _swap_lock = threading.Lock()
 
 
-def swap(engine: "Engine", req: SwapRequest, *, progress: bool = False) -> SwapReport:
-    """Build, check and (unless ``dry_run``) switch to the candidate. Raises :class:`SwapRefused`
-    (with the report) when the candidate cannot be built or fails a check; the live version then
-    keeps serving, untouched."""
-    t0 = time.perf_counter()
-    live = {"model_key": engine.model_key, **engine.model_spec.as_dict(),
-            "index_factory": engine.settings.index.index_factory,
-            "products": len(engine), "snapshot": engine.snapshot_version}
-    report = SwapReport(accepted=False, dry_run=req.dry_run, reason="", live=live)
-    if not _swap_lock.acquire(blocking=False):
-        report.reason = "another swap is running"
-        raise SwapRefused(report.reason, report)
-    try:
-        try:
-            cand = build_candidate(engine, req, progress=progress)
-        except (ModelError, StorageError, InvalidInput, OSError, ValueError) as e:
-            report.reason = f"candidate refused, still serving {engine.model_key}: {e}"
-            report.took_ms = round((time.perf_counter() - t0) * 1000, 1)
-            log.error("hot swap: %s", report.reason)
-            engine.record_swap(report)
-            raise SwapRefused(report.reason, report) from e
-        report.candidate = {"model_key": cand.model_key, **cand.spec.as_dict(), "index_factory": cand.factory,
-                            "products": len(cand.vectors["fused"]), "source": cand.source, "snapshot": cand.snapshot,
-                            "reembedded": cand.reembedded, "artifacts": cand.artifacts}
-        report.checks, report.canary = run_canary(engine, cand)
-        failed = [ch for ch in report.checks if not ch.passed]
-        if failed:
-            report.reason = "rolled back, still serving the live version: " + "; ".join(
-                f"{ch.name} {ch.value} < {ch.threshold} ({ch.detail})" if ch.value is not None else f"{ch.name}: {ch.detail}"
-                for ch in failed)
-            report.took_ms = round((time.perf_counter() - t0) * 1000, 1)
-            log.error("hot swap refused: %s", report.reason)
-            engine.record_swap(report)
+class HotSwap:
+    """Hot swaps of one index state: ``swap`` builds, checks and (unless a dry run) installs a
+    candidate; ``history`` keeps the last 20 tried by this process (newest last; /health).
+
+    ``settings``: what the live version was built with (a switch records the new index factory
+    there); ``save``: publishes a snapshot version of the state (the write path's)."""
+
+    def __init__(self, state: IndexState, settings: Settings, save: Callable[[], bool]) -> None:
+        self.state, self.settings, self.save = state, settings, save
+        self.history: list[dict[str, Any]] = []
+
+    def swap(self, req: SwapRequest, *, progress: bool = False) -> SwapReport:
+        """Build, check and (unless ``dry_run``) switch to the candidate. Raises :class:`SwapRefused`
+        (with the report) when the candidate cannot be built or fails a check; the live version then
+        keeps serving, untouched."""
+        t0 = time.perf_counter()
+        state = self.state
+        live = {"model_key": state.model_key, **state.model_spec.as_dict(),
+                "index_factory": self.settings.index.index_factory,
+                "products": len(state), "snapshot": state.snapshot_version}
+        report = SwapReport(accepted=False, dry_run=req.dry_run, reason="", live=live)
+        if not _swap_lock.acquire(blocking=False):
+            report.reason = "another swap is running"
             raise SwapRefused(report.reason, report)
-        report.accepted = True
-        if req.dry_run:
-            report.reason = "all checks passed (dry run: not switched)"
-        else:
-            report.warnings += engine.install(cand)
-            report.switched = True
-            report.reason = "all checks passed; switched"
-            report.candidate["products"] = len(engine)
-        report.took_ms = round((time.perf_counter() - t0) * 1000, 1)
-        log.info("hot swap: %s (%s -> %s, %.1fs)", report.reason, live["model_key"], cand.model_key,
-                 report.took_ms / 1000)
-        engine.record_swap(report)
-        return report
-    finally:
-        _swap_lock.release()
+        try:
+            try:
+                cand = build_candidate(state, self.settings, req, progress=progress)
+            except (ModelError, StorageError, InvalidInput, OSError, ValueError) as e:
+                report.reason = f"candidate refused, still serving {state.model_key}: {e}"
+                report.took_ms = round((time.perf_counter() - t0) * 1000, 1)
+                log.error("hot swap: %s", report.reason)
+                self.record(report)
+                raise SwapRefused(report.reason, report) from e
+            report.candidate = {"model_key": cand.model_key, **cand.spec.as_dict(), "index_factory": cand.factory,
+                                "products": len(cand.vectors["fused"]), "source": cand.source,
+                                "snapshot": cand.snapshot, "reembedded": cand.reembedded,
+                                "artifacts": cand.artifacts}
+            report.checks, report.canary = run_canary(state, self.settings, cand)
+            failed = [ch for ch in report.checks if not ch.passed]
+            if failed:
+                report.reason = "rolled back, still serving the live version: " + "; ".join(
+                    f"{ch.name} {ch.value} < {ch.threshold} ({ch.detail})" if ch.value is not None
+                    else f"{ch.name}: {ch.detail}" for ch in failed)
+                report.took_ms = round((time.perf_counter() - t0) * 1000, 1)
+                log.error("hot swap refused: %s", report.reason)
+                self.record(report)
+                raise SwapRefused(report.reason, report)
+            report.accepted = True
+            if req.dry_run:
+                report.reason = "all checks passed (dry run: not switched)"
+            else:
+                report.warnings += self.install(cand)
+                report.switched = True
+                report.reason = "all checks passed; switched"
+                report.candidate["products"] = len(state)
+            report.took_ms = round((time.perf_counter() - t0) * 1000, 1)
+            log.info("hot swap: %s (%s -> %s, %.1fs)", report.reason, live["model_key"], cand.model_key,
+                     report.took_ms / 1000)
+            self.record(report)
+            return report
+        finally:
+            _swap_lock.release()
+
+    def install(self, cand: Candidate) -> list[str]:
+        """Switch to a checked candidate: catch it up with the latest writes, then swap models and
+        indexes in one exclusive step; remember the model in the data dir and snapshot it."""
+        warnings: list[str] = []
+        state = self.state
+        with state.write_lock:
+            catch_up(state, cand)
+            write_active_model(state.data_dir / "index", cand.spec, model_key=cand.model_key,
+                               index_factory=cand.factory, source=cand.source)
+            with state.lock.write():
+                state.swap_in(cand.vectors, cand.encoder, cand.spec, cand.model_key, cand.seq)
+                self.settings.index.index_factory = cand.factory
+        try:
+            self.save()
+        except (StorageError, OSError) as e:  # the switch stands; the records still hold every change
+            warnings.append(f"switched, but the snapshot of the new version failed: {e}")
+            log.error("%s", warnings[-1])
+        return warnings
+
+    def record(self, report: SwapReport) -> None:
+        self.history.append({"at": time.time(), "accepted": report.accepted, "switched": report.switched,
+                             "reason": report.reason, "model_key": report.candidate.get("model_key")})
+        del self.history[:-20]

@@ -1,4 +1,4 @@
-"""Query understanding inside the engine: intent + slots -> filters and actions.
+"""Query understanding on the read path: intent + slots -> filters and actions.
 
 ``plan()`` runs the intent classifier (under a time budget, in a worker thread) and the slot
 extractor over the catalogue's vocabulary (the knowledge graph's brands, the filter facets'
@@ -32,13 +32,20 @@ import numpy as np
 
 from vitrine.encoders.batching import MicroBatcher
 from vitrine.errors import VitrineError
-from vitrine.search.models import AfterSalesAnswer, Filters, IntentOut, SearchRequest, SearchResponse
-from vitrine.settings import Settings
+from vitrine.search.models import (
+    AfterSalesAnswer,
+    CompareResponse,
+    Filters,
+    IntentOut,
+    RecommendResponse,
+    SearchRequest,
+    SearchResponse,
+)
+from vitrine.search.reader import Reader
 
 if TYPE_CHECKING:
     from vitrine.intent.classifier import IntentClassifier, IntentResult
     from vitrine.intent.slots import SlotExtractor, Vocabulary
-    from vitrine.search.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +107,12 @@ def _load_classifier(model: str, cache_dir: str, min_confidence: float, runtime:
 
 
 class QueryUnderstanding:
-    """The engine's intent component: the classifier and a slot extractor over its catalogue."""
+    """The read path's intent component: the classifier and a slot extractor over the catalogue
+    of ``reader``'s index state."""
 
-    def __init__(self, engine: "Engine", settings: Settings) -> None:
-        self.engine = engine
-        self.settings = settings
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.settings = settings = reader.settings
         self.classifier: IntentClassifier | None = None
         self.error: str | None = None
         self._extractor: SlotExtractor | None = None
@@ -123,15 +131,15 @@ class QueryUnderstanding:
     def vocabulary(self) -> "Vocabulary":
         from vitrine.intent.slots import Vocabulary  # noqa: PLC0415
 
-        eng = self.engine
-        f = eng.filters
+        state = self.reader.state
+        f = state.filters
         # the catalogue's own facets: every filter field the slot extractor reads, with the values
         # this catalogue holds (a field the catalogue leaves empty names no slot)
         facets = {fld: set(f.facet(fld)) if fld in f.fields else set() for fld in SLOT_FIELDS}
         brands = facets["brand"]
-        graph = getattr(eng, "graph", None)
+        graph = state.graph
         lex = getattr(getattr(getattr(graph, "data", None), "brands", None), "by_key", None)
-        if graph is not None and lex:
+        if lex:
             for name in set(lex.values()):
                 try:
                     if graph.products_with("brand", [name]):
@@ -149,7 +157,7 @@ class QueryUnderstanding:
         if current is not None and now - self._vocab_at < refresh_s:
             return current  # fresh enough
         # the store's change number as of at most a second ago: no SQLite query per search
-        key = (self.engine.records.recent_seq(min(1.0, refresh_s)), len(self.engine))
+        key = (self.reader.state.records.recent_seq(min(1.0, refresh_s)), len(self.reader.state))
         with self._lock:
             stale = self._extractor is None or (key != self._vocab_key and
                                                 now - self._vocab_at >= self.settings.intent.intent_vocab_refresh_s)
@@ -213,11 +221,11 @@ class Plan:
         return out
 
 
-def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
-    """Classify ``text`` and turn its slots into filters; never raises (a failure degrades)."""
+def plan(reader: Reader, qu: QueryUnderstanding | None, req: SearchRequest, text: str | None) -> Plan:
+    """Classify ``text`` (by ``qu``: None when intent is off) and turn its slots into filters;
+    never raises (a failure degrades)."""
     p = Plan(filters=req.filters)
-    qu: QueryUnderstanding | None = getattr(engine, "understanding", None)
-    if not text or not req.use_intent or getattr(_local, "nested", False) or not engine.settings.intent.intent:
+    if not text or not req.use_intent or getattr(_local, "nested", False) or not reader.settings.intent.intent:
         return p
     if qu is None or qu.classifier is None:
         p.degraded.append("intent")
@@ -242,24 +250,24 @@ def plan(engine: "Engine", req: SearchRequest, text: str | None) -> Plan:
         p.answer = AfterSalesAnswer(**a.as_dict())
         # Only a sure after-sales query loses its products: under the answer-only bar the answer
         # comes with the ranking (a product phrase misread as after-sales still shows products).
-        p.answer_only = res.scores.get("after_sales", 0.0) >= engine.settings.intent.intent_answer_only_confidence
+        p.answer_only = res.scores.get("after_sales", 0.0) >= reader.settings.intent.intent_answer_only_confidence
         if p.answer_only:
             return p
         p.notes["answer_with_products"] = True
-    if engine.slot_filters_on() and p.slots:
-        _slot_filters(engine, req, p)
+    if reader.slot_filters_on() and p.slots:
+        _slot_filters(reader, req, p)
     return p
 
 
-def _slot_filters(engine: "Engine", req: SearchRequest, p: Plan) -> None:
+def _slot_filters(reader: Reader, req: SearchRequest, p: Plan) -> None:
     explicit = req.filters.model_dump(exclude_none=True) if req.filters else {}
     merged = dict(explicit)
-    for f in engine.filters.fields:  # the catalogue's facet fields (brand below: it may come from the graph)
+    for f in reader.state.filters.fields:  # the catalogue's facet fields (brand below: it may come from the graph)
         if f != "brand" and f in p.slots and f not in explicit:
             merged[f] = p.slots[f]
             p.applied[f] = p.slots[f]
     if "price_min" in p.slots or "price_max" in p.slots:
-        if engine.filters.has_prices():
+        if reader.state.filters.has_prices():
             for f in ("price_min", "price_max"):
                 if f in p.slots and f not in explicit:
                     merged[f] = p.slots[f]
@@ -269,12 +277,12 @@ def _slot_filters(engine: "Engine", req: SearchRequest, p: Plan) -> None:
     brand = p.slots.get("brand")
     if brand and "brand" not in explicit:
         names = [brand] if isinstance(brand, str) else list(brand)
-        have = {v.casefold() for v in engine.filters.facet("brand")}
+        have = {v.casefold() for v in reader.state.filters.facet("brand")}
         if any(n.casefold() in have for n in names):
             merged["brand"] = names[0] if len(names) == 1 else names
             p.applied["brand"] = brand
-        elif getattr(engine, "graph", None) is not None:  # brands the graph learned from titles
-            ids = engine.graph.products_with("brand", names)
+        else:  # brands the graph learned from titles
+            ids = reader.state.graph.products_with("brand", names)
             if ids:
                 p.brand_ids = np.fromiter(sorted(ids), dtype=np.int64, count=len(ids))
                 p.applied["brand"] = brand
@@ -284,8 +292,8 @@ def _slot_filters(engine: "Engine", req: SearchRequest, p: Plan) -> None:
         p.filters, p.applied, p.brand_ids = req.filters, {}, None
 
 
-def allowed_ids(engine: "Engine", p: Plan) -> np.ndarray | None:
-    allowed = engine.allowed_ids(p.filters)
+def allowed_ids(reader: Reader, p: Plan) -> np.ndarray | None:
+    allowed = reader.allowed_ids(p.filters)
     if p.brand_ids is None:
         return allowed
     if allowed is None:
@@ -293,17 +301,17 @@ def allowed_ids(engine: "Engine", p: Plan) -> np.ndarray | None:
     return np.intersect1d(allowed, p.brand_ids, assume_unique=True)
 
 
-def relax(engine: "Engine", req: SearchRequest, p: Plan) -> np.ndarray | None:
+def relax(reader: Reader, req: SearchRequest, p: Plan) -> np.ndarray | None:
     """Nothing matched every slot: drop the slot filters (keep the request's own)."""
     p.notes["slots_relaxed"] = dict(p.applied)
     p.applied, p.brand_ids, p.filters = {}, None, req.filters
-    return engine.allowed_ids(req.filters)
+    return reader.allowed_ids(req.filters)
 
 
 Ranked = tuple[Any, dict[int, float], list[str], Any]  # (scored, vector scores, degraded, graph terms)
 
 
-def fill_to_k(engine: "Engine", req: SearchRequest, p: Plan, ranked: Ranked,
+def fill_to_k(reader: Reader, req: SearchRequest, p: Plan, ranked: Ranked,
               rank: Callable[[np.ndarray | None], Ranked]) -> Ranked:
     """A slot filter never shrinks the results below k: under k filtered hits, the relaxed search
     (the request's own filters, no slot) fills the rest, after the filtered hits, each marked
@@ -313,8 +321,8 @@ def fill_to_k(engine: "Engine", req: SearchRequest, p: Plan, ranked: Ranked,
     if not p.applied or len(scored) >= req.k:
         return ranked
     if not scored:
-        return rank(relax(engine, req, p))
-    relaxed, r_vec, r_degraded, _ = rank(engine.allowed_ids(req.filters))
+        return rank(relax(reader, req, p))
+    relaxed, r_vec, r_degraded, _ = rank(reader.allowed_ids(req.filters))
     have = {iid for iid, _, _ in scored}
     extra = [h for h in relaxed if h[0] not in have][: req.k - len(scored)]
     if not extra:
@@ -327,19 +335,25 @@ def fill_to_k(engine: "Engine", req: SearchRequest, p: Plan, ranked: Ranked,
     return list(scored) + extra, merged_vec, list(dict.fromkeys(degraded + r_degraded)), terms
 
 
-def answer_response(engine: "Engine", req: SearchRequest, text: str | None, image: bool, p: Plan,
+def answer_response(reader: Reader, req: SearchRequest, text: str | None, image: bool, p: Plan,
                     t0: float) -> SearchResponse:
     """After-sales: no product ranking, a structured answer."""
     return SearchResponse(
         results=[], took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
         query={"text": text, "image": image, "filters": req.filters.model_dump(exclude_none=True) if req.filters
                else {}, **p.query_info()},
-        model=engine.model_key, degraded=list(p.degraded), intent=p.intent, slots=p.slots, answer=p.answer,
+        model=reader.state.model_key, degraded=list(p.degraded), intent=p.intent, slots=p.slots, answer=p.answer,
     )
 
 
-def finish(engine: "Engine", req: SearchRequest, text: str | None, p: Plan, resp: SearchResponse) -> SearchResponse:
-    """Attach intent, slots and what the intent asks for (comparison, recommendations)."""
+Recommend = Callable[[str, str, int], RecommendResponse]  # (product id, kind, k)
+CompareText = Callable[[str], CompareResponse]  # "A vs B"
+
+
+def finish(reader: Reader, req: SearchRequest, text: str | None, p: Plan, resp: SearchResponse, *,
+           recommend: Recommend, compare_text: CompareText) -> SearchResponse:
+    """Attach intent, slots and what the intent asks for (a comparison by ``compare_text``,
+    recommendations by ``recommend``)."""
     resp.intent, resp.slots = p.intent, p.slots
     if p.answer is not None:  # an after-sales answer under the answer-only bar: beside the products
         resp.answer = p.answer
@@ -347,23 +361,18 @@ def finish(engine: "Engine", req: SearchRequest, text: str | None, p: Plan, resp
         return resp
     with nested():
         if p.label == "compare":
-            resp.compare = _compare(engine, text, p)
+            resp.compare = _compare(compare_text, text, p)
         elif p.label == "recommend" and resp.results:
             kind = "complementary" if _COMPLEMENT_CUES.search(text) else "similar"
             try:
-                resp.recommendations = engine.recommend(resp.results[0].id, kind,
-                                                        min(req.k, engine.settings.search.max_k))
+                resp.recommendations = recommend(resp.results[0].id, kind, min(req.k, reader.settings.search.max_k))
                 resp.query["recommend_kind"] = kind
             except (VitrineError, AttributeError) as e:
                 resp.query["intent_action"] = f"recommend unavailable: {e}"
     return resp
 
 
-def _compare(engine: "Engine", text: str, p: Plan) -> Any:
-    compare_text = getattr(engine, "compare_text", None)
-    if compare_text is None:
-        p.notes["intent_action"] = "compare unavailable"
-        return None
+def _compare(compare_text: CompareText, text: str, p: Plan) -> Any:
     try:
         return compare_text(text)
     except VitrineError as first:

@@ -1,0 +1,209 @@
+"""The read path: search, recommendations, comparisons and product reads, over one index state.
+
+search: query -> intent + slots (vitrine/search/understanding.py) -> query vectors (guarded:
+        vitrine/search/fallback.py) -> hybrid ranking (vitrine/search/fusion.py, guarded) ->
+        storefront page, sort and facets (vitrine/search/storefront.py) -> records -> hits.
+
+Every read runs under the state lock's read side (``state.lock``): searches read together, and
+never see half a write or half a hot swap. The parts every step shares (state, settings, query
+encoder, calibration) are a :class:`~vitrine.search.reader.Reader`; the steps take it, never
+this class nor the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from vitrine.errors import InvalidInput, NotFound
+from vitrine.index.graph import QueryTerms
+from vitrine.search import fallback, fusion, recommend, storefront, understanding
+from vitrine.search.models import (
+    CompareResponse,
+    Explanation,
+    FacetsResponse,
+    Hit,
+    ProductOut,
+    RecommendResponse,
+    SearchRequest,
+    SearchResponse,
+    decode_b64,
+)
+from vitrine.search.reader import Reader
+from vitrine.search.state import product_fields, product_out
+
+log = logging.getLogger(__name__)
+
+
+class ReadPath:
+    """Searches and the other reads of ``reader``'s index state. ``understanding``: the intent
+    classifier and slots (loaded here when intent is on, never at import)."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.state = reader.state
+        self.settings = reader.settings
+        self.understanding = understanding.QueryUnderstanding(reader) if self.settings.intent.intent else None
+
+    # -- product reads ---------------------------------------------------------------------------
+    def get(self, pid: str) -> ProductOut:
+        with self.state.lock.read():
+            row = self.state.records.get(pid)
+        if row is None:
+            raise NotFound("product", pid)
+        return product_out(row)
+
+    def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
+        with self.state.lock.read():
+            return self.state.vector_of(pid, field)
+
+    def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
+        """Filter values per field, most common first (at most ``limit`` each)."""
+        with self.state.lock.read():
+            return self.state.facets(fields, limit)
+
+    # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
+    def recommend(self, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
+        with self.state.lock.read():
+            return recommend.recommend(self.reader, pid, kind, k)
+
+    def compare(self, ids: list[str]) -> CompareResponse:
+        with self.state.lock.read():
+            return recommend.compare(self.reader, ids)
+
+    def compare_text(self, text: str) -> CompareResponse:
+        with self.state.lock.read():
+            return recommend.compare_text(self.reader, text, self.search)
+
+    # -- search ----------------------------------------------------------------------------------
+    def search(self, req: SearchRequest, *, image: bytes | None = None) -> SearchResponse:
+        """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters."""
+        with self.state.lock.read():
+            return self._search(req, image)
+
+    def _search(self, req: SearchRequest, image: bytes | None) -> SearchResponse:
+        t0 = time.perf_counter()
+        s, rd = self.settings, self.reader
+        if req.k > s.search.max_k:
+            raise InvalidInput(f"k must be between 1 and {s.search.max_k}")
+        depth = storefront.pool_depth(s.search, req)  # the same pool for every page (vitrine/search/storefront.py)
+        text = " ".join((req.text or "").split()) or None
+        if text and len(text) > s.search.max_text_chars:
+            text = text[: s.search.max_text_chars]
+        if image is None and req.image_b64:
+            image = decode_b64(req.image_b64)
+        if not text and image is None:
+            raise InvalidInput("empty query: give text, a photo, or both")
+        self.prepare_query_encoder()
+        early = self._encode_early(req, text)  # the text's encode runs while the classifier does
+        plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters; never raises
+        if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
+            return understanding.answer_response(rd, req, text, image is not None, plan, t0)
+        qv, gate = fallback.query_vectors(rd, text, image, early)  # degrades (gate), never fails
+        allowed = understanding.allowed_ids(rd, plan)
+        window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
+        scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
+            rd, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
+            lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
+        degraded = gate + degraded
+        view = storefront.arrange(rd, req, scored,
+                                  exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
+        rows = self.state.records.get_by_iids([iid for iid, _, _ in view.page])
+        hits: list[Hit] = []
+        applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
+        marks = storefront.Highlighter(text) if req.highlight else None
+        for iid, score, parts in view.page:
+            row = rows.get(iid)
+            if row is None:  # deleted between ranking and fetching
+                continue
+            hit = Hit(score=round(float(score), 6), **product_fields(row))  # one validation per hit
+            if marks is not None:
+                hit.highlights = marks.of(hit.title, hit.description)
+            if req.explain:
+                hit.explanation = Explanation(
+                    vector_score=round(float(vector_scores.get(iid, score)), 6),
+                    signals={k: round(float(v), 6) for k, v in parts.items()},
+                    modalities=sorted(qv), **plan.explanation(iid, applied),
+                )
+            hits.append(hit)
+        resp = SearchResponse(
+            results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
+            query={"text": text, "image": image is not None, "filters": applied,
+                   **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
+            model=self.state.model_key, degraded=degraded + plan.degraded, **view.response_fields(req),
+        )
+        return understanding.finish(rd, req, text, plan, resp, recommend=self.recommend,
+                                    compare_text=self.compare_text)
+
+    def warm_up(self) -> float:
+        """Build what the first queries would otherwise build inside their time budgets (the
+        query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches):
+        a first search took 0.8 s on the full catalogue, and could degrade. Runs a few real
+        searches; returns the seconds it took."""
+        t0 = time.perf_counter()
+        self.prepare_query_encoder()
+        for text in ("red shoes", "nike vs puma running shoes", "women blue shirt under 1500"):
+            try:
+                self.search(SearchRequest(text=text, k=5))
+            except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
+                log.warning("warm-up search %r failed: %s", text, e)
+        try:  # text queries at the floor skip BM25; queries with a photo still use it
+            self.state.records.bm25_scores("warm up")
+        except Exception as e:  # noqa: BLE001
+            log.warning("warm-up BM25 failed: %s", e)
+        took = time.perf_counter() - t0
+        log.info("warmed up in %.2fs", took)
+        return took
+
+    def prepare_query_encoder(self) -> None:
+        """Build the query fast path (an ONNX export, or loading one and checking it against torch)
+        before the query's time budget starts: one-time set-up is not the query's latency, and a
+        first query must not degrade for it. A failure here is left to the guarded step, which
+        degrades."""
+        try:
+            self.reader.query_encoder  # noqa: B018 - the property builds it once and keeps it
+        except Exception as e:  # noqa: BLE001
+            log.warning("query fast path not built: %s", e)
+
+    def _encode_early(self, req: SearchRequest, text: str | None) -> Future[np.ndarray] | None:
+        """Start the query text's encode before intent classification when both will run (an
+        after-sales query then wastes one encode; every other query waits for the slower of the
+        two instead of their sum). None: encode later, in the guarded query-vector step."""
+        if not text or self.understanding is None or not req.use_intent:
+            return None
+        try:
+            return self.reader.query_encoder.text_future(text)
+        except Exception as e:  # noqa: BLE001 - the guarded step retries and degrades if need be
+            log.warning("early query encode not started: %s", e)
+            return None
+
+    def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
+                      allowed: np.ndarray | None, depth: int) -> tuple[Any, dict[int, float], list[str], Any]:
+        """Hybrid ranking of a pool of ``depth`` candidates per retriever under a time budget (the
+        whole pool, best first); when fusion raises or overstays, the plain vector ranking
+        (``degraded: fusion``). Without query vectors (the gate failed), words alone."""
+        rd, s = self.reader, self.settings.search
+        if not qv:
+            return fallback.lexical_rank(rd, qv, text, depth, allowed)
+        if not text or s.fusion == "off" or not s.fusion_signals:
+            return fusion.rank(rd, qv, text, k, allowed, depth=depth)
+        try:
+            return fusion.rank(rd, qv, text, k, allowed, depth=depth,
+                               deadline=time.perf_counter() + s.fusion_timeout_ms / 1000)
+        except Exception as e:  # noqa: BLE001 - a failing fusion degrades to the vector ranking
+            log.warning("hybrid fusion skipped for this search: %s", e)
+            if set(qv) == {"text"} and s.calibration != "off":
+                try:  # a text query falls back to the floor, not below it
+                    nq = rd.native_query_vector(text)  # type: ignore[arg-type]
+                    if nq is not None:
+                        scored, vs, _, terms = fusion.native_rank(rd, nq, depth, allowed)
+                        return scored, vs, ["fusion"], terms
+                except Exception as e2:  # noqa: BLE001
+                    log.warning("native fallback failed too: %s", e2)
+            scored = rd.rank_vectors(dict(qv), depth, allowed)
+            return scored, {i: sc for i, sc, _ in scored}, ["fusion"], QueryTerms()

@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--init", choices=["auto", "fresh", "live"], default="auto")
     ap.add_argument("--name", default="gate_text_only", help="Report file name (without extension)")
     ap.add_argument("--rewrite", type=Path, default=None, help="Only rewrite the report from this run's JSON")
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=None, help="default: 2e-3 fresh, 5e-4 fine-tuning")
     args = ap.parse_args()
     if args.rewrite is not None:
         write(json.loads(args.rewrite.read_text()), args.out, args.name)

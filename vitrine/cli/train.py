@@ -57,7 +57,8 @@ def train() -> None:
 @click.option("--epochs", type=int, default=12, show_default=True,
               help="Passes over the train split (the shipped gate: 12; the seed study ran 40)")
 @click.option("--batch-size", type=int, default=1024, show_default=True)
-@click.option("--lr", type=float, default=2e-3, show_default=True)
+@click.option("--lr", type=float, default=None,
+              help="Learning rate (default 2e-3; with --data fine-tuning the served aligner: 5e-4)")
 @click.option("--dim", type=int, default=256, show_default=True, help="Shared space width")
 @click.option("--hidden", type=int, default=None,
               help=f"Hidden width of the experts / MLP heads (default {DEFAULT_MOE_HIDDEN} for the MoE, 512 otherwise)")
@@ -111,7 +112,7 @@ def train() -> None:
 @click.option("--train-limit", type=int, default=None,
               help="Train on a seeded subset of this many train products (val stays whole): short comparisons")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
-               lr: float, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
+               lr: float | None, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
                ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
                gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False,
@@ -142,7 +143,8 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     text_layers = None if lora_text_layers.strip() == "all" else _parse_layers(lora_text_layers)
     settings = make_settings(model=model)
     result = train_gate_command(
-        settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,
+        settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size,
+        lr=lr if lr is not None else 2e-3, dim=dim,
         hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, balance_weight=balance_weight,
         balance=balance, bias_rate=bias_rate, queries=queries, seed=seed,
         patience=patience, name=name, ema_decay=ema, overrides=_parse_overrides(overrides),

@@ -169,14 +169,14 @@ def resolve_init(init: str, *, text_only: bool, served_kind: str, kind: str, ove
 
 
 def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int = 20, patience: int = 4,
-                  batch_size: int = 1024, lr: float = 2e-3, dim: int = 256, hidden: int = 512, seed: int = 0,
+                  batch_size: int = 1024, lr: float | None = None, dim: int = 256, hidden: int = 512, seed: int = 0,
                   install: bool = True, retune: bool = True, overrides: dict[str, Any] | None = None,
                   counts: dict[str, int] | None = None, init: str = "auto") -> dict[str, Any]:
     """Train an aligner of ``kind`` on the engine's catalogue, save it to ``out``, and (``install``)
     hot-swap it in through the canary checks, then tune the catalogue again. ``counts``: pseudo-queries
     per kind (training and the re-tune; default: their defaults). ``init``: ``fresh`` weights, or
     ``live``: fine-tune the aligner the engine serves (same kind; its input standardisation kept), or
-    ``auto``: :func:`resolve_init`."""
+    ``auto``: :func:`resolve_init`. ``lr`` defaults to 2e-3 for fresh weights, 5e-4 to fine-tune."""
     t0 = time.time()
     seed_everything(seed)
     train, val, info = catalogue_pairs(engine, seed=seed, counts=counts)
@@ -200,6 +200,7 @@ def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int =
     else:
         raise InvalidInput(f"init must be 'fresh' or 'live', not {init!r}")
     out.mkdir(parents=True, exist_ok=True)
+    lr = lr if lr is not None else (5e-4 if init == "live" else 2e-3)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
                        feature_stats=init == "fresh",
                        modality_dropout=0.15 if kind == "moe" else 0.0,

@@ -57,7 +57,8 @@ def train() -> None:
 @click.option("--epochs", type=int, default=12, show_default=True,
               help="Passes over the train split (the shipped gate: 12; the seed study ran 40)")
 @click.option("--batch-size", type=int, default=1024, show_default=True)
-@click.option("--lr", type=float, default=2e-3, show_default=True)
+@click.option("--lr", type=float, default=None,
+              help="Learning rate (default 2e-3; with --data fine-tuning the served aligner: 5e-4)")
 @click.option("--dim", type=int, default=256, show_default=True, help="Shared space width")
 @click.option("--hidden", type=int, default=None,
               help=f"Hidden width of the experts / MLP heads (default {DEFAULT_MOE_HIDDEN} for the MoE, 512 otherwise)")
@@ -97,6 +98,9 @@ def train() -> None:
               help="Train on this ingested data dir's catalogue (its photos + pseudo-queries; early-stops on "
                    "held-out products), then install it by hot swap and re-tune (docs/tuning.md)")
 @click.option("--no-install", is_flag=True, help="With --data: train and save only")
+@click.option("--init", "init", type=click.Choice(["auto", "fresh", "live"]), default="auto", show_default=True,
+              help="With --data: train fresh weights, or fine-tune the aligner the data dir serves (same --kind); "
+                   "auto: live for a text-only catalogue served by an aligner of --kind, else fresh")
 @click.option("--lora", type=click.Choice(["text", "image", "both"]), default=None,
               help="Also train LoRA deltas of the towers with the gate (MiniLM's attention query/value; the image "
                    "tower's last stage), saved in OUT/lora (needs the `train` extra: peft)")
@@ -108,12 +112,12 @@ def train() -> None:
 @click.option("--train-limit", type=int, default=None,
               help="Train on a seeded subset of this many train products (val stays whole): short comparisons")
 def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
-               lr: float, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
+               lr: float | None, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
                balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
                ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
                gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False,
                lora: str | None = None, lora_rank: int = 8, lora_text_layers: str = "4,5", lora_lr_scale: float = 0.25,
-               train_limit: int | None = None) -> None:
+               train_limit: int | None = None, init: str = "auto") -> None:
     """Train an alignment adapter over cached backbone features of the train split.
 
     Early-stops on the val split's title->photo MRR@10; writes config.json + model.safetensors,
@@ -130,7 +134,8 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
 
         click.echo(json.dumps(train_gate_on_data(data_dir, kind=kind, out=out, epochs=epochs, patience=patience,
                                                  batch_size=batch_size, lr=lr, dim=dim, hidden=hidden, seed=seed,
-                                                 install=not no_install, overrides=_parse_overrides(overrides)),
+                                                 install=not no_install, overrides=_parse_overrides(overrides),
+                                                 init=init),
                               indent=2))
         return
     if lora and kind != "moe":
@@ -138,7 +143,8 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     text_layers = None if lora_text_layers.strip() == "all" else _parse_layers(lora_text_layers)
     settings = make_settings(model=model)
     result = train_gate_command(
-        settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size, lr=lr, dim=dim,
+        settings, kind=kind, out=out, source=source, epochs=epochs, batch_size=batch_size,
+        lr=lr if lr is not None else 2e-3, dim=dim,
         hidden=hidden, experts=experts, top_k=top_k, dynamic_k=dynamic_k, balance_weight=balance_weight,
         balance=balance, bias_rate=bias_rate, queries=queries, seed=seed,
         patience=patience, name=name, ema_decay=ema, overrides=_parse_overrides(overrides),

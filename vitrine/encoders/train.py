@@ -5,6 +5,11 @@ whole train split is a few matrix multiplications and training takes minutes on 
 
 Items with the same group label (e.g. identical titles) count as positives of each other, so
 duplicate titles in a batch are not pushed apart as false negatives.
+
+A text-only catalogue (``PairSet.image`` None) trains the same loop on the text side alone: a
+product's vector is its text token routed without a photo (``adapter(None, text).text``, as the
+engine indexes a product without a photo), its second view a title variant (``PairSet.variant``)
+in place of the photo, and validation ranks the held-out products' text vectors.
 """
 
 from __future__ import annotations
@@ -41,9 +46,12 @@ class PairSet:
     ``query_subset[j]`` with value key ``query_key[j]``; ``product_keys[s, i]`` is product i's
     key under subset s (-1 if it lacks one), so every product matching a query counts as its
     positive. ``hard_negatives[i]`` lists rows that look alike but differ (-1 pads).
+
+    Text-only (``image`` None): ``variant[i]`` holds the text features of a variant of product
+    i's title (words dropped), the product's second view in place of a photo.
     """
 
-    image: np.ndarray
+    image: np.ndarray | None
     text: np.ndarray
     group: np.ndarray
     query_rows: np.ndarray | None = None
@@ -53,10 +61,20 @@ class PairSet:
     product_keys: np.ndarray | None = None
     hard_negatives: np.ndarray | None = None
     image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos (NaN rows: none)
+    variant: np.ndarray | None = None  # text-only: a title variant's text features per row
+
+    @property
+    def text_only(self) -> bool:
+        return self.image is None
 
     def __post_init__(self) -> None:
-        if not (len(self.image) == len(self.text) == len(self.group)):
-            raise ValueError("image, text and group must have the same number of rows")
+        other = self.variant if self.image is None else self.image
+        if other is None:
+            raise ValueError("a text-only PairSet (no image) needs variant: a title variant per row")
+        if not (len(other) == len(self.text) == len(self.group)):
+            raise ValueError("image (or variant), text and group must have the same number of rows")
+        if self.image is None and (self.image_views is not None or self.hard_negatives is not None):
+            raise ValueError("a text-only PairSet has no photo views or hard negatives")
         if self.image_views is not None and self.image_views.shape[1:] != self.image.shape:
             raise ValueError("image_views must be (views, rows, image_dim) over the same rows")
 
@@ -78,6 +96,7 @@ class TrainConfig:
     view_prob: float = 0.5  # chance that a row trains on an augmented photo view (when views are given)
     gumbel_tau: float = 0.0  # > 0: adapters with a router route by straight-through Gumbel-softmax at this temperature
     route_kl_weight: float = 0.0  # weight of the routing-agreement loss (symmetric KL, photo vs title routes)
+    feature_stats: bool = True  # False: keep the adapter's own input standardisation (fine-tuning a trained one)
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -129,11 +148,16 @@ def retrieval_scores(queries: torch.Tensor, gallery: torch.Tensor, q_group: torc
 
 
 def evaluate_pairs(adapter: Adapter, data: PairSet, device: str = "cpu") -> dict[str, float]:
-    """Title -> photo retrieval over the set's own photos (the KAGL protocol in miniature)."""
+    """Title -> photo retrieval over the set's own photos (the KAGL protocol in miniature); text-only:
+    title variant -> product text over the set's own products (each its text token alone)."""
     adapter.eval()
     with torch.inference_mode():
-        img = adapter(torch.from_numpy(data.image).to(device), None).image
-        txt = adapter(None, torch.from_numpy(data.text).to(device)).text
+        if data.text_only:
+            img = adapter(None, torch.from_numpy(data.text).to(device)).text
+            txt = adapter(None, torch.from_numpy(data.variant).to(device)).text
+        else:
+            img = adapter(torch.from_numpy(data.image).to(device), None).image
+            txt = adapter(None, torch.from_numpy(data.text).to(device)).text
     g = torch.from_numpy(data.group).to(device)
     return retrieval_scores(txt, img, g, g)  # type: ignore[arg-type]
 
@@ -153,17 +177,25 @@ def train_adapter(
 
     ``towers``: LoRA deltas of the towers trained jointly (vitrine/encoders/lora_train.py): a
     step's titles, pseudo-queries and photos go through them instead of the cached features, at
-    ``towers.lr_scale`` times the learning rate; validation re-embeds val through them."""
+    ``towers.lr_scale`` times the learning rate; validation re-embeds val through them.
+
+    Text-only ``train`` (no photos): the title-variant <-> product-text contrastive loss stands in
+    for title <-> photo and the pseudo-queries target the products' text vectors (module doc)."""
     seed_everything(cfg.seed)
     dev = torch.device(cfg.device)
     adapter.to(dev)
+    text_only = train.text_only
+    if text_only and towers is not None:
+        raise ValueError("tower LoRA trains with photos; a text-only PairSet has none")
     if hasattr(adapter, "set_training_routing"):  # the MoE gate: how it routes while training
         adapter.set_training_routing(gumbel_tau=cfg.gumbel_tau)
-    adapter.set_feature_stats(torch.from_numpy(train.image).to(dev), torch.from_numpy(train.text).to(dev))
+    txt = torch.from_numpy(train.text).to(dev)
+    # text-only: ``img`` holds the title variants (text features), the products' second view
+    img = torch.from_numpy(train.variant if text_only else train.image).to(dev)  # type: ignore[arg-type]
+    if cfg.feature_stats:
+        adapter.set_feature_stats(None if text_only else img, txt)
     score_fn = score_fn or (lambda m: m["MRR@10"])
 
-    img = torch.from_numpy(train.image).to(dev)
-    txt = torch.from_numpy(train.text).to(dev)
     grp = torch.from_numpy(train.group).to(dev)
     has_q = train.query_rows is not None and train.query_text is not None
     if has_q:
@@ -237,12 +269,19 @@ def train_adapter(
                     hide = None
                 if towers is not None:  # the step's rows through the towers' deltas (with grad)
                     bi, bt = towers.batch(idx, bi, bt)
-                out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
-                    else adapter(bi, bt)
                 scale = adapter.logit_scale.exp().clamp(max=100.0)
-                loss = contrastive_loss(out.text, out.image, bg, bg, scale)
+                if text_only:  # products as the engine indexes them without a photo: the text token alone
+                    out = adapter(None, bt)
+                    var = adapter(None, bi)
+                    loss = contrastive_loss(var.text, out.text, bg, bg, scale)
+                    if var.aux.get("loss") is not None:  # the variants' routing is balanced too
+                        loss = loss + cfg.aux_weight * var.aux["loss"]
+                else:
+                    out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
+                        else adapter(bi, bt)
+                    loss = contrastive_loss(out.text, out.image, bg, bg, scale)
                 parts = {"contrastive": loss.item()}
-                if "fused" in out.aux.get("train_terms", ()):
+                if "fused" in out.aux.get("train_terms", ()) and not text_only:
                     lf = contrastive_loss(out.text, out.fused, bg, bg, scale)
                     loss = loss + 0.5 * lf
                     parts["fused"] = lf.item()
@@ -257,9 +296,10 @@ def train_adapter(
                     if len(sel):
                         qo = adapter(None, towers.queries(sel, q_txt[sel]) if towers is not None else q_txt[sel])
                         pos = p_keys[q_sub[sel]][:, idx] == q_key[sel][:, None]
-                        target = out.fused if "fused" in out.aux.get("train_terms", ()) else out.image
+                        target = out.text if text_only else \
+                            out.fused if "fused" in out.aux.get("train_terms", ()) else out.image
                         lq = multi_positive_ce(scale * qo.text @ target.t(), pos)
-                        if cfg.text_text_weight > 0:
+                        if cfg.text_text_weight > 0 and not text_only:
                             lq = lq + cfg.text_text_weight * multi_positive_ce(scale * qo.text @ out.text.t(), pos)
                         loss = loss + cfg.query_weight * lq
                         parts["query"] = lq.item()
@@ -327,7 +367,7 @@ def train_adapter(
         img, txt = torch.from_numpy(adapted.image).to(dev), torch.from_numpy(adapted.text).to(dev)
     balance: dict[str, float] = {}
     if hasattr(adapter, "calibrate_balance"):
-        balance = adapter.calibrate_balance(img, txt)
+        balance = adapter.calibrate_balance(None if text_only else img, txt)
         if balance:
             log.info("routing balance on the training tokens: %s", balance)
     adapter.eval()

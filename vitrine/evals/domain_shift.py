@@ -49,15 +49,16 @@ def _metrics(runs: Sequence[tuple[list[str], dict[str, float]]]) -> dict[str, fl
 
 
 def domain_queries(rows: list[dict[str, str]], n_attr: int, n_words: int, brand_fn: Callable[[str], str | None],
-                   seed: int = 1) -> list[dict]:
-    """Attribute + exact-word queries seeded by (and judged over) ``rows``."""
-    idx = list(range(len(rows)))
+                   seed: int = 1, seed_rows: Sequence[int] | None = None) -> list[dict]:
+    """Attribute + exact-word queries seeded by ``seed_rows`` (default: every row) of ``rows`` and
+    judged over all ``rows``."""
+    idx = list(seed_rows) if seed_rows is not None else list(range(len(rows)))
     qs = [{**q, "kind": "attr"} for q in eval_queries(rows, idx, n=n_attr, seed=seed, brand_fn=brand_fn)]
     qs += [{**q, "kind": "words"} for q in word_queries(rows, idx, n=n_words, seed=seed + 1, brand_fn=brand_fn)]
     return qs
 
 
-def _record(row: dict[str, str]) -> dict[str, Any]:
+def catalogue_record(row: dict[str, str]) -> dict[str, Any]:
     """A bundled-catalogue row as a product record (as `vitrine convert-fashion` writes it)."""
     attrs = {"gender": row["gender"], "colour": row["baseColour"], "season": row["season"], "year": row["year"],
              "usage": row["usage"], "articleType": row["articleType"]}
@@ -66,10 +67,11 @@ def _record(row: dict[str, str]) -> dict[str, Any]:
             "attributes": {k: v for k, v in attrs.items() if v and v != "NA"}}
 
 
-def _ingest(engine: Engine, rows: list[dict[str, str]], photo: Callable[[str], bytes] | None) -> None:
+def ingest_rows(engine: Engine, rows: list[dict[str, str]], photo: Callable[[str], bytes] | None) -> None:
+    """Bundled-catalogue rows into ``engine``, with their photos (``photo(id)``) or text-only (None)."""
     items = []
     for r in rows:
-        rec = _record(r)
+        rec = catalogue_record(r)
         items.append(ProductInput(Product.model_validate(rec), image=photo(r["id"]) if photo else None))
     for s in range(0, len(items), 512):
         engine.upsert(items[s:s + 512])
@@ -127,7 +129,7 @@ def domain_shift(base: Settings, rows: list[dict[str, str]], splits: dict[str, s
             settings = base.updated(**{"adapter": adapter, "data_dir": work_dir / d / label})
             engine = Engine(settings, encoder)
             try:
-                _ingest(engine, held, photo if with_photos else None)
+                ingest_rows(engine, held, photo if with_photos else None)
                 res = tune(engine)
                 got = evaluate_catalogue(engine, queries)
                 got["tuning"] = {"accepted": res.calibration.accepted, "weights": res.calibration.text_weights,

@@ -54,8 +54,8 @@ def train() -> None:
 @click.option("--model", default=None, help="Tower config (default from settings)")
 @click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Catalogue folder with styles.csv, splits.csv, images/ (default: bundled)")
-@click.option("--epochs", type=int, default=12, show_default=True,
-              help="Passes over the train split (the shipped gate: 12; the seed study ran 40)")
+@click.option("--epochs", type=int, default=None,
+              help="Passes over the train split (default: 40, the shipped gate's schedule; with --data: 12)")
 @click.option("--batch-size", type=int, default=1024, show_default=True)
 @click.option("--lr", type=float, default=None,
               help="Learning rate (default 2e-3; with --data fine-tuning the served aligner: 5e-4)")
@@ -75,7 +75,10 @@ def train() -> None:
 @click.option("--queries/--no-queries", default=True, show_default=True,
               help="Also train on attribute pseudo-queries (MoE and MLP)")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--patience", type=int, default=4, show_default=True)
+@click.option("--patience", type=int, default=None,
+              help="Epochs without a better val score before stopping (default: as many as --epochs, i.e. "
+                   "the whole cosine schedule runs and the best val epoch is kept, as for the shipped gate; "
+                   "with --data: 4)")
 @click.option("--name", default=None, help="Name recorded in the adapter config")
 @click.option("--ema", type=float, default=0.0, show_default=True,
               help="Validate and keep an exponential moving average of the weights with this decay per "
@@ -111,9 +114,9 @@ def train() -> None:
               help="The deltas' learning rate as a share of --lr")
 @click.option("--train-limit", type=int, default=None,
               help="Train on a seeded subset of this many train products (val stays whole): short comparisons")
-def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int, batch_size: int,
+def train_gate(kind: str, out: Path | None, model: str | None, source: Path | None, epochs: int | None, batch_size: int,
                lr: float | None, dim: int, hidden: int | None, experts: int, top_k: int, dynamic_k: bool, balance_weight: float,
-               balance: str, bias_rate: float, queries: bool, seed: int, patience: int, name: str | None,
+               balance: str, bias_rate: float, queries: bool, seed: int, patience: int | None, name: str | None,
                ema: float, views: str, view_prob: float, degraded_share: float, overrides: tuple[str, ...],
                gumbel_tau: float, route_kl: float, data_dir: Path | None = None, no_install: bool = False,
                lora: str | None = None, lora_rank: int = 8, lora_text_layers: str = "4,5", lora_lr_scale: float = 0.25,
@@ -132,12 +135,17 @@ def train_gate(kind: str, out: Path | None, model: str | None, source: Path | No
     if data_dir is not None:
         from vitrine.cli.tune import train_gate_on_data
 
+        epochs = 12 if epochs is None else epochs
+        patience = 4 if patience is None else patience
+
         click.echo(json.dumps(train_gate_on_data(data_dir, kind=kind, out=out, epochs=epochs, patience=patience,
                                                  batch_size=batch_size, lr=lr, dim=dim, hidden=hidden, seed=seed,
                                                  install=not no_install, overrides=_parse_overrides(overrides),
                                                  init=init),
                               indent=2))
         return
+    epochs = 40 if epochs is None else epochs
+    patience = epochs if patience is None else patience
     if lora and kind != "moe":
         raise click.BadParameter("tower LoRA trains with the MoE gate only", param_hint="--lora")
     text_layers = None if lora_text_layers.strip() == "all" else _parse_layers(lora_text_layers)

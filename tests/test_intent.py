@@ -691,7 +691,7 @@ def test_women_red_heels_under_1500(priced_engine, priced_rows):
         assert h.attributes["gender"] == "Women" and h.attributes["colour"] == "Red"
         assert h.category[-1] == "Heels" and h.price < 1500
         ex = h.explanation
-        assert ex.slots == res.slots and ex.intent["label"] == "search" and set(ex.intent["scores"]) == set(LABELS)
+        assert ex.slots == res.slots and ex.intent["label"] == "search" and ex.intent == res.intent.model_dump()
         assert ex.filters["price_max"] == 1500 and ex.filters["category"] == "Heels"
     # explicit filters win over the slots; a query with no match for its slots falls back
     res2 = priced_engine.search(SearchRequest(text="red heels under 1500", k=5, filters=Filters(gender="Men")))
@@ -830,7 +830,8 @@ def test_bad_queries_through_the_api(engine, text):
     assert r.status_code == 200, r.text
     body = r.json()
     assert "slots" in body  # intent, compare, ... are left out when null (the API drops null fields)
-    assert body.get("intent") is None or set(body["intent"]["scores"]) == set(LABELS)
+    intent = body.get("intent")
+    assert intent is None or set(intent["scores"]) == (set(LABELS) if intent["by"] == "classifier" else set())
 
 
 def test_api_response_shape(engine):
@@ -838,10 +839,23 @@ def test_api_response_shape(engine):
 
     from vitrine.web.app import create_app
 
+    s = engine.settings.intent
     with TestClient(create_app(engine=engine)) as c:
         body = c.post("/search", json={"text": "women red heels", "k": 3, "explain": True}).json()
         empty = c.post("/search", json={"text": "", "k": 3})
-    assert body["intent"]["label"] == "search" and set(body["intent"]["scores"]) == set(LABELS)
+        cue = c.post("/search", json={"text": "nike vs puma running shoes", "k": 3}).json()
+        try:  # the classifier's probabilities on every query, when asked for
+            s.intent_classify_every_query = True
+            scored = c.post("/search", json={"text": "women red heels", "k": 3}).json()
+        finally:
+            s.intent_classify_every_query = False
+    # no cue word of a non-search intent: a search by the lexical prior, the classifier not run
+    assert body["intent"] == {"label": "search", "scores": {}, "confident": True, "by": "lexical_prior"}
+    assert cue["intent"]["by"] == "classifier" and set(cue["intent"]["scores"]) == set(LABELS)
+    assert cue["intent"]["label"] == "compare"
+    assert scored["intent"]["by"] == "classifier" and scored["intent"]["label"] == "search"
+    assert set(scored["intent"]["scores"]) == set(LABELS) and scored["intent"]["predicted"] == "search"
+    assert [h["id"] for h in scored["results"]] == [h["id"] for h in body["results"]]
     assert body["slots"] == {"gender": "Women", "colour": "Red", "category": "Heels"}
     assert body["results"][0]["explanation"]["slots"] == body["slots"]
     assert not {"compare", "recommendations", "answer"} & set(body)  # null: left out

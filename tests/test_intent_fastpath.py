@@ -93,6 +93,22 @@ def test_onnx_fast_path_gives_the_plain_answers(plain, queries, tok_cache):
             assert max(abs(g.scores[k] - w.scores[k]) for k in w.scores) <= 1e-5, q
 
 
+def test_the_lexical_prior_decides_only_what_the_classifier_would(plain, queries):
+    """A query the prior decides without the classifier gets the label predict() gives it; the
+    short cut takes bare product phrases (leaves, titles) and never a query with a cue word."""
+    decided = {q: plain.decided_by_prior(q) for q in queries}
+    want = {q: r for q, r in zip(queries, plain.predict_batch(queries))}
+    for q, d in decided.items():
+        if d is not None:
+            assert d.label == want[q].label == "search" and d.scores == {} and d.predicted is None, q
+            assert d.extra == {"by": "lexical_prior"}
+        elif q.strip():
+            assert plain.cues.has_cue(" ".join(q.split())), q
+    skipped = [q for q, d in decided.items() if d is not None]
+    assert len(skipped) >= len(queries) // 4  # the leaves and titles: product phrases
+    assert any(want[q].predicted != "search" for q in skipped)  # a bare phrase the ensemble misreads stays a search
+
+
 def _regex_phrases(ex: SlotExtractor, q: str) -> list[str]:
     """The reference: one alternation of every phrase, longest first (what extract() used to run)."""
     def word(ch: str) -> bool:

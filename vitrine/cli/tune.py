@@ -118,13 +118,28 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[
 
 
 # -- the leave-domain-out protocol's aligner training (vitrine/evals/domain_shift.py) -------------
-DOMAIN_SHIFT_EPOCHS = 10  # 2 shared cores: ~10 epochs of the MLP on ~13k pairs, early-stopped on val
+DOMAIN_SHIFT_EPOCHS = 12  # 2 shared cores: the `train gate --data` schedule, early-stopped on val
+DOMAIN_SHIFT_PATIENCE = 4
+# what a served adapter's config.json says about its architecture (the rest is trained or measured)
+_ARCHITECTURE = ("dim", "hidden", "dropout", "experts", "top_k", "dynamic_k", "dynamic_threshold", "balance",
+                 "balance_weight", "balance_target_cv", "bias_rate", "router_noise", "cross_dropout",
+                 "input_dropout", "query_precision")
 
 
-def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, *, kind: str = "mlp",
+def served_architecture(settings: Any) -> tuple[str, dict[str, Any]]:
+    """The configured adapter's kind and architecture (the shipped MoE gate by default), so that
+    the protocol retrains what serves, not a stand-in."""
+    from vitrine.encoders.adapters import load_adapter  # noqa: PLC0415
+
+    cfg = load_adapter(settings.encoders.adapter).config
+    return str(cfg["kind"]), {k: cfg[k] for k in _ARCHITECTURE if k in cfg}
+
+
+def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, *, kind: str | None = None,
                           epochs: int = DOMAIN_SHIFT_EPOCHS, seed: int = 0) -> Path:
-    """An aligner trained by the encoders' training code on the bundled catalogue's ``rows`` only
-    (their train split; early-stopped on their val split; no augmented views, to fit 2 cores)."""
+    """An aligner of the served adapter's kind and architecture (``kind`` overrides), trained by
+    the encoders' training code on the bundled catalogue's ``rows`` only (their train split;
+    early-stopped on their val split; no augmented views, to fit 2 cores)."""
     from vitrine.cli.train import build_pairs, features_encoder, tune_fuse_weight  # noqa: PLC0415
     from vitrine.encoders.adapters import create_adapter  # noqa: PLC0415
     from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter  # noqa: PLC0415
@@ -132,6 +147,10 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
 
     if (out / "config.json").is_file():  # trained by an earlier run of the protocol
         return out
+    served_kind, arch = served_architecture(settings)
+    if kind is not None and kind != served_kind:
+        arch = {"dim": arch.get("dim", 256), "hidden": 512}
+    kind = kind or served_kind
     seed_everything(seed)
     full = Catalog.load()
     catalog = Catalog(source=full.source, rows=rows, splits=full.splits)
@@ -140,13 +159,16 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
     # cache once a domain is left out, and encoding them would take longer than the training itself
     train, _ = build_pairs(catalog, encoder, "train", queries=False, seed=seed, progress=False)
     val, _ = build_pairs(catalog, encoder, "val", queries=False, seed=seed, progress=False)
-    adapter = create_adapter(kind, image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim, dim=256,
-                             hidden=512, towers_key=encoder.towers.key, model=settings.encoders.model,
-                             name=f"{kind}-{out.parent.name}")
+    adapter = create_adapter(kind, image_dim=encoder.towers.image_dim, text_dim=encoder.towers.text_dim,
+                             towers_key=encoder.towers.key, model=settings.encoders.model,
+                             name=f"{kind}-{out.parent.name}", **({"dim": 256, "hidden": 512} | arch))
     out.mkdir(parents=True, exist_ok=True)
-    train_adapter(adapter, train, val, TrainConfig(epochs=epochs, patience=3, seed=seed), progress=False,
-                  log_path=out / "train_log.jsonl")
-    if kind != "moe":
+    moe = kind == "moe"  # the gate's own training options, as `vitrine train gate` sets them
+    train_adapter(adapter, train, val, TrainConfig(epochs=epochs, patience=DOMAIN_SHIFT_PATIENCE, seed=seed,
+                                                   modality_dropout=0.15 if moe else 0.0,
+                                                   text_text_weight=0.5 if moe else 0.0),
+                  progress=False, log_path=out / "train_log.jsonl")
+    if not moe:  # the MoE's modality gate weighs photo and text per product: nothing to tune
         adapter.config["fuse_image_weight"] = tune_fuse_weight(adapter, catalog, encoder)["best"]
     adapter.save_pretrained(out)
     return out

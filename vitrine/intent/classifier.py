@@ -47,7 +47,7 @@ def clean_query(text: str | None, max_chars: int) -> tuple[str, bool]:
 @dataclass
 class IntentResult:
     label: str                      # the label acted on (the fallback when not confident)
-    predicted: str                  # the classifier's top label
+    predicted: str | None           # the classifier's top label (None: the classifier did not run)
     scores: dict[str, float]
     confident: bool
     n_tokens: int = 0
@@ -57,7 +57,7 @@ class IntentResult:
 
     @property
     def confidence(self) -> float:
-        return self.scores.get(self.predicted, 0.0)
+        return self.scores.get(self.predicted, 0.0) if self.predicted else 0.0
 
 
 class IntentClassifier:
@@ -254,6 +254,22 @@ class IntentClassifier:
 
     def predict(self, text: str | None) -> IntentResult:
         return self.predict_batch([text])[0]
+
+    def decided_by_prior(self, text: str | None) -> IntentResult | None:
+        """The label when the decision rule fixes it whatever the classifier would say, else None.
+
+        Under the lexical prior a query holding no cue word of any non-search intent is a search
+        (a confident non-search label needs a cue word; a search or an unsure label is a search
+        anyway), so serving skips the ensemble for it: the label is the one :meth:`predict` gives
+        (tests/test_intent_fastpath.py checks it on held-out queries), without the probabilities.
+        An empty query is left to :meth:`predict` (it reports no confidence)."""
+        if self.cues is None:
+            return None
+        s, cut = clean_query(text, self.max_chars)
+        if not s or self.cues.has_cue(s):  # the text predict_batch checks for a cue word
+            return None
+        return IntentResult(label=FALLBACK_LABEL, predicted=None, scores={}, confident=True,
+                            truncated=cut, extra={"by": "lexical_prior"})
 
     def predict_batch(self, texts: list[str | None], *, prior: bool = True) -> list[IntentResult]:
         """``prior``: apply the lexical prior of the decision rule (False: the confidence floor alone)."""

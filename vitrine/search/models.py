@@ -371,10 +371,15 @@ class SearchResponse(BaseModel):
 
 class IntentOut(BaseModel):
     label: str = Field(description="search, compare, recommend, purchase_intent, after_sales or abandon")
-    scores: dict[str, float] = Field(description="Probability of every label")
+    scores: dict[str, float] = Field(description="Probability of every label (empty when the classifier did "
+                                                 "not run: see by)")
     predicted: str | None = Field(None, description="The classifier's top label (label falls back to "
-                                                    "search when it is not confident)")
+                                                    "search when it is not confident; null when it did not run)")
     confident: bool = True
+    by: Literal["classifier", "lexical_prior"] = Field(
+        "classifier", description="What decided the label: the classifier, or the lexical prior (the query holds "
+                                  "no cue word of a non-search intent, so it is a search whatever the classifier "
+                                  "says, and the classifier is not run; VITRINE_INTENT_CLASSIFY_EVERY_QUERY runs it)")
 
 
 class AfterSalesAnswer(BaseModel):

@@ -170,6 +170,10 @@ class QueryUnderstanding:
     def classify(self, text: str) -> "IntentResult":
         if self.classifier is None:
             raise RuntimeError(self.error or "no intent classifier")
+        if not self.settings.intent.intent_classify_every_query:
+            decided = self.classifier.decided_by_prior(text)
+            if decided is not None:  # no cue word: a search whatever the ensemble says, so it does not run
+                return decided
         fut = _batcher(self.classifier, self.settings.intent.intent_threads,
                        self.settings.encoders.query_batch_max).submit(text)
         try:
@@ -239,7 +243,8 @@ def plan(reader: Reader, qu: QueryUnderstanding | None, req: SearchRequest, text
         p.degraded.append("intent")
         return p
     p.ms = (time.perf_counter() - t0) * 1000
-    p.intent = IntentOut(label=res.label, scores=res.scores, predicted=res.predicted, confident=res.confident)
+    p.intent = IntentOut(label=res.label, scores=res.scores, predicted=res.predicted, confident=res.confident,
+                         by=res.extra.get("by", "classifier"))
     p.slots = slots.values()
     if res.truncated:
         p.notes["intent_truncated"] = True

@@ -597,7 +597,8 @@ function renderUnderstood(req, resp) {
   if (intent && intent.label) {
     const p = intent.scores && typeof intent.scores[intent.label] === "number" ? ` ${Math.round(intent.scores[intent.label] * 100)}%` : "";
     const all = intent.scores ? Object.entries(intent.scores).sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} ${Math.round(v * 100)}%`).join(", ") : "";
-    chips.push(h("li", { class: "chip intent", dataset: { intent: intent.label }, title: all }, "Intent: ", h("strong", {}, intent.label.replace(/_/g, " ")), p));
+    const why = intent.by === "lexical_prior" ? "no intent cue word in the query: a search" : "";
+    chips.push(h("li", { class: "chip intent", dataset: { intent: intent.label }, title: all || why }, "Intent: ", h("strong", {}, intent.label.replace(/_/g, " ")), p));
   }
   const slots = resp.slots || {};
   for (const [k, v] of Object.entries(slots)) {

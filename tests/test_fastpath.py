@@ -274,11 +274,11 @@ def test_a_first_query_does_not_pay_the_fast_path_set_up_in_its_budget(settings_
 
 def test_engine_search_uses_the_fast_path_and_rebuilds_it_on_encoder_swap(engine, titles):
     qe = engine.query_encoder
-    before = qe.cache.hits
+    before = qe.cache.hits + qe.feature_cache.hits  # at the floor a text query needs only the text tower
     r1 = engine.search(SearchRequest(text=titles[3], k=5))
     r2 = engine.search(SearchRequest(text=titles[3], k=5))
     assert [h.id for h in r1.results] == [h.id for h in r2.results]
-    assert qe.cache.hits > before
+    assert qe.cache.hits + qe.feature_cache.hits > before
     with ThreadPoolExecutor(8) as ex:
         res = list(ex.map(lambda t: engine.search(SearchRequest(text=t, k=3)), titles[10:26]))
     assert all(r.results for r in res)
@@ -290,6 +290,36 @@ def test_engine_search_uses_the_fast_path_and_rebuilds_it_on_encoder_swap(engine
     finally:
         engine.encoder = old
     assert engine.query_encoder.model_key == qe.model_key
+
+
+def test_a_text_search_at_the_floor_runs_the_text_tower_once_and_not_the_adapter(engine, subset_rows):
+    """An untuned catalogue ranks text by the text tower's own cosine: a new query text costs one
+    tower forward and no adapter forward; a photo query still runs the adapter."""
+    qe = engine.query_encoder
+    assert engine.reader.calibration.is_floor
+    tower, embed = qe.text_features, engine.encoder.embed
+    calls = {"tower": 0, "adapter": 0}
+
+    def count(name, fn):  # noqa: ANN001, ANN202
+        def wrapped(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            calls[name] += 1
+            return fn(*a, **kw)
+        return wrapped
+
+    texts = [f"{r['productDisplayName']} floor-check" for r in subset_rows[60:66]]  # never searched before
+    qe.text_features, engine.encoder.embed = count("tower", tower), count("adapter", embed)
+    try:
+        got = [engine.search(SearchRequest(text=t, k=5)) for t in texts]
+        assert calls == {"tower": len(texts), "adapter": 0}
+        assert all(r.results and not r.degraded for r in got)
+        # the ranking is the text tower's cosine: each title finds its own product first
+        assert sum(r.results[0].title + " floor-check" == t for r, t in zip(got, texts)) >= len(texts) - 1
+        photo = (SOURCE / "images" / f"{subset_rows[60]['id']}.jpg").read_bytes()
+        engine.search(SearchRequest(k=3), image=photo)
+        assert calls["adapter"] == 1
+    finally:
+        del qe.text_features  # back to the class's method
+        del engine.encoder.embed
 
 
 # -- the onnxruntime query path (vitrine/onnxrt.py) -------------------------------------------------

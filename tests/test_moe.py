@@ -361,8 +361,17 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
             raise RuntimeError("router produced NaN weights")
 
         eng.encoder.adapter.router.forward = broken
-        resp = eng.search(SearchRequest(text=row["productDisplayName"] + " strap", k=5))
-        assert resp.degraded == ["gate"] and resp.results
+        # At the floor (an untuned catalogue) a text query ranks by the text tower's own cosine: the
+        # gate is not run, so its failure costs that query nothing.
+        floor = eng.search(SearchRequest(text=row["productDisplayName"] + " strap", k=5))
+        assert floor.degraded == [] and floor.results
+        search = eng.settings.search
+        before, search.calibration = search.calibration, "off"  # the shared space ranks text
+        try:
+            resp = eng.search(SearchRequest(text=row["productDisplayName"] + " strap", k=5))
+            assert resp.degraded == ["gate"] and resp.results
+        finally:
+            search.calibration = before
         photo = (SOURCE / "images" / f"{row['id']}.jpg").read_bytes()
         resp = eng.search(SearchRequest(k=3), image=photo)
         assert resp.degraded == ["gate"] and resp.results[0].id == row["id"]  # its own photo, router-free

@@ -533,6 +533,11 @@ def test_gate_failure_degrades_to_the_light_path_or_to_words(own_encoder_engine,
     adapter.forward = broken_router
     row = subset_rows[7]
     with TestClient(create_app(engine=eng)) as c:
+        # at the floor (an untuned catalogue) a text query ranks by the text tower's own cosine and
+        # never runs the gate: its failure costs that query nothing
+        r = c.post("/search", json={"text": f"{row['productDisplayName']} gate-0", "k": 5, "use_intent": False})
+        assert r.status_code == 200 and r.json()["degraded"] == [] and r.json()["results"]
+        eng.settings.search.calibration = "off"  # the configured fusion: the shared space ranks text
         # no light path: words alone (BM25 + graph), marked degraded
         r = c.post("/search", json={"text": f"{row['productDisplayName']} gate-1", "k": 5, "explain": True,
                                     "use_intent": False})

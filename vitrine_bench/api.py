@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from vitrine.client import ApiError, Client, RetryPolicy, Unreachable
+from vitrine.settings import Settings
 from vitrine_bench.common import Report, Server, start_server, summary_ms
 from vitrine_bench.encoders import matmul_flops
 
@@ -42,6 +43,16 @@ def query_pool(source: Path, n: int = 400, seed: int = 0) -> tuple[list[str], li
     texts += [rows[i]["productDisplayName"] for i in rng.sample(test, n // 2)]
     photos = [(source / "images" / f"{rows[i]['id']}.jpg").read_bytes() for i in rng.sample(test, n)]
     return texts, photos
+
+
+def cue_share(texts: list[str]) -> float:
+    """The share of ``texts`` holding a cue word of a non-search intent (the rest skip the intent
+    ensemble under the shipped decision rule)."""
+    from vitrine.intent.classifier import clean_query
+    from vitrine.intent.cues import default_cues
+
+    cues = default_cues()
+    return sum(cues.has_cue(clean_query(t, 2000)[0]) for t in texts) / max(1, len(texts))
 
 
 async def _send(session: aiohttp.ClientSession, request: tuple[str, str, dict[str, Any]]) -> bool:
@@ -216,7 +227,11 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
              "Query-embedding cache: "
              f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "
              "machine's cores with the server. `gflops_core`: fp32 matmul GFLOP/s of one core (`matmul_flops(1)` of "
-             "`vitrine bench encoders`), measured just before each cell: server CPU per request scales with it.")
+             "`vitrine bench encoders`), measured just before each cell: server CPU per request scales with it. "
+             f"Intent: {cue_share(texts):.0%} of the text queries hold an intent cue word and run the classifier "
+             "ensemble; the rest are searches by the lexical prior and skip it (docs/intent.md)"
+             + (", except that this server ran it on every query (VITRINE_INTENT_CLASSIFY_EVERY_QUERY)."
+                if Settings().intent.intent_classify_every_query else "."))
     rep.table(rows, ["mix", "workers", "clients", "load", "qps", "p50_ms", "p95_ms", "p99_ms", "server_cpu_ms_per_req", "errors",
                      "server_rss_mb", "gflops_core"],
               "Results" + (f" ({repeats} runs of every cell, in turn)" if repeats > 1 else ""))

@@ -160,7 +160,7 @@ def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Pa
     clfs = {rt: IntentClassifier.load(cache_dir=cache_dir / "intent", runtime=rt) for rt in ("torch", "onnx")}
     pixels = [enc.towers.preprocess(enc.decode(p)) for p in photos[:64]]
     probe_t, probe_p = texts[:200], pixels[:64]
-    ref_t = qes["torch"]._encode_texts(probe_t)
+    ref_t = qes["torch"].text(probe_t)
     ref_p = qes["torch"]._encode_pixels(probe_p)
     ref_i = clfs["torch"].predict_batch(probe_t)
     rows = []
@@ -177,7 +177,7 @@ def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Pa
         if rt == "onnx int8":
             cells = {k: v for k, v in cells.items() if k.startswith("text")}
         diff = {
-            "text tower": float(np.abs(np.stack(qe._encode_texts(probe_t)) - np.stack(ref_t)).max()),
+            "text tower": float(np.abs(qe.text(probe_t) - ref_t).max()),
             "photo tower": float(np.abs(np.stack(qe._encode_pixels(probe_p)) - np.stack(ref_p)).max()),
             "intent classifier": max(abs(a.scores[k] - b.scores[k]) for a, b in
                                      zip(clf.predict_batch(probe_t), ref_i) for k in a.scores),

@@ -49,6 +49,7 @@ Precision = Literal["fp32", "bf16", "int8"]
 Runtime = Literal["auto", "torch", "onnx"]
 Key = tuple[str, str, str, str]
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "int8")
+NATIVE_HANDOFF = 256  # native vectors kept even with the query cache off: more than the queries in flight
 
 
 def quantize_text_tower(module: torch.nn.Module, precision: str) -> torch.nn.Module:
@@ -112,8 +113,12 @@ class QueryEncoder:
         self.text_precision = "fp32" if text_precision == "auto" else str(text_precision)
         self._lowercase = bool(getattr(towers.hf_tokenizer, "do_lower_case", False))
         self.cache: LRUCache[np.ndarray] = cache if cache is not None else LRUCache(cache_size)
-        # the text tower's own (native) unit vectors of recent query texts, kept by the same forward
-        self.native_cache: LRUCache[np.ndarray] = LRUCache(cache_size)
+        # the text tower's own (native) unit vectors of recent query texts, kept by the same forward:
+        # at least the queries in flight even with the cache off (size 0), so that reading a
+        # query's native vector never runs the tower a second time
+        self.native_cache: LRUCache[np.ndarray] = LRUCache(max(cache_size, NATIVE_HANDOFF))
+        # the text tower's features of recent query texts (the adapter's input), as the cache above
+        self.feature_cache: LRUCache[np.ndarray] = LRUCache(self.cache.size)
         self.threads = threads
         self._text_module: torch.nn.Module | None = None
         if towers.hf_tokenizer is not None:
@@ -128,7 +133,7 @@ class QueryEncoder:
             self._text_module = quantize_text_tower(towers.model.text, "int8")
             self._text_device = torch.device("cpu")  # quantized Linear layers live on CPU
         wait = max_wait_ms / 1000.0
-        self._text = MicroBatcher(self._encode_texts, max_batch=max_batch, max_wait_s=wait,
+        self._text = MicroBatcher(self._text_feature_rows, max_batch=max_batch, max_wait_s=wait,
                                   name="vitrine-query-text", on_start=self._thread_setup)
         self._image = MicroBatcher(self._encode_pixels, max_batch=max_batch, max_wait_s=wait,
                                    name="vitrine-query-image", on_start=self._thread_setup)
@@ -236,9 +241,40 @@ class QueryEncoder:
 
     # -- public ------------------------------------------------------------------------------------
     def text(self, texts: Sequence[str]) -> np.ndarray:
-        """Shared-space vectors of query texts, (N, dim) float32."""
+        """Shared-space vectors of query texts, (N, dim) float32: the text tower in the batcher,
+        the adapter over every missing text in one call."""
         keys = [self._text_key(t) for t in texts]
-        return self._lookup(keys, lambda i: self._text.submit(texts[i]))
+        out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
+        todo = [i for i, v in enumerate(out) if v is None]
+        if todo:
+            waits = [self._text.submit(texts[i]) for i in todo]  # concurrent submits share forwards
+            feats = np.stack([f.result() for f in waits])
+            for i, v in zip(todo, self._shared_rows([texts[i] for i in todo], feats)):
+                self.cache.put(keys[i], v)
+                out[i] = v
+        if not out:
+            return np.zeros((0, self.encoder.dim), dtype=np.float32)
+        return np.stack(out)  # type: ignore[arg-type]
+
+    def text_query(self, text: str) -> "TextQuery":
+        """One query text's encode, started now: the text tower runs in the batcher; the adapter's
+        shared-space vector is made only if :meth:`TextQuery.vector` asks for it (a text query
+        ranked by the text tower's own cosine never does). A cached vector comes back done."""
+        v = self.cache.get(self._text_key(text))
+        if v is not None:
+            return TextQuery(self, text, None, v)
+        f = self.feature_cache.get(self._feature_key(text))
+        return TextQuery(self, text, _done(f) if f is not None else self._text.submit(text))
+
+    def shared_vector(self, text: str, features: np.ndarray) -> np.ndarray:
+        """The shared-space vector of ``text`` from its text-tower ``features`` (the adapter, in
+        the caller's thread), cached like every query vector."""
+        key = self._text_key(text)
+        v = self.cache.get(key)
+        if v is None:
+            v = self._shared_rows([text], np.array(features, dtype=np.float32)[None])[0]  # a writable copy for torch
+            self.cache.put(key, v)
+        return v
 
     def native(self, text: str) -> np.ndarray:
         """A query text's vector in the text tower's own space (its L2-normalised output, before
@@ -256,13 +292,6 @@ class QueryEncoder:
         cannot be decoded raises :class:`~vitrine.errors.InvalidImage`."""
         keys = [self._image_key(p) for p in photos]
         return self._lookup(keys, lambda i: self._submit_photo(photos[i]))
-
-    def text_future(self, text: str) -> Future[np.ndarray]:
-        """One query text's vector as a future: start the encode now, collect it later (e.g.
-        while the intent classifier runs). A cached vector comes back already done."""
-        key = self._text_key(text)
-        v = self.cache.get(key)
-        return _done(v) if v is not None else self._future(key, lambda: self._text.submit(text))
 
     def image_future(self, photo: bytes) -> Future[np.ndarray]:
         """One query photo's vector as a future. The photo is decoded here, in the caller's thread
@@ -340,6 +369,9 @@ class QueryEncoder:
     def _text_key(self, text: str) -> Key:
         return (self.model_key, self.text_precision, "t", self.normalise(text))
 
+    def _feature_key(self, text: str) -> Key:
+        return (self.encoder.towers.key, self.text_precision, "f", self.normalise(text))
+
     def _image_key(self, photo: bytes) -> Key:
         return (self.model_key, "", "i", hashlib.sha256(photo).hexdigest())
 
@@ -370,11 +402,19 @@ class QueryEncoder:
         # A text forward keeps no state, so even the shared fp32 tower needs no lock here.
         return self._text_module(ids).float().cpu().numpy()
 
-    def _encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+    def _text_feature_rows(self, texts: list[str]) -> list[np.ndarray]:
+        """The batcher's work for query texts: the text tower's features (each text's native
+        vector kept in ``native_cache``); the adapter runs apart (:meth:`_shared_rows`)."""
         feats = self.text_features(texts)
         tk = self.encoder.towers.key
-        for t, v in zip(texts, _rows(unit_rows(feats))):
+        rows = _rows(feats)
+        for t, v, f in zip(texts, _rows(unit_rows(feats)), rows):
             self.native_cache.put((tk, self.text_precision, "n", self.normalise(t)), v)
+            self.feature_cache.put(self._feature_key(t), f)
+        return rows
+
+    def _shared_rows(self, texts: list[str], feats: np.ndarray) -> list[np.ndarray]:
+        """The adapter over query texts' tower features: their shared-space vectors."""
         emb = self.encoder.embed(None, self.encoder.shared_text_features(texts, native=feats)).text
         if emb is None:  # pragma: no cover - an adapter always gives text vectors for text input
             raise ModelError("the adapter returned no text vectors")
@@ -394,6 +434,49 @@ class QueryEncoder:
         if emb is None:  # pragma: no cover
             raise ModelError("the adapter returned no image vectors")
         return _rows(emb)
+
+
+class TextQuery:
+    """A query text's encode in flight (:meth:`QueryEncoder.text_query`): the text tower's forward
+    now, in the batcher; the adapter's shared-space vector once, when first asked for."""
+
+    def __init__(self, encoder: QueryEncoder, text: str, features: Future[np.ndarray] | None,
+                 vector: np.ndarray | None = None) -> None:
+        self.text = text
+        self._encoder = encoder
+        self._features = features
+        self._vector = vector
+        self._lock = threading.Lock()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the text tower's forward is done (the native vector is then cached); raises
+        TimeoutError past ``timeout`` seconds, or what the forward raised."""
+        if self._features is not None:
+            self._features.result(timeout)
+
+    def vector(self, timeout: float | None = None) -> np.ndarray:
+        """The shared-space vector (the adapter runs in this thread, once)."""
+        with self._lock:
+            if self._vector is None:
+                assert self._features is not None
+                self._vector = self._encoder.shared_vector(self.text, self._features.result(timeout))
+            return self._vector
+
+    def shared_future(self) -> Future[np.ndarray]:
+        """The shared-space vector as a future: the adapter runs in the batcher's thread right after
+        the text tower (so a caller's wait, with its time budget, covers both)."""
+        if self._vector is not None or self._features is None:
+            return _done(self.vector())
+        out: Future[np.ndarray] = Future()
+
+        def finish(f: Future[np.ndarray]) -> None:
+            try:
+                out.set_result(self.vector())
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+                out.set_exception(e)
+
+        self._features.add_done_callback(finish)
+        return out
 
 
 def unit_rows(a: np.ndarray) -> np.ndarray:

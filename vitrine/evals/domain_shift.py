@@ -125,6 +125,7 @@ def domain_shift(base: Settings, rows: list[dict[str, str]], splits: dict[str, s
         queries = domain_queries(held, n_attr, n_words, brand_fn)
         entry: dict[str, Any] = {"products": len(held), "queries": len(queries), "adapter": adapter}
         encoder = build_encoder(base.updated(**{"adapter": adapter}))
+        entry["aligner"] = aligner_summary(encoder.adapter.config)
         for label, with_photos in (("photos", True), ("text_only", False)):
             settings = base.updated(**{"adapter": adapter, "data_dir": work_dir / d / label})
             engine = Engine(settings, encoder)
@@ -150,6 +151,15 @@ def domain_shift(base: Settings, rows: list[dict[str, str]], splits: dict[str, s
     return result
 
 
+def aligner_summary(config: dict[str, Any]) -> dict[str, Any]:
+    """What an adapter's config.json says about the aligner a domain was served with: its kind and
+    architecture, and the best epoch and validation score of its training."""
+    train = config.get("train", {})
+    out = {k: config[k] for k in ("kind", "experts", "top_k", "hidden", "dim") if k in config}
+    return out | {"best_epoch": train.get("best_epoch"), "epochs": train.get("config", {}).get("epochs"),
+                  "val_MRR@10": round(float(train["val_score"]), 4) if "val_score" in train else None}
+
+
 def write_report(result: dict[str, Any], out_dir: Path, name: str = "domain-shift") -> list[Path]:
     """``name``.md, .json and .png: nDCG@10 / R@10 / MRR@10 per held-out domain and system."""
     import json  # noqa: PLC0415
@@ -169,6 +179,14 @@ def write_report(result: dict[str, Any], out_dir: Path, name: str = "domain-shif
                 m = block[system]
                 lines.append(f"| {d} | {label} | {e['products']} | {e['queries']} | {system} | {m['nDCG@10']:.4f} | "
                              f"{m['R@10']:.4f} | {m['MRR@10']:.4f} |")
+    lines += ["", "Aligner per held-out domain (trained on the other domains' train split, early-stopped on "
+                  "their val split):", ""]
+    for d, e in result["domains"].items():
+        a = e.get("aligner", {})
+        arch = f"{a.get('kind')}" + (f", {a['experts']} experts, top-{a['top_k']}" if "experts" in a else "") + \
+            (f", hidden {a['hidden']}" if "hidden" in a else "")
+        lines.append(f"- {d}: {arch}; best epoch {a.get('best_epoch')} of {a.get('epochs')}, "
+                     f"val title->photo MRR@10 {a.get('val_MRR@10')}; {e.get('seconds')} s for the domain")
     lines += ["", "Tuning chosen per catalogue (held-out pseudo-query objective):", ""]
     for d, e in result["domains"].items():
         for label, block in (("photos", e), ("text-only", e["text_only"])):

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.encoders.queries import QueryEncoder
+from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.errors import NotFound, VitrineError
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
@@ -277,10 +276,10 @@ class Engine:
         """A stored record as the API shows a product."""
         return product_out(row)
 
-    def query_vectors(self, text: str | None, image: bytes | None, text_vector: Future[np.ndarray] | None = None,
+    def query_vectors(self, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Shared-space query vectors per modality present (vitrine/search/reader.py)."""
-        return self.reader.query_vectors(text, image, text_vector, timeout_s=timeout_s)
+        return self.reader.query_vectors(text, image, text_query, timeout_s=timeout_s)
 
     @property
     def query_encoder(self) -> QueryEncoder:

@@ -22,11 +22,12 @@ under load.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, ModelError
 from vitrine.index.graph import QueryTerms
 from vitrine.search.reader import Reader
@@ -36,12 +37,20 @@ log = logging.getLogger(__name__)
 Ranked = list[tuple[int, float, dict[str, float]]]
 
 
-def query_vectors(reader: Reader, text: str | None, image: bytes | None,
-                  text_vector: Future[np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The query's shared-space vectors and the degraded components (``["gate"]`` or none)."""
+def query_vectors(reader: Reader, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
+                  *, lazy_text: bool = False) -> tuple[Mapping[str, np.ndarray], list[str]]:
+    """The query's shared-space vectors and the degraded components (``["gate"]`` or none).
+
+    ``lazy_text`` (a text-only query whose ranking may not read its shared-space vector: the
+    floor ranks by the text tower's own cosine): wait for the text tower alone, and run the
+    adapter only if the vector is read (:class:`QueryVectors`)."""
     budget_s = reader.settings.search.gate_timeout_ms / 1000
     try:
-        return reader.query_vectors(text, image, text_vector, timeout_s=budget_s), []
+        if lazy_text and text and image is None:
+            tq = text_query or reader.query_encoder.text_query(text)
+            tq.wait(budget_s)
+            return QueryVectors(reader, tq), []
+        return reader.query_vectors(text, image, text_query, timeout_s=budget_s), []
     except InvalidInput:
         raise
     except TimeoutError:
@@ -55,6 +64,39 @@ def query_vectors(reader: Reader, text: str | None, image: bytes | None,
     except Exception as e:  # noqa: BLE001
         log.warning("the light query path failed too (%s); ranking by words alone", e)
         return {}, ["gate"]
+
+
+class QueryVectors(Mapping[str, np.ndarray]):
+    """A text query's shared-space vector, made when first read (the adapter in the reading
+    thread). If the adapter fails then, the light path's vector answers and ``degraded`` says
+    ``gate``; without a light path the read raises (the ranking's own guard degrades)."""
+
+    def __init__(self, reader: Reader, text_query: TextQuery) -> None:
+        self._reader = reader
+        self._query = text_query
+        self._vector: np.ndarray | None = None
+        self.degraded: list[str] = []
+
+    def __getitem__(self, modality: str) -> np.ndarray:
+        if modality != "text":
+            raise KeyError(modality)
+        if self._vector is None:
+            try:
+                self._vector = self._query.vector(self._reader.settings.search.gate_timeout_ms / 1000)
+            except Exception as e:  # noqa: BLE001 - the adapter failing here degrades like it does up front
+                log.warning("query embedding failed (%s); degrading to the light path", e)
+                self.degraded.append("gate")
+                light = light_query_vectors(self._reader, self._query.text, None)
+                if "text" not in light:
+                    raise ModelError("the adapter failed and has no light path") from e
+                self._vector = light["text"]
+        return self._vector
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("text",))
+
+    def __len__(self) -> int:
+        return 1
 
 
 def light_query_vectors(reader: Reader, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:

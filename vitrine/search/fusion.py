@@ -430,6 +430,18 @@ def rank(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None, k: int,
     return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms
 
 
+def ranks_at_the_floor(reader: Reader, text: str | None, has_image: bool) -> bool:
+    """True when :func:`rank` ranks this query by the text tower's own cosine alone (a text-only
+    query, fusion on, the catalogue's calibration at the floor, the native space usable), so
+    its shared-space vector is never read: the search need not run the adapter for it."""
+    s = reader.settings.search
+    if not text or has_image or s.fusion == "off" or s.calibration == "off":
+        return False
+    if not reader.state.native.usable_with(reader.encoder.towers.key):
+        return False
+    return reader.calibration.is_floor
+
+
 def text_weights(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None
                  ) -> tuple[dict[str, float] | None, np.ndarray | None, list[str]]:
     """For a text-only query under a calibration: (its weighted-fusion weights, the query's

@@ -26,7 +26,7 @@ import numpy as np
 
 from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.encoders.queries import QueryEncoder
+from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.search import calibration
 from vitrine.search.models import Filters
 from vitrine.search.state import IndexState, Ranked
@@ -93,17 +93,17 @@ class Reader:
     def close(self) -> None:
         self.reset_query_encoder()
 
-    def query_vectors(self, text: str | None, image: bytes | None, text_vector: Future[np.ndarray] | None = None,
+    def query_vectors(self, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
-        """Shared-space query vectors per modality present (``text_vector``: the text's encode,
-        started earlier with ``query_encoder.text_future``). Both encodes run in the query fast
+        """Shared-space query vectors per modality present (``text_query``: the text's encode,
+        started earlier with ``query_encoder.text_query``). Both encodes run in the query fast
         path's batcher threads while this one waits for them, at most ``timeout_s`` in all
         (TimeoutError past it; the abandoned encodes finish in the background)."""
         deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         qe = self.query_encoder
         futures: dict[str, Future[np.ndarray]] = {}
         if text:
-            futures["text"] = text_vector if text_vector is not None else qe.text_future(text)
+            futures["text"] = (text_query or qe.text_query(text)).shared_future()
         if image is not None:
             futures["image"] = qe.image_future(image)  # a photo that cannot be decoded raises here
         return {m: f.result(None if deadline is None else max(0.0, deadline - time.perf_counter()))

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.graph import QueryTerms
 from vitrine.search import fallback, fusion, recommend, storefront, understanding
@@ -104,13 +104,15 @@ class ReadPath:
         plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters; never raises
         if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(rd, req, text, image is not None, plan, t0)
-        qv, gate = fallback.query_vectors(rd, text, image, early)  # degrades (gate), never fails
+        # degrades (gate), never fails; at the floor a text query's adapter runs only if its vector is read
+        qv, gate = fallback.query_vectors(rd, text, image, early,
+                                          lazy_text=fusion.ranks_at_the_floor(rd, text, image is not None))
         allowed = understanding.allowed_ids(rd, plan)
         window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
         scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
             rd, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
             lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
-        degraded = gate + degraded
+        degraded = gate + getattr(qv, "degraded", []) + degraded
         view = storefront.arrange(rd, req, scored,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
         rows = self.state.records.get_by_iids([iid for iid, _, _ in view.page])
@@ -170,19 +172,19 @@ class ReadPath:
         except Exception as e:  # noqa: BLE001
             log.warning("query fast path not built: %s", e)
 
-    def _encode_early(self, req: SearchRequest, text: str | None) -> Future[np.ndarray] | None:
+    def _encode_early(self, req: SearchRequest, text: str | None) -> TextQuery | None:
         """Start the query text's encode before intent classification when both will run (an
         after-sales query then wastes one encode; every other query waits for the slower of the
         two instead of their sum). None: encode later, in the guarded query-vector step."""
         if not text or self.understanding is None or not req.use_intent:
             return None
         try:
-            return self.reader.query_encoder.text_future(text)
+            return self.reader.query_encoder.text_query(text)
         except Exception as e:  # noqa: BLE001 - the guarded step retries and degrades if need be
             log.warning("early query encode not started: %s", e)
             return None
 
-    def _guarded_rank(self, qv: dict[str, np.ndarray], text: str | None, k: int,
+    def _guarded_rank(self, qv: Mapping[str, np.ndarray], text: str | None, k: int,
                       allowed: np.ndarray | None, depth: int) -> tuple[Any, dict[int, float], list[str], Any]:
         """Hybrid ranking of a pool of ``depth`` candidates per retriever under a time budget (the
         whole pool, best first); when fusion raises or overstays, the plain vector ranking

@@ -7,8 +7,11 @@ each alone pays a whole model forward per request; ``QueryEncoder`` instead
   the text tower's precision and the normalised text (or the photo's SHA-256), so a cached
   vector can never come from another model (a new adapter or towers means a new key);
 - sends misses through a dynamic micro-batcher (:class:`~vitrine.encoders.batching.MicroBatcher`)
-  per modality: requests arriving together are encoded in one forward (towers + adapter), in
-  ``torch.inference_mode`` and with a deliberate torch thread count in the worker thread;
+  per modality: requests arriving together are encoded in one forward, in
+  ``torch.inference_mode`` and with a deliberate torch thread count in the worker thread
+  (photos: tower + adapter; texts: the tower, then the adapter per text when its shared-space
+  vector is wanted: :meth:`QueryEncoder.text_query` makes it only when read, since a text query
+  ranked by the text tower's own cosine needs the tower's vector alone);
 - can run the text tower in reduced precision for queries only (``int8``: dynamic
   quantisation of its Linear layers; ``bf16``): product vectors are unchanged, so switching
   needs no re-indexing. Whether that keeps quality is measured (`vitrine bench fastpath`).

@@ -11,6 +11,10 @@
   ["fusion"]``). Its retrievers already degrade one by one (``bm25``, ``graph``).
 - The intent classifier degrades in vitrine/search/understanding.py (``degraded: ["intent"]``).
 
+A text query ranked at the floor (the text tower's own cosine) waits for the text tower alone and
+runs the adapter only if its shared-space vector is read after all (:class:`QueryVectors`), so a
+broken gate costs it nothing.
+
 Both budgets are kept without handing the step to another thread: the query encodes already run
 in the fast path's batcher threads, and the search waits for them at most ``gate_timeout_ms``
 (an abandoned encode finishes in the background); fusion runs in the searching thread, which

@@ -209,6 +209,10 @@ class SearchSettings(_Section):
                                   "the catalogue's products changed since it was fitted; past it, the floor.")
     tune_after_ingest: bool = Field(True, description="Run `vitrine tune` after `vitrine ingest` when it is cheap "
                                     "(catalogue of at most tune_auto_max_products products).")
+    tune_taxonomy_queries: int = Field(200, ge=0, le=100_000, description="Pseudo-queries naming the Google-"
+                                       "taxonomy nodes the catalogue's categories map to, in other words than the "
+                                       "records', that `vitrine tune` fits on beside the records' own (0: none; "
+                                       "docs/tuning.md).")
     tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
                                         "an ingest (tune's cost grows with the catalogue: 3-4 min at 20k products "
                                         "on 2 busy cores).")

@@ -29,7 +29,7 @@ def labelled_queries(files: tuple[Path, ...] | list[Path], *, seed: int = 0) -> 
 
 
 def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tuple[Path, ...] = (),
-             taxonomy_queries: int = 0) -> Any:
+             taxonomy_queries: int | None = None) -> Any:
     """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
     ``queries``: the shop's own judged queries, fitted beside the pseudo-queries."""
     from vitrine.evals.tuning import tune, write_report  # noqa: PLC0415
@@ -88,13 +88,13 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
 @click.option("--queries", "queries", type=click.Path(path_type=Path, exists=True, dir_okay=False), multiple=True,
               help="The shop's own judged queries (query logs, judgements; the JSONL of `vitrine eval --queries`), "
                    "fitted together with the pseudo-queries; part held out for acceptance. Repeatable")
-@click.option("--taxonomy-queries", type=int, default=0, show_default=True,
-              help="Also this many pseudo-queries naming the Google-taxonomy nodes the categories map to, in other "
-                   "words than the records' (docs/tuning.md)")
+@click.option("--taxonomy-queries", type=click.IntRange(0, 100_000), default=None,
+              help="This many pseudo-queries naming the Google-taxonomy nodes the categories map to, in other "
+                   "words than the records' (default: VITRINE_TUNE_TAXONOMY_QUERIES, 200; 0: none; docs/tuning.md)")
 @click.option("--intent", "intent_members", type=int, default=0, show_default=True,
               help="Also fine-tune the shipped intent classifier's members on this catalogue's titles, this "
                    "many members (0: no), into DATA/intent-model")
-def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], taxonomy_queries: int,
+def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], taxonomy_queries: int | None,
              intent_members: int, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""

@@ -17,7 +17,8 @@ and `vitrine train gate --data` make their own, from what every product record s
   "Tshirts"), alone or with one facet value; relevant: every product whose category maps under
   that node (holding the value). Such queries share no word with the records, as shoppers'
   words often do not ("sneakers" for "Casual Shoes"), so they show what the vector signals are
-  worth beside BM25. Off by default (``counts["taxonomy"]``; `vitrine tune --taxonomy-queries N`).
+  worth beside BM25. ``counts["taxonomy"]``: none unless asked (`vitrine tune` asks for
+  ``tune_taxonomy_queries``, 200 by default).
 
 Queries are split into ``fit`` and ``heldout`` by a hash of what they were made from (a
 product's id, a category's name), so a product's title queries never land on both sides.

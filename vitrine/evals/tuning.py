@@ -249,14 +249,17 @@ def labelled_weights(queries: list[pq.PseudoQuery], share: float) -> dict[str, f
 def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
          margin: float = 0.005, slot_queries: int = 150, save: bool = True,
          labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
-         taxonomy_queries: int = 0) -> TuneResult:
+         taxonomy_queries: int | None = None) -> TuneResult:
     """Fit the catalogue's text ranking (see the module doc); saves it in the data dir.
     ``labelled``: the shop's own judged queries (kinds ``shop:*``, split fit / held-out,
     :func:`vitrine.evals.pseudo_queries.labelled`), fitted together with the pseudo-queries with
     ``labelled_share`` of the objective; then the fit must also not lose to the floor on their
     held-out part. ``taxonomy_queries``: that many pseudo-queries naming the Google-taxonomy nodes
-    the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind)."""
+    the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind;
+    None: ``tune_taxonomy_queries`` of the engine's settings)."""
     t0 = time.time()
+    if taxonomy_queries is None:
+        taxonomy_queries = engine.settings.search.tune_taxonomy_queries
     docs = catalogue_docs(engine)
     version = calibration.catalogue_version(engine.records, engine.store_id)
     counts = {**(counts or {}), "taxonomy": taxonomy_queries} if taxonomy_queries else counts

@@ -295,7 +295,7 @@ def resolution_quality(sizes: list[tuple[int, int]], log) -> list[dict[str, Any]
             enc = base
         else:
             towers = create_towers(image_size=size)
-            enc = MultimodalEncoder(towers, base.encoders.adapter, cache=None, batch_size=128)
+            enc = MultimodalEncoder(towers, base.adapter, cache=None, batch_size=128)
         t0 = time.perf_counter()
         cat = Catalog(source=catalog.source, rows=catalog.rows, splits=catalog.splits)
         if enc is base:

@@ -5,11 +5,14 @@ Real towers, real adapters, real catalogue photos and titles; no timing assertio
 
 from __future__ import annotations
 
+import io
+
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from PIL import Image
 import pytest
 import torch
 
@@ -295,6 +298,9 @@ def test_engine_search_uses_the_fast_path_and_rebuilds_it_on_encoder_swap(engine
 def test_a_text_search_at_the_floor_runs_the_text_tower_once_and_not_the_adapter(engine, subset_rows):
     """An untuned catalogue ranks text by the text tower's own cosine: a new query text costs one
     tower forward and no adapter forward; a photo query still runs the adapter."""
+    search = engine.settings.search
+    before, search.calibration = search.calibration, "floor"  # the session's engine may have been tuned
+    engine.reader.reload_calibration()
     qe = engine.query_encoder
     assert engine.reader.calibration.is_floor
     tower, embed = qe.text_features, engine.encoder.embed
@@ -314,12 +320,15 @@ def test_a_text_search_at_the_floor_runs_the_text_tower_once_and_not_the_adapter
         assert all(r.results and not r.degraded for r in got)
         # the ranking is the text tower's cosine: each title finds its own product first
         assert sum(r.results[0].title + " floor-check" == t for r, t in zip(got, texts)) >= len(texts) - 1
-        photo = (SOURCE / "images" / f"{subset_rows[60]['id']}.jpg").read_bytes()
-        engine.search(SearchRequest(k=3), image=photo)
+        photo = io.BytesIO()  # bytes no earlier test searched (the query cache keys photos by their bytes)
+        Image.open(SOURCE / "images" / f"{subset_rows[60]['id']}.jpg").convert("RGB").save(photo, "JPEG", quality=83)
+        engine.search(SearchRequest(k=3), image=photo.getvalue())
         assert calls["adapter"] == 1
     finally:
         del qe.text_features  # back to the class's method
         del engine.encoder.embed
+        search.calibration = before
+        engine.reader.reload_calibration()
 
 
 # -- the onnxruntime query path (vitrine/onnxrt.py) -------------------------------------------------

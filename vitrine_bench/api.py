@@ -48,10 +48,13 @@ def query_pool(source: Path, n: int = 400, seed: int = 0) -> tuple[list[str], li
 def cue_share(texts: list[str]) -> float:
     """The share of ``texts`` holding a cue word of a non-search intent (the rest skip the intent
     ensemble under the shipped decision rule)."""
+    from vitrine.intent import decision
     from vitrine.intent.classifier import clean_query
-    from vitrine.intent.cues import default_cues
+    from vitrine.intent.model import resolve_weights
 
-    cues = default_cues()
+    cues = decision.load(resolve_weights(Settings().intent.intent_model)).cues()  # the served rule's cue words
+    if cues is None:  # no lexical prior: every query runs the ensemble
+        return 1.0
     return sum(cues.has_cue(clean_query(t, 2000)[0]) for t in texts) / max(1, len(texts))
 
 

@@ -375,7 +375,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     import torch
 
     from vitrine.encoders.adapters import WEIGHTS_DIR, create_adapter
-    from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter
+    from vitrine.encoders.train import TrainConfig, kind_options, seed_everything, train_adapter
     from vitrine.cli.train_lora import joint_towers, limited_catalog, val_figures
 
     t0 = time.time()
@@ -407,9 +407,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
     out = Path(out) if out else WEIGHTS_DIR / (name or kind)
     out.mkdir(parents=True, exist_ok=True)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
-                       modality_dropout=0.15 if kind == "moe" else 0.0,
-                       text_text_weight=0.5 if kind == "moe" else 0.0, ema_decay=ema_decay, view_prob=view_prob,
-                       **(train_options or {}))
+                       ema_decay=ema_decay, view_prob=view_prob, **(kind_options(kind) | (train_options or {})))
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl", towers=towers)
     if kind == "moe":  # its modality gate weighs photo and text per product: nothing to tune
         tuning = {"best": None, "grid": {}}

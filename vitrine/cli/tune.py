@@ -142,7 +142,7 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
     early-stopped on their val split; no augmented views, to fit 2 cores)."""
     from vitrine.cli.train import build_pairs, features_encoder, tune_fuse_weight  # noqa: PLC0415
     from vitrine.encoders.adapters import create_adapter  # noqa: PLC0415
-    from vitrine.encoders.train import TrainConfig, seed_everything, train_adapter  # noqa: PLC0415
+    from vitrine.encoders.train import TrainConfig, kind_options, seed_everything, train_adapter  # noqa: PLC0415
     from vitrine.evals.datasets import Catalog  # noqa: PLC0415
 
     if (out / "config.json").is_file():  # trained by an earlier run of the protocol
@@ -163,12 +163,10 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
                              towers_key=encoder.towers.key, model=settings.encoders.model,
                              name=f"{kind}-{out.parent.name}", **({"dim": 256, "hidden": 512} | arch))
     out.mkdir(parents=True, exist_ok=True)
-    moe = kind == "moe"  # the gate's own training options, as `vitrine train gate` sets them
     train_adapter(adapter, train, val, TrainConfig(epochs=epochs, patience=DOMAIN_SHIFT_PATIENCE, seed=seed,
-                                                   modality_dropout=0.15 if moe else 0.0,
-                                                   text_text_weight=0.5 if moe else 0.0),
+                                                   **kind_options(kind)),
                   progress=False, log_path=out / "train_log.jsonl")
-    if not moe:  # the MoE's modality gate weighs photo and text per product: nothing to tune
+    if kind != "moe":  # the MoE's modality gate weighs photo and text per product: nothing to tune
         adapter.config["fuse_image_weight"] = tune_fuse_weight(adapter, catalog, encoder)["best"]
     adapter.save_pretrained(out)
     return out

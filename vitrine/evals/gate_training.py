@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from vitrine.encoders.adapters import create_adapter
-from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, seed_everything, train_adapter
+from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, kind_options, seed_everything, train_adapter
 from vitrine.errors import InvalidInput
 from vitrine.evals import pseudo_queries as pq
 from vitrine.search.engine import Engine, product_text
@@ -202,9 +202,7 @@ def train_on_data(engine: Engine, out: Path, *, kind: str = "mlp", epochs: int =
     out.mkdir(parents=True, exist_ok=True)
     lr = lr if lr is not None else (5e-4 if init == "live" else 2e-3)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, patience=patience,
-                       feature_stats=init == "fresh",
-                       modality_dropout=0.15 if kind == "moe" else 0.0,
-                       text_text_weight=0.5 if kind == "moe" else 0.0)  # unused text-only (one text side)
+                       feature_stats=init == "fresh", **kind_options(kind))  # text_text_weight: unused text-only
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl")
     adapter.save_pretrained(out)
     summary: dict[str, Any] = {"kind": kind, "init": init, "out": str(out), **info, "best_epoch": result.best_epoch,

@@ -284,6 +284,30 @@ def test_hybrid_search_uses_and_explains_every_signal(engine):
     assert top.explanation.vector_score == pytest.approx(sig["text->fused"], abs=1e-5)
 
 
+def test_a_tuned_search_explains_only_its_page_and_skips_a_space_of_no_weight(engine, monkeypatch):
+    """A search ranks a pool of a few hundred candidates for every page; only the returned hits are
+    explained (each explanation still adds up to its score), and a space the catalogue's mix gives
+    no weight (here the text tower's own) is neither searched nor scored."""
+    from vitrine.search.calibration import Calibration
+    from vitrine.search.reader import Reader
+
+    cal = Calibration(text_weights={"vector": 1.0, "bm25": 0.3, "graph:brand": 0.25, "graph:category": 0.4,
+                                    "graph:gender": 0.1}, accepted=True, source="tuned")
+    monkeypatch.setattr(Reader, "calibration", property(lambda self: cal))
+    explained, native_searches = [], []
+    signals, native = Pool.signals, engine.reader.state.native.index
+    monkeypatch.setattr(Pool, "signals", lambda self, r: explained.append(r) or signals(self, r))
+    monkeypatch.setattr(native, "search", lambda *a, **kw: native_searches.append(a) or type(native).search(native, *a, **kw))
+    res = engine.search(SearchRequest(text="puma sports shoes for men", k=5, offset=5, explain=True))
+    assert res.pool > 50 and len(res.results) == 5 and not res.degraded
+    assert len(explained) == 5 and native_searches == []
+    assert any(k.startswith("graph:") for h in res.results for k in h.explanation.signals)
+    for h in res.results:
+        sig = h.explanation.signals
+        assert "native" not in sig and "vector" in sig
+        assert h.score == pytest.approx(sum(v for k, v in sig.items() if "->" not in k), abs=1e-5)
+
+
 def test_fusion_switches(engine, subset_rows):
     q = SearchRequest(text="women red heels", k=10, explain=True)
     before = engine.settings.model_copy(deep=True)

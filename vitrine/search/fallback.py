@@ -34,11 +34,11 @@ import numpy as np
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, ModelError
 from vitrine.index.graph import QueryTerms
+from vitrine.search.models import Ranked
 from vitrine.search.reader import Reader
 
 log = logging.getLogger(__name__)
 
-Ranked = list[tuple[int, float, dict[str, float]]]
 
 
 def query_vectors(reader: Reader, text: str | None, image: bytes | None, text_query: TextQuery | None = None,

@@ -21,7 +21,13 @@ Beside them, ``native``: the cosine of the query and the product text in the tex
 space (vitrine/search/native.py). A text-only query is weighted by the catalogue's calibration
 (vitrine/search/calibration.py): untuned, ``native`` alone (the floor: exactly the text tower's
 cosine ranking, served straight from the native index); tuned, the mix `vitrine tune` found
-better on held-out pseudo-queries. Queries with a photo use the configured weights.
+better on held-out pseudo-queries. When that mix gives the native space no weight, it is neither
+searched nor scored (its candidates only ever joined the pool: on the bundled catalogue's val
+queries the tuned rankings were identical without them, and a Flat search of it is ~2 ms a query).
+Queries with a photo use the configured weights.
+
+Only the hits a search returns are explained: a candidate's per-signal dict is made when read
+(:class:`Signals`), and its score is summed in the explanation's order, so it still adds up.
 
 Queries without words (a photo alone) keep the plain vector ranking, so a photo still finds
 its own product first.
@@ -32,12 +38,13 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 import numpy as np
 
 from vitrine.index.graph import ProductFacts, ProductGraph, QueryTerms, norm_key
+from vitrine.search.models import Ranked
 from vitrine.search.reader import Reader
 
 log = logging.getLogger(__name__)
@@ -114,7 +121,6 @@ class Pool:
         return dict(zip(self.part_names, self.parts[r].tolist()))
 
 
-Ranked = list[tuple[int, float, dict[str, float]]]
 
 
 # -- graph signals --------------------------------------------------------------------------------
@@ -322,26 +328,61 @@ def build_pool(reader: Reader, qv: Mapping[str, np.ndarray], text: str, k: int,
 
 
 # -- fusion ----------------------------------------------------------------------------------------
-def _explain(pool: Pool, rows: Iterable[int], contrib_of: Callable[[int], dict[str, float]]) -> Ranked:
-    """(iid, score, per-signal contributions) of the given pool rows; the score is the sum of
-    the contributions, so an explanation always adds up."""
-    out: Ranked = []
-    for r in rows:
-        contrib = contrib_of(r)
-        out.append((int(pool.iids[r]), float(sum(contrib.values())), contrib))
-    return out
+class Signals(Mapping[str, float]):
+    """One candidate's explanation (signal -> contribution), made when first read: a search ranks
+    a pool of a few hundred candidates and returns a page of them, and making every candidate's
+    dict was a quarter of a tuned catalogue's CPU per query."""
+
+    __slots__ = ("_make", "_row", "_made")
+
+    def __init__(self, make: Callable[[int], dict[str, float]], row: int) -> None:
+        self._make, self._row = make, row
+        self._made: dict[str, float] | None = None
+
+    def _get(self) -> dict[str, float]:
+        if self._made is None:
+            self._made = self._make(self._row)
+        return self._made
+
+    def __getitem__(self, name: str) -> float:
+        return self._get()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
 
 
-def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = None) -> Ranked:
+def _explain(pool: Pool, order: np.ndarray, total: np.ndarray, contrib_of: Callable[[int], dict[str, float]],
+             parts: bool) -> Ranked:
+    """(iid, score, per-signal contributions) of the pool rows ``order``. ``total`` is summed in the
+    order the explanation lists the signals, so an explanation always adds up to its score exactly.
+    ``parts``: the explanation starts with the vector score's modality parts."""
+    make = contrib_of
+    if parts and pool.parts is not None:
+        def make(r: int) -> dict[str, float]:
+            return {**pool.vector_parts(r), **contrib_of(r)}
+    rows = order.tolist()
+    return [(iid, score, Signals(make, r))
+            for iid, score, r in zip(pool.iids[order].tolist(), total[order].tolist(), rows)]
+
+
+def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = None, *,
+                  parts: bool = False) -> Ranked:
     """Weighted sum of each candidate's signals, best first (ties: smaller iid); with ``limit``
     only the best ``limit`` are returned (the same ones, with the same scores, as the head of
-    the full list)."""
+    the full list). ``parts``: explanations start with the vector score's modality parts."""
     if not len(pool):
         return []
-    # the same additions, in the same order, as summing a candidate's explanation below
-    total = weights.get("vector", 0.0) * pool.vector + weights.get("bm25", 0.0) * pool.bm25_norm()
-    if pool.native is not None and weights.get("native", 0.0) != 0.0:
-        total = total + weights["native"] * pool.native
+    # the same additions, in the same order, as summing a candidate's explanation (pool.signals' order)
+    total = weights.get("vector", 0.0) * pool.vector
+    if pool.native is not None:
+        total = total + weights.get("native", 0.0) * pool.native
+    total = total + weights.get("bm25", 0.0) * pool.bm25_norm()
     for j, name in enumerate(GRAPH_SIGNALS):
         w = weights.get(name, 0.0)
         if w != 0.0:
@@ -350,17 +391,18 @@ def fuse_weighted(pool: Pool, weights: Mapping[str, float], limit: int | None = 
     if limit is not None:
         order = order[:limit]
 
-    def contrib_of(r: int) -> dict[str, float]:  # the per-signal explanation, for the returned ones only
+    def contrib_of(r: int) -> dict[str, float]:  # the per-signal explanation, when read
         c = {name: weights.get(name, 0.0) * x for name, x in pool.signals(r).items()}
         return {name: v for name, v in c.items() if v != 0.0 or name in ("vector", "native")}
 
-    return _explain(pool, order.tolist(), contrib_of)
+    return _explain(pool, order, total, contrib_of, parts)
 
 
-def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float, limit: int | None = None) -> Ranked:
+def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float, limit: int | None = None, *,
+             parts: bool = False) -> Ranked:
     """Reciprocal-rank fusion: each signal ranks the candidates that have it (ties: better vector
     score, then smaller iid); a candidate gains ``w / (rrf_k + rank)`` from each. With ``limit``
-    only the best ``limit`` are explained and returned."""
+    only the best ``limit`` are returned. ``parts``: as :func:`fuse_weighted`."""
     n = len(pool)
     if not n:
         return []
@@ -390,15 +432,15 @@ def fuse_rrf(pool: Pool, weights: Mapping[str, float], rrf_k: float, limit: int 
     def contrib_of(r: int) -> dict[str, float]:
         return {name: float(contrib[r, j]) for j, name in enumerate(names) if contrib[r, j] != 0.0}
 
-    return _explain(pool, order.tolist(), contrib_of)
+    return _explain(pool, order, total, contrib_of, parts)
 
 
 def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float = 60.0,
-         limit: int | None = None) -> Ranked:
+         limit: int | None = None, parts: bool = False) -> Ranked:
     if method == "weighted":
-        return fuse_weighted(pool, weights, limit)
+        return fuse_weighted(pool, weights, limit, parts=parts)
     if method == "rrf":
-        return fuse_rrf(pool, weights, rrf_k, limit)
+        return fuse_rrf(pool, weights, rrf_k, limit, parts=parts)
     raise ValueError(f"unknown fusion method {method!r}")
 
 
@@ -419,15 +461,15 @@ def rank(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None, k: int,
         return [], {}, degraded, QueryTerms()
     if weights is not None and nq is not None and {n for n, w in weights.items() if w} <= {"native"}:
         return native_rank(reader, nq, depth or k, allowed)  # the floor: the text tower's own cosine ranking
+    if weights is not None and not weights.get("native", 0.0):
+        nq = None  # the catalogue's mix gives the native space no weight: neither retrieved nor scored
     pool = build_pool(reader, qv, text, k, allowed, deadline=deadline, depth=depth, native_q=nq)
     pool.degraded = degraded + pool.degraded
     method = "weighted" if weights is not None else s.search.fusion
     if weights is None:
         weights = s.search.rrf_weights if s.search.fusion == "rrf" else s.search.fusion_weights
-    ranked = fuse(pool, method, weights=weights, rrf_k=s.search.rrf_k, limit=None if depth else k)
-    rows = np.searchsorted(pool.iids, [iid for iid, _, _ in ranked]).tolist()  # the pool's iids are sorted
-    out: Ranked = [(iid, score, {**pool.vector_parts(r), **contrib}) for r, (iid, score, contrib) in zip(rows, ranked)]
-    return out, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms
+    ranked = fuse(pool, method, weights=weights, rrf_k=s.search.rrf_k, limit=None if depth else k, parts=True)
+    return ranked, dict(zip(pool.iids.tolist(), pool.vector.tolist())), pool.degraded, pool.terms
 
 
 def ranks_at_the_floor(reader: Reader, text: str | None, has_image: bool) -> bool:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -18,6 +19,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _KNOWN = {"id", "title", "description", "brand", "category", "attributes", "price", "currency", "image",
           "image_b64", "version"}
 AttrValue = str | int | float | bool | list[str]
+# A ranking: (product iid, score, per-signal explanation) best first. The explanation is a mapping,
+# not always a dict: the hybrid ranking makes it only when it is read (a page of the pool).
+Ranked = list[tuple[int, float, Mapping[str, float]]]
 
 # Attribute names that mean the same thing in different feeds.
 GENDER_KEYS = ("gender",)

@@ -28,8 +28,8 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.search import calibration
-from vitrine.search.models import Filters
-from vitrine.search.state import IndexState, Ranked
+from vitrine.search.models import Filters, Ranked
+from vitrine.search.state import IndexState
 from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)

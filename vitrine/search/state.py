@@ -44,7 +44,7 @@ from vitrine.index.vectors import VectorIndex
 from vitrine.search import native
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
-from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut
+from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut, Ranked
 from vitrine.settings import IndexSettings, StorageSettings
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
 GRAPH_FILE = "graph.json"
 
-Ranked = list[tuple[int, float, dict[str, float]]]
 
 
 def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:

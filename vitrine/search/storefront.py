@@ -32,13 +32,12 @@ from vitrine.errors import InvalidInput
 from vitrine.index import fuzzy
 from vitrine.index.bm25 import word_terms
 from vitrine.index.symbolic import query_words
-from vitrine.search.models import FacetValue, SearchRequest, Span
+from vitrine.search.models import FacetValue, Ranked, SearchRequest, Span
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.search.reader import Reader
     from vitrine.settings import SearchSettings
 
-Ranked = list[tuple[int, float, dict[str, float]]]
 _FIELD_WORD = re.compile(r"\w+", re.UNICODE)
 FACET_LIMIT = 50
 

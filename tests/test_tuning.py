@@ -135,6 +135,30 @@ def test_attribute_pseudo_queries_name_up_to_three_facets_and_every_holder_is_re
         assert all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
 
 
+def test_attribute_pseudo_queries_speak_the_graphs_other_words_half_the_time(engine):
+    """With the graph's phrasings a value or the category is said in other words about half the
+    time ("ladies sneakers"), relevance unchanged (every holder of the values); without them the
+    queries are exactly what they were. The graph offers words only for values the catalogue holds."""
+    phrasings = engine.graph.phrasings()
+    assert "sneakers" in phrasings["casual shoes"] and "ladies" in phrasings["women"]
+    held = {c.casefold() for r in engine.records.iter_rows(with_vectors=False) for c in r.doc.get("category") or []}
+    named = {c.casefold() for c in engine.graph_data.vocabulary["category"]}
+    assert named - held and {c for c in named if c in phrasings} == named & held  # categories: only those held
+    docs = [{"id": str(i), "title": f"Acme Shoe {i}", "category": ["Footwear", ("Casual Shoes", "Heels")[i % 2]],
+             "attributes": {"gender": ("Men", "Women")[(i // 2) % 2], "usage": ("Casual", "Sports")[(i // 4) % 2]}}
+            for i in range(200)]
+    counts = {"title": 0, "category": 0, "brand_type": 0, "attributes": 40}
+    plain = pq.generate(docs, counts=counts)
+    assert [q.text for q in plain] == [q.text for q in pq.generate(docs, counts=counts, phrasings=None)]
+    said = pq.generate(docs, counts=counts, phrasings=phrasings)
+    assert [q.relevant for q in said] == [q.relevant for q in plain]
+    other = [q for q in said if not all(v.casefold() in q.text.casefold() for v in q.meta["facets"].values())
+             or not any(c in q.text.casefold() for c in ("casual shoe", "heel"))]
+    assert 0.3 * len(said) <= len(other) <= 0.95 * len(said)
+    words = {w for ws in phrasings.values() for w in ws}
+    assert all(any(w in q.text.casefold() for w in words) for q in other)
+
+
 def test_taxonomy_queries_name_nodes_in_other_words():
     """The ``taxonomy`` kind: a node a category maps to (or an ancestor below the root), only where
     its name is not the category's own words; relevant = every product mapped under it (holding

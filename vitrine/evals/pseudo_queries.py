@@ -10,7 +10,9 @@ and `vitrine train gate --data` make their own, from what every product record s
 - ``attributes``: one, two or three facet values (or the brand) + category leaf ("blue men
   tshirts", "casual black shoes for men"); relevant: every product holding all of them (as the
   attribute protocol defines relevance), not only the product the values were read from. Facets are the attribute keys with a few repeated string values
-  (learned from the catalogue, not a fashion list);
+  (learned from the catalogue, not a fashion list). With ``phrasings`` (other words for a value,
+  from the knowledge graph's query vocabulary), each value and the category name is said in one
+  of them half the time ("ladies sneakers" for Women + Casual Shoes), as shoppers say them;
 - ``photo``: a product's photo (where there are photos); relevant: that product;
 - ``taxonomy``: the name of the Google-taxonomy node a category maps to, or of one of its
   ancestors, where it says it in other words than the catalogue does ("shirts & tops" for
@@ -123,6 +125,12 @@ def phrase(values: list[str], leaf: str, rng: random.Random) -> str:
     return f"{' '.join([*values[:-1], leaf])} for {values[-1]}"
 
 
+def say(value: str, phrasings: Mapping[str, Sequence[str]] | None, rng: random.Random) -> str:
+    """``value`` itself, or half the time (when ``phrasings`` has other words for it) one of those."""
+    other = (phrasings or {}).get(value.casefold())
+    return rng.choice(list(other)) if other and rng.random() < 0.5 else value
+
+
 def attribute_sample(combos: Mapping[tuple[tuple[tuple[str, str], ...], str], list[str]],
                      held: Sequence[tuple[tuple[tuple[str, str], ...], str]], n: int, max_relevant: int,
                      rng: random.Random) -> list[tuple[tuple[tuple[str, str], ...], str]]:
@@ -190,14 +198,16 @@ def taxonomy_queries(docs: Sequence[Mapping[str, Any]], taxonomy: Mapping[str, S
 
 def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int] | None = None,
              heldout: float = 0.4, seed: int = 0, with_photo: Iterable[str] = (),
-             max_relevant: int = 500, taxonomy: Mapping[str, Sequence[str]] | None = None) -> list[PseudoQuery]:
+             max_relevant: int = 500, taxonomy: Mapping[str, Sequence[str]] | None = None,
+             phrasings: Mapping[str, Sequence[str]] | None = None) -> list[PseudoQuery]:
     """Pseudo-queries from product documents (each with ``id``, ``title``, optional ``brand``,
     ``category`` path, ``attributes``). ``counts``: how many of each kind at most (photo queries
     only for the ids in ``with_photo``); queries with more than ``max_relevant`` relevant
     products (too broad to tell rankings apart) are skipped, except attribute queries, which may
     hold up to a tenth of the catalogue (their top 10 must all hold every named value).
     ``taxonomy``: each category leaf's Google-taxonomy path (names, root first), for the
-    ``taxonomy`` kind."""
+    ``taxonomy`` kind. ``phrasings``: other words for values (casefolded value -> words), used in
+    attribute queries half the time."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = random.Random(seed)
     salt = f"vitrine-pq-{seed}"
@@ -267,9 +277,10 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
                     combos[(vals, leaf)].append(str(d["id"]))
         broad = max(max_relevant, len(docs) // 10)  # attribute queries may be broad: every hit must hold all values
         for vals, leaf in attribute_sample(combos, held, counts["attributes"], broad, rng):
-            words = [v for _, v in vals]
+            words = [say(v, phrasings, rng) for _, v in vals]
             rng.shuffle(words)
-            text = phrase(words, inflect(leaf, rng), rng)
+            said = say(leaf, phrasings, rng)
+            text = phrase(words, inflect(leaf, rng) if said == leaf else said, rng)
             key = "a:" + "|".join(f"{k}={v}" for k, v in vals) + "|" + leaf
             out.append(PseudoQuery("attributes", {p: 1.0 for p in combos[(vals, leaf)]},
                                    split_of(key, heldout, salt), text=text.lower() if rng.random() < 0.5 else text,

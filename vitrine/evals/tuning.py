@@ -264,7 +264,8 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     version = calibration.catalogue_version(engine.records, engine.store_id)
     counts = {**(counts or {}), "taxonomy": taxonomy_queries} if taxonomy_queries else counts
     queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed,
-                                      taxonomy=category_taxonomy(engine) if taxonomy_queries else None) if q.text]
+                                      taxonomy=category_taxonomy(engine) if taxonomy_queries else None,
+                                      phrasings=engine.graph.phrasings()) if q.text]
     queries += [q for q in (labelled or []) if q.text]
     kind_weights = labelled_weights(queries, labelled_share)
     fit_rows = np.array([i for i, q in enumerate(queries) if q.split == "fit"], dtype=np.int64)

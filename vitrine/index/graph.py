@@ -561,6 +561,25 @@ class ProductGraph:
                     i += 1
         return terms
 
+    def phrasings(self) -> dict[str, list[str]]:
+        """Other words shoppers use for the values this catalogue holds, from the graph's query
+        vocabulary (``vocabulary.json``: "sneakers" for the category Casual Shoes, "ladies" for
+        Women): ``{value casefolded: [words]}``. Pseudo-queries phrase values in them, so that
+        `vitrine tune` learns what the graph's signals are worth when a query's words are not the
+        records' words."""
+        spec = self.data.vocabulary
+        out: dict[str, list[str]] = {}
+        with self._lock:
+            for f in ("category", "gender", "colour", "usage", "season"):
+                for value, words in (spec.get(f) or {}).items():
+                    node = self.category_node(value) if f == "category" else value
+                    if not self.holds(f, node):
+                        continue
+                    mine = [w for w in words if w.casefold() != value.casefold()]
+                    if mine:
+                        out.setdefault(value.casefold(), []).extend(mine)
+        return out
+
     def holds(self, f: str, value: str) -> bool:
         """Whether a live product holds this graph value (a category: any leaf under it; a
         colour: that colour or one of its family). A query term the catalogue does not hold

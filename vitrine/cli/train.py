@@ -29,10 +29,12 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("vitrine.train")
 
 #: Augmented photo views the adapters train on by default (vitrine/encoders/images.py:
-#: augment_view): a mirrored photo and five seeded crops, one of them in place of the photo for
-#: 70% of the rows of a batch. Chosen on the val split (README, "Models").
-DEFAULT_VIEWS: tuple[str, ...] = ("flip", "crop1", "crop2", "crop3", "crop4", "crop5")
+#: augment_view): a mirrored photo, five seeded crops and, for half of the photos, the degraded
+#: views (grayscale, 32 px, inverted, a tight crop), one of them in place of the photo for 70% of
+#: the rows of a batch. Chosen on the val split (docs/models.md).
+DEFAULT_VIEWS: tuple[str, ...] = ("flip", "crop1", "crop2", "crop3", "crop4", "crop5", "gray", "tiny", "invert", "tight1")
 DEFAULT_VIEW_PROB = 0.7
+DEFAULT_DEGRADED_SHARE = 0.5  # share of the training photos given the degraded views (the shipped gate's)
 
 #: The MoE gate's recipe (the best on val in the seed study; docs/models.md): 16 experts, 4 per token,
 #: experts of hidden width 1024.
@@ -84,13 +86,14 @@ def train() -> None:
               help="Validate and keep an exponential moving average of the weights with this decay per "
                    "step (e.g. 0.99); 0 = off")
 @click.option("--views", default=",".join(DEFAULT_VIEWS), show_default=True,
-              help="Augmented photo views to train on (comma-separated: flip, crop<N>; '' = none); their "
+              help="Augmented photo views to train on (comma-separated: flip, crop<N>, gray, tiny, invert, tight<N>; "
+                   "'' = none); their "
                    "features are computed once and cached")
 @click.option("--view-prob", type=click.FloatRange(0.0, 1.0), default=DEFAULT_VIEW_PROB, show_default=True,
               help="Chance that a training row sees one of the augmented views instead of its photo")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override an adapter config value, e.g. --set dropout=0.3 (repeatable; JSON values)")
-@click.option("--degraded-share", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
+@click.option("--degraded-share", type=click.FloatRange(0.0, 1.0), default=DEFAULT_DEGRADED_SHARE, show_default=True,
               help="Share of the training photos that get the degraded views (gray, tiny, invert, tight<N>): "
                    "their features cost as much to compute as the photos'")
 @click.option("--gumbel-tau", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
@@ -275,7 +278,7 @@ def hard_negative_rows(rows: list[dict[str, str]], subset: np.ndarray, per_row: 
 
 
 def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, queries: bool, seed: int,
-                progress: bool = True, views: tuple[str, ...] = (), degraded_share: float = 1.0,
+                progress: bool = True, views: tuple[str, ...] = (), degraded_share: float = DEFAULT_DEGRADED_SHARE,
                 ) -> tuple[PairSet, np.ndarray]:
     """A split's (photo, title) pairs as a :class:`PairSet` (with the photo views' features and,
     with ``queries``, attribute pseudo-queries) and the catalogue rows they come from."""
@@ -363,7 +366,7 @@ def train_gate_command(settings: Settings, *, kind: str, out: Path | None, sourc
                        name: str | None, balance_weight: float = 0.05, balance: str = "bias",
                        bias_rate: float = 0.01, overrides: dict[str, Any] | None = None,
                        ema_decay: float = 0.0, views: tuple[str, ...] = DEFAULT_VIEWS,
-                       view_prob: float = DEFAULT_VIEW_PROB, degraded_share: float = 1.0, train_options: dict[str, Any] | None = None,
+                       view_prob: float = DEFAULT_VIEW_PROB, degraded_share: float = DEFAULT_DEGRADED_SHARE, train_options: dict[str, Any] | None = None,
                        lora: str | None = None, lora_rank: int = 8, lora_text_layers: list[int] | None = None,
                        lora_lr_scale: float = 0.25, train_limit: int | None = None,
                        ) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from vitrine.search.reader import Reader
 log = logging.getLogger(__name__)
 
 
-
 def query_vectors(reader: Reader, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
                   *, lazy_text: bool = False) -> tuple[Mapping[str, np.ndarray], list[str]]:
     """The query's shared-space vectors and the degraded components (``["gate"]`` or none).

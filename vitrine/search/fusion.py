@@ -121,8 +121,6 @@ class Pool:
         return dict(zip(self.part_names, self.parts[r].tolist()))
 
 
-
-
 # -- graph signals --------------------------------------------------------------------------------
 def graph_candidates(graph: ProductGraph, terms: QueryTerms) -> set[int]:
     """Products holding every value the query names (relaxed field by field when none do)."""

@@ -54,7 +54,6 @@ INDEX_FIELDS = ("fused", "image")
 GRAPH_FILE = "graph.json"
 
 
-
 def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
     """The filterable facets of a stored product document."""
     attrs = {str(k).casefold(): v for k, v in (doc.get("attributes") or {}).items()}

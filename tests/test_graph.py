@@ -308,6 +308,39 @@ def test_a_tuned_search_explains_only_its_page_and_skips_a_space_of_no_weight(en
         assert h.score == pytest.approx(sum(v for k, v in sig.items() if "->" not in k), abs=1e-5)
 
 
+
+def test_a_tuned_mix_without_the_shared_space_runs_no_adapter_and_ranks_as_the_full_pool(engine, subset_rows,
+                                                                                       monkeypatch):
+    """The twin case: a mix that gives the shared space no weight ranks text without the adapter
+    (the native space retrieves in its place), with the same top hits as the same weights over the
+    pool that has the shared-space retriever too; each hit's ``native`` part is the brute-force
+    cosine of the two texts' native vectors, and each explanation adds up to its score."""
+    from vitrine.search import fusion
+    from vitrine.search.calibration import Calibration
+    from vitrine.search.reader import Reader
+
+    weights = {"native": 1.0, "bm25": 0.3, "graph:category": 0.5, "graph:gender": 0.2}
+    cal = Calibration(text_weights=weights, accepted=True, source="tuned")
+    monkeypatch.setattr(Reader, "calibration", property(lambda self: cal))
+    rd, qe, embed = engine.reader, engine.query_encoder, engine.encoder.embed
+    adapter_calls = []
+    monkeypatch.setattr(engine.encoder, "embed", lambda *a, **kw: adapter_calls.append(a) or embed(*a, **kw))
+    texts = [f"{r['gender']} {r['articleType']} {r['baseColour']} lean-check" for r in subset_rows[70:78]]
+    got = [engine.search(SearchRequest(text=t, k=5, explain=True, use_intent=False)) for t in texts]
+    assert adapter_calls == []
+    same = 0
+    for t, r in zip(texts, got):
+        assert r.results and not r.degraded
+        nq = qe.native(t)
+        iids = [rd.state.records.get(h.id).iid for h in r.results]
+        for h, iid in zip(r.results, iids):
+            sig = h.explanation.signals
+            assert sig["native"] == pytest.approx(float(rd.state.native.index.get([iid])[0] @ nq), abs=1e-5)
+            assert h.score == pytest.approx(sum(v for k, v in sig.items() if "->" not in k), abs=1e-5)
+        full = fusion.build_pool(rd, {"text": qe.text([t])[0]}, t, 5, None, native_q=nq, depth=100)
+        same += iids == [i for i, _, _ in fusion.fuse_weighted(full, weights, 5)]
+    assert same >= len(texts) - 1  # a candidate only the shared space found may rarely rank in
+
 def test_fusion_switches(engine, subset_rows):
     q = SearchRequest(text="women red heels", k=10, explain=True)
     before = engine.settings.model_copy(deep=True)

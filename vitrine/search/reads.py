@@ -104,9 +104,10 @@ class ReadPath:
         plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters; never raises
         if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(rd, req, text, image is not None, plan, t0)
-        # degrades (gate), never fails; at the floor a text query's adapter runs only if its vector is read
+        # degrades (gate), never fails; a text query's adapter runs only if its vector is read when the
+        # catalogue's mix gives the shared space no weight (the floor's does)
         qv, gate = fallback.query_vectors(rd, text, image, early,
-                                          lazy_text=fusion.ranks_at_the_floor(rd, text, image is not None))
+                                          lazy_text=fusion.ranks_without_shared_space(rd, text, image is not None))
         allowed = understanding.allowed_ids(rd, plan)
         window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
         scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k

@@ -209,7 +209,7 @@ def bench_encoders(batch_sizes: str, threads: str | None, min_time: float, out: 
               help="Size of the set grown from the catalogue's vectors")
 @click.option("--queries", "n_queries", type=int, default=1000, show_default=True, help="Real text queries")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="Queries per call in batch mode")
-@click.option("--catalogue-factories", default="Flat;HNSW32;IVF256,Flat;IVF256,PQ32", show_default=True,
+@click.option("--catalogue-factories", default="Flat;SQfp16;HNSW32;IVF256,Flat;IVF256,PQ32", show_default=True,
               help="FAISS factories for the catalogue, ';'-separated")
 @click.option("--large-factories", default="Flat;HNSW32;IVF4096,Flat;IVF4096,PQ32", show_default=True,
               help="FAISS factories for the large set, ';'-separated")

@@ -22,7 +22,7 @@ from vitrine.cli import main, make_settings
 @click.option("--model", default=None, help="Tower config or open_clip architecture to swap in")
 @click.option("--pretrained", default=None, help="Local CLIP weights file for --model")
 @click.option("--adapter-sha256", default=None, help="Expected SHA-256 of the adapter's weights file")
-@click.option("--index-factory", default=None, help="FAISS factory of the new index (Flat, HNSW32, IVF{n},Flat)")
+@click.option("--index-factory", default=None, help="FAISS factory of the new index (SQfp16, Flat, HNSW32, IVF{n},Flat)")
 @click.option("--snapshot", default=None, help="A stored snapshot version (v00000012) or a snapshot folder")
 @click.option("--dry-run", is_flag=True, help="Build and check the candidate; do not switch")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for a server")

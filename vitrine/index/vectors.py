@@ -1,7 +1,13 @@
 """FAISS vector index keyed by integer product ids, with filters, deletes and atomic save.
 
 ``VectorIndex`` keeps every vector in its own row store and a FAISS index built by factory
-string (``Flat``, ``HNSW32``, ``IVF{n},Flat``, ``IVF{n},PQ{m}``) over those rows:
+string (``Flat``, ``SQfp16``, ``HNSW32``, ``IVF{n},Flat``, ``IVF{n},PQ{m}``) over those rows:
+
+- ``SQfp16`` is an exhaustive scan like ``Flat`` over float16 copies of the vectors (half the
+  memory read per query: a single-query Flat search is bound by memory bandwidth), whose top hits
+  are then scored again exactly from the float32 rows, so scores are Flat's and the order differs
+  from Flat's only where float16 rounding (~1e-3 of a cosine) moves a hit across the top ``k``
+  boundary (bench-results/index-sqfp16/index.md);
 
 - upsert replaces: the old row of an id is tombstoned and a new row appended;
 - rows added since the FAISS index was (re)built, and every row of an IVF index that has not
@@ -31,7 +37,10 @@ from vitrine.errors import InvalidInput, StorageError
 
 log = logging.getLogger(__name__)
 
-_FACTORY_RE = re.compile(r"^(Flat|HNSW\d+(,Flat)?|IVF\d+,(Flat|PQ\d+(x\d+)?|SQ8|SQfp16)|IVF\d+_HNSW\d+,(Flat|PQ\d+))$")
+_FACTORY_RE = re.compile(r"^(Flat|SQfp16|HNSW\d+(,Flat)?|IVF\d+,(Flat|PQ\d+(x\d+)?|SQ8|SQfp16)|IVF\d+_HNSW\d+,(Flat|PQ\d+))$")
+# exhaustive scans: every row is added as it comes (no training, no tail searched apart)
+_SCANS = ("Flat", "SQfp16")
+RESCORE_EXTRA = 16  # an SQfp16 search asks FAISS for this many more hits than it returns, then rescores
 FORMAT_VERSION = 1
 GPU_TEMP_MEMORY = 256 * 2**20  # scratch memory per GPU index copy (FAISS's default takes ~18% of the GPU)
 TRAIN_PER_LIST = 64  # IVF training sample per inverted list (FAISS warns below 39)
@@ -106,7 +115,7 @@ class VectorIndex:
     ) -> None:
         if not _FACTORY_RE.match(factory):
             raise InvalidInput(
-                f"unsupported index factory {factory!r}; use Flat, HNSW<M>, IVF<n>,Flat or IVF<n>,PQ<m>"
+                f"unsupported index factory {factory!r}; use Flat, SQfp16, HNSW<M>, IVF<n>,Flat or IVF<n>,PQ<m>"
             )
         if dim <= 0:
             raise InvalidInput("dim must be positive")
@@ -216,7 +225,7 @@ class VectorIndex:
         """Rows searched exactly before they are folded into the ANN index. A CPU Flat index
         takes rows as they come (adding is a copy): a tail searched apart cost a second scan and
         a merge on every search, ~0.3 ms of 1.3 over 20,873 vectors."""
-        if self.factory == "Flat" and self._gpu_index is None and (self.use_gpu == "never" or gpu_count() == 0):
+        if self.factory in _SCANS and self._gpu_index is None and (self.use_gpu == "never" or gpu_count() == 0):
             return 1
         return max(256, min(20_000, self._n // 20))
 
@@ -271,12 +280,13 @@ class VectorIndex:
             index.hnsw.efSearch = self.ef_search
 
     def _to_gpu(self, index):  # noqa: ANN001, ANN202
-        """A GPU copy of ``index`` when FAISS has a GPU (HNSW has no GPU version), else None.
+        """A GPU copy of ``index`` when FAISS has a GPU (HNSW and a flat SQfp16 scan have no GPU
+        version), else None.
 
         One ``StandardGpuResources`` per VectorIndex, kept for its lifetime and reused across
         rebuilds (each one reserves GPU scratch memory, and FAISS wants one per calling thread:
         this index's searches are serialised by its lock)."""
-        if self.use_gpu == "never" or self.factory.startswith("HNSW") or gpu_count() == 0:
+        if self.use_gpu == "never" or self.factory.startswith(("HNSW", "SQ")) or gpu_count() == 0:
             return None
         faiss = _faiss()
         try:
@@ -316,7 +326,7 @@ class VectorIndex:
                 # The common case (no filter, every row live and in the ANN index): one FAISS call
                 # and the id lookup, nothing else, so the wrapper stays close to raw FAISS speed
                 # (bench-results/index.md: VectorIndex.search over raw FAISS search).
-                s, r = self._unfiltered_index(k).search(q, k)
+                s, r = self._unfiltered_search(q, k)
                 if r.min() >= 0:
                     return s, self._row_ids[r]
                 # an ANN search that came up short: the general path below makes up the rest exactly
@@ -381,6 +391,24 @@ class VectorIndex:
             out_s, out_r = _merge(out_s, out_r, ts, tr, k)
         return out_s, out_r
 
+    def _unfiltered_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.factory != "SQfp16":
+            return self._unfiltered_index(k).search(q, k)
+        return self._rescored(q, k, *self._index.search(q, min(self._indexed, k + RESCORE_EXTRA)))
+
+    def _rescored(self, q: np.ndarray, k: int, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` of FAISS's approximate hits ``r`` scored exactly from the float32 rows
+        (ties: the earlier row first, as a Flat scan orders them)."""
+        exact = np.einsum("qkd,qd->qk", self._vecs[np.maximum(r, 0)], q)
+        exact = np.where(r >= 0, exact, -np.inf).astype(np.float32)
+        order = np.lexsort((np.where(r >= 0, r, np.iinfo(np.int64).max), -exact), axis=1)[:, :k]
+        out_s, out_r = np.take_along_axis(exact, order, axis=1), np.take_along_axis(r, order, axis=1)
+        if out_s.shape[1] < k:  # fewer rows than k: pad as FAISS does
+            pad = k - out_s.shape[1]
+            out_s = np.pad(out_s, ((0, 0), (0, pad)), constant_values=-np.inf)
+            out_r = np.pad(out_r, ((0, 0), (0, pad)), constant_values=-1)
+        return out_s, out_r
+
     def _unfiltered_index(self, k: int):  # noqa: ANN202
         """The GPU copy when there is one (FAISS GPU answers at most 2048 neighbours), else the index."""
         return self._gpu_index if self._gpu_index is not None and k <= 2048 else self._index
@@ -389,7 +417,7 @@ class VectorIndex:
         faiss = _faiss()
         has_dead = self.dead_rows > 0
         if allowed_rows is None and not has_dead:
-            return self._unfiltered_index(k).search(q, k)
+            return self._unfiltered_search(q, k)
         mask = np.zeros(self._indexed, dtype=bool)
         if allowed_rows is None:
             mask[:] = self._row_ids[: self._indexed] >= 0
@@ -405,6 +433,8 @@ class VectorIndex:
             params = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, 2 * k))
         else:
             params = faiss.SearchParameters(sel=sel)
+        if self.factory == "SQfp16":
+            return self._rescored(q, k, *self._index.search(q, min(self._indexed, k + RESCORE_EXTRA), params=params))
         s, r = self._index.search(q, k, params=params)
         return s, r
 

@@ -17,7 +17,7 @@ router = APIRouter(tags=["ops"])
 
 @router.get("/health", responses=errors_for(ok={
     "status": "ok", "version": "0.9.0", "pid": 4242, "products": 20873, "with_photo": 20873, "seq": 20873,
-    "model": "effnet-minilm+mlp", "index": "Flat", "data_dir": "/srv/vitrine", "max_k": 100, "snapshot": "v000012",
+    "model": "effnet-minilm+mlp", "index": "SQfp16", "data_dir": "/srv/vitrine", "max_k": 100, "snapshot": "v000012",
     "recovery": {"summary": "loaded snapshot v000012 (change 20873); replayed 0 later changes"}, "swaps": []}))
 def health(engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     """Liveness and what is serving: products, model, snapshot, recovery, recent swaps, and the

@@ -399,8 +399,8 @@ def defaults_text(sets: dict[str, Any]) -> str:
                 f"- `VITRINE_INDEX_FACTORY=SQfp16` (the default): the same scan over float16 copies, "
                 f"{1000 / sq['qps_single']:.2f} ms per query (raw FAISS, recall@10 {sq['recall@10']:.3f} before "
                 "Vitrine scores its hits again exactly from the float32 rows; the VectorIndex/raw ratio below "
-                "includes that). A single-query scan is bound by memory bandwidth, and half the bytes is what "
-                "a busy 2-core server feels; Flat stays the choice on a GPU host (its GPU copy).")
+                "includes that). A single-query scan is bound by memory bandwidth and this one reads half the "
+                "bytes; Flat stays the choice on a GPU host (its GPU copy).")
     big = sets.get("large")
     if big:
         ok = [r for r in big["rows"] if r["recall@10"] >= 0.95 and r["factory"].startswith("IVF")]

@@ -4,10 +4,10 @@
 string (``Flat``, ``SQfp16``, ``HNSW32``, ``IVF{n},Flat``, ``IVF{n},PQ{m}``) over those rows:
 
 - ``SQfp16`` is an exhaustive scan like ``Flat`` over float16 copies of the vectors (half the
-  memory read per query: a single-query Flat search is bound by memory bandwidth), whose top hits
-  are then scored again exactly from the float32 rows, so scores are Flat's and the order differs
-  from Flat's only where float16 rounding (~1e-3 of a cosine) moves a hit across the top ``k``
-  boundary (bench-results/index-sqfp16/index.md);
+  memory read per query: a single-query Flat search is bound by memory bandwidth), whose top
+  ``k + RESCORE_EXTRA`` hits are then scored again exactly from the float32 rows: scores are
+  Flat's, and so is the top ``k`` up to the order of exact ties, unless float16 rounding (~1e-3 of
+  a cosine) pushes one of its hits below all the extra ones (bench-results/index-sqfp16/);
 
 - upsert replaces: the old row of an id is tombstoned and a new row appended;
 - rows added since the FAISS index was (re)built, and every row of an IVF index that has not
@@ -398,7 +398,7 @@ class VectorIndex:
 
     def _rescored(self, q: np.ndarray, k: int, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` of FAISS's approximate hits ``r`` scored exactly from the float32 rows
-        (ties: the earlier row first, as a Flat scan orders them)."""
+        (ties: the earlier row first)."""
         exact = np.einsum("qkd,qd->qk", self._vecs[np.maximum(r, 0)], q)
         exact = np.where(r >= 0, exact, -np.inf).astype(np.float32)
         order = np.lexsort((np.where(r >= 0, r, np.iinfo(np.int64).max), -exact), axis=1)[:, :k]

@@ -104,8 +104,8 @@ class ReadPath:
         plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters; never raises
         if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(rd, req, text, image is not None, plan, t0)
-        # degrades (gate), never fails; a text query's adapter runs only if its vector is read when the
-        # catalogue's mix gives the shared space no weight (the floor's does)
+        # degrades (gate), never fails; when the catalogue's text mix gives the shared space no weight (the
+        # floor's gives none), a text query runs its adapter only if its vector is read after all
         qv, gate = fallback.query_vectors(rd, text, image, early,
                                           lazy_text=fusion.ranks_without_shared_space(rd, text, image is not None))
         allowed = understanding.allowed_ids(rd, plan)

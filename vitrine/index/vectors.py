@@ -394,7 +394,11 @@ class VectorIndex:
     def _unfiltered_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.factory != "SQfp16":
             return self._unfiltered_index(k).search(q, k)
-        return self._rescored(q, k, *self._index.search(q, min(self._indexed, k + RESCORE_EXTRA)))
+        return self._rescored_search(q, k)
+
+    def _rescored_search(self, q: np.ndarray, k: int, **kw: object) -> tuple[np.ndarray, np.ndarray]:
+        """An SQfp16 search: ``RESCORE_EXTRA`` more hits than asked for, then :meth:`_rescored`."""
+        return self._rescored(q, k, *self._index.search(q, min(self._indexed, k + RESCORE_EXTRA), **kw))
 
     def _rescored(self, q: np.ndarray, k: int, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` of FAISS's approximate hits ``r`` scored exactly from the float32 rows
@@ -434,7 +438,7 @@ class VectorIndex:
         else:
             params = faiss.SearchParameters(sel=sel)
         if self.factory == "SQfp16":
-            return self._rescored(q, k, *self._index.search(q, min(self._indexed, k + RESCORE_EXTRA), params=params))
+            return self._rescored_search(q, k, params=params)
         s, r = self._index.search(q, k, params=params)
         return s, r
 

@@ -308,7 +308,6 @@ def test_a_tuned_search_explains_only_its_page_and_skips_a_space_of_no_weight(en
         assert h.score == pytest.approx(sum(v for k, v in sig.items() if "->" not in k), abs=1e-5)
 
 
-
 def test_a_tuned_mix_without_the_shared_space_runs_no_adapter_and_ranks_as_the_full_pool(engine, subset_rows,
                                                                                        monkeypatch):
     """The twin case: a mix that gives the shared space no weight ranks text without the adapter
@@ -340,6 +339,7 @@ def test_a_tuned_mix_without_the_shared_space_runs_no_adapter_and_ranks_as_the_f
         full = fusion.build_pool(rd, {"text": qe.text([t])[0]}, t, 5, None, native_q=nq, depth=100)
         same += iids == [i for i, _, _ in fusion.fuse_weighted(full, weights, 5)]
     assert same >= len(texts) - 1  # a candidate only the shared space found may rarely rank in
+
 
 def test_fusion_switches(engine, subset_rows):
     q = SearchRequest(text="women red heels", k=10, explain=True)

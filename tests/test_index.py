@@ -43,7 +43,6 @@ def test_search_recall_against_brute_force(factory):
     assert recall >= (0.99 if factory in ("Flat", "SQfp16", "IVF16,Flat") else 0.6 if "PQ" in factory else 0.9)
 
 
-
 def test_an_sqfp16_scan_scores_exactly_and_ranks_as_brute_force():
     """SQfp16 scans float16 codes, then scores its hits again from the float32 rows: the scores are
     the exact cosines, and the ranking is brute force's (on data without ties), with or without a
@@ -63,6 +62,7 @@ def test_an_sqfp16_scan_scores_exactly_and_ranks_as_brute_force():
     np.testing.assert_array_equal(got, brute(x[500:], ids[500:], q, 20))
     with pytest.raises(InvalidInput):
         VectorIndex(48, "SQ8")  # only the float16 scan is a flat factory here; SQ8 needs IVF
+
 
 @pytest.mark.parametrize("factory", FACTORIES)
 def test_selective_filters_are_exact(factory):

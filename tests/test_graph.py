@@ -25,7 +25,7 @@ from vitrine.ingest.catalog import ingest_file
 from vitrine import resources
 from vitrine.ingest.fashion import read_styles, to_record
 from vitrine.search.engine import Engine
-from vitrine.search.fusion import GRAPH_SIGNALS, Pool, fuse, fuse_weighted, graph_candidate_ids
+from vitrine.search.fusion import GRAPH_SIGNALS, GraphScorer, Pool, fuse, fuse_weighted, graph_candidate_ids
 from vitrine.search.models import Filters, SearchRequest
 
 from conftest import SOURCE
@@ -157,6 +157,61 @@ def test_remembered_product_sets_follow_every_change(data):
                       "attributes": {"gender": "Men"}})
     assert cands() == [2]  # relaxed: no women's wallet left, the category alone
     assert not g.product_set(("graph_candidates", terms.key()), lambda: []).flags.writeable
+
+
+def _signals_one_by_one(g: ProductGraph, terms: QueryTerms, iid: int) -> list[float]:
+    """Brute force: one product's graph signals from its facts, as fusion's docstring defines them."""
+    out = dict.fromkeys(GRAPH_SIGNALS, 0.0)
+    f = g.facts(iid)
+    if f is None:
+        return list(out.values())
+    cats = terms.get("category")
+    leaves = set().union(*(g.category_leaves(c) for c in cats)) if cats else set()
+    if cats and f.category:
+        if g.category_node(f.category) in leaves:
+            out["graph:category"] = 1.0
+        else:
+            out["graph:proximity"] = g.category_proximity(f.category, cats)
+    families = {g.data.colours.family_of(v) for v in terms.get("colour")} - set(g.data.colours.universal) - {None}
+    for field in ("brand", "colour", "gender", "usage", "season"):
+        want, v = {norm_key(x) for x in terms.get(field)}, getattr(f, field)
+        if not want or v is None:
+            continue
+        if norm_key(v) in want:
+            out[f"graph:{field}"] = 1.0
+        elif (field == "gender" and v == "Unisex" and want & {"men", "women"}) or (
+                field == "colour" and g.data.colours.family_of(v) in families):
+            out[f"graph:{field}"] = 0.5
+    return list(out.values())
+
+
+@pytest.mark.parametrize("query", ["puma sports shoes for men", "women red casual shoes", "navy blue watches",
+                                   "unisex black backpack", "kurtas", "nike"])
+def test_pool_graph_signals_equal_each_products_own(subset_graph, subset_rows, data, query):
+    """The pool's graph signals come from integer fact codes, per distinct value; they equal each
+    product's signals from its own facts, also after products change, go, or never existed."""
+    g = subset_graph
+    terms = g.match_query(query)
+    assert terms
+    iids = np.array([*range(1, len(subset_rows) + 1), 10**6], dtype=np.int64)  # the last: no such product
+
+    def check() -> None:
+        got = GraphScorer(g, terms).rows(iids)
+        want = np.array([_signals_one_by_one(g, terms, i) for i in iids.tolist()])
+        np.testing.assert_array_equal(got, want)
+        assert want.any() and not want[-1].any()
+
+    check()
+    docs = docs_of(subset_rows)
+    changed = []
+    for iid, pid, doc in docs[:10]:
+        d = json.loads(json.dumps(doc))
+        d["attributes"].update(colour="Red", gender="Unisex")
+        d["category"] = ["Footwear", "Shoes", "Casual Shoes"]
+        changed.append((iid, pid, d))
+    g.upsert_many(changed)
+    g.delete([pid for _, pid, _ in docs[10:15]])
+    check()
 
 
 def test_relations_and_complements(subset_graph):

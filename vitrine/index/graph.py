@@ -42,6 +42,7 @@ import numpy as np
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.cache import IdSetCache
+from vitrine.index.fact_codes import FACT_FIELDS, FactCodes
 from vitrine.index.learned import TitleColours, category_path, learn_title_brands, map_category, premap
 from vitrine.index.vectors import read_verified
 from vitrine.index.vocabulary import (
@@ -95,6 +96,7 @@ class ProductGraph:
         self.data = data or GraphData()
         self._lock = threading.RLock()
         self._facts: dict[int, ProductFacts] = {}
+        self._codes = FactCodes()  # the same facts as integer codes, for whole-pool reads
         self._iid_of: dict[str, int] = {}
         self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
         self._vocab: dict[str, set[tuple[str, str]]] | None = None
@@ -256,6 +258,7 @@ class ProductGraph:
                 self.g.add_edge(node, an, key=f)
                 self._post.setdefault(an, set()).add(iid)
             self._facts[iid] = facts
+            self._codes.set(iid, [getattr(facts, f) for f in FACT_FIELDS])
             self._iid_of[pid] = iid
 
     def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
@@ -284,6 +287,7 @@ class ProductGraph:
         self.g.remove_node(node)
         if iid is not None:
             self._facts.pop(iid, None)
+            self._codes.drop(iid)
         return True
 
     def delete(self, pids: Iterable[str]) -> int:
@@ -298,6 +302,7 @@ class ProductGraph:
     def _reindex(self) -> None:
         self._sets_cache.clear()
         self._facts.clear()
+        self._codes.clear()
         self._iid_of.clear()
         self._post.clear()
         for node, d in self.g.nodes(data=True):
@@ -306,7 +311,8 @@ class ProductGraph:
             pid = node.split(":", 1)[1]
             iid = int(d["iid"])
             self._facts[iid] = ProductFacts(iid=iid, pid=pid, **{
-                k: d.get(k) for k in ("category", "brand", "colour", "gender", "season", "usage")})
+                k: d.get(k) for k in FACT_FIELDS})
+            self._codes.set(iid, [d.get(k) for k in FACT_FIELDS])
             self._iid_of[pid] = iid
             for _, target in self.g.out_edges(node):
                 self._post.setdefault(target, set()).add(iid)
@@ -322,6 +328,17 @@ class ProductGraph:
 
     def facts(self, iid: int) -> ProductFacts | None:
         return self._facts.get(iid)
+
+    def fact_codes(self, iids: np.ndarray, fields: Sequence[str]) -> np.ndarray:
+        """The facts ``fields`` of each of ``iids`` at once, as a (len(iids), len(fields)) matrix of
+        codes (:meth:`fact_value` reads one back): a pool's distinct rows are few, so a caller
+        works per distinct row, not per product."""
+        with self._lock:
+            return self._codes.of(iids, fields)
+
+    def fact_value(self, field: str, code: int) -> str | None:
+        """The value of ``field`` a code of :meth:`fact_codes` stands for (None: no value)."""
+        return self._codes.value(field, code)
 
     def facts_of(self, pid: str) -> ProductFacts | None:
         iid = self._iid_of.get(pid)

@@ -41,12 +41,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-from vitrine.index.graph import ProductFacts, ProductGraph, QueryTerms, norm_key
+from vitrine.index.graph import ProductGraph, QueryTerms, norm_key
 from vitrine.search.models import Ranked
 from vitrine.search.reader import Reader
 
@@ -153,7 +152,9 @@ def graph_candidate_ids(graph: ProductGraph, terms: QueryTerms) -> np.ndarray:
 
 class GraphScorer:
     """Graph signals of candidates for one query's terms: a row of :data:`GRAPH_SIGNALS` values
-    per product, remembered per combination of the facts it reads (products share them)."""
+    per product. Each signal reads one fact (the category, or one named field), so it is computed
+    once per distinct value of that fact in the pool (a pool's candidates share a few), from the
+    graph's fact codes in one numpy step."""
 
     def __init__(self, graph: ProductGraph, terms: QueryTerms) -> None:
         self.graph, self.terms = graph, terms
@@ -164,44 +165,51 @@ class GraphScorer:
         self.want = {f: {norm_key(v) for v in terms.get(f)} for f in GRAPH_FIELDS if terms.get(f)}
         self.want_families = {graph.data.colours.family_of(v) for v in terms.get("colour")} - \
             set(graph.data.colours.universal) - {None}
-        # the facts the signals depend on: the memo's key
-        self._key = attrgetter("category", *self.want) if self.cats else attrgetter(*self.want) if self.want else None
-        self._memo: dict[object, tuple[float, ...]] = {}
-        self._zero = (0.0,) * len(GRAPH_SIGNALS)
+        # the facts the signals read, and the signal columns each one fills
+        self.fields = (("category",) if self.cats else ()) + tuple(self.want)
 
-    def row(self, facts: ProductFacts | None) -> tuple[float, ...]:
-        if facts is None or self._key is None:
-            return self._zero
-        key = self._key(facts)
-        hit = self._memo.get(key)
-        if hit is None:
-            got = self(facts)
-            hit = self._memo[key] = tuple(got.get(name, 0.0) for name in GRAPH_SIGNALS)
-        return hit
-
-    def __call__(self, facts: ProductFacts | None) -> dict[str, float]:
-        out: dict[str, float] = {}
-        if facts is None:
+    def rows(self, iids: np.ndarray) -> np.ndarray:
+        """The signals of products ``iids``, (len(iids), len(GRAPH_SIGNALS)) (zeros for a product
+        the graph lacks)."""
+        out = np.zeros((len(iids), len(GRAPH_SIGNALS)))
+        if not self.fields or not len(iids):
             return out
-        g = self.graph
-        if self.cats and facts.category:
-            if g.category_node(facts.category) in self.leaves:
-                out["graph:category"] = 1.0
+        codes = self.graph.fact_codes(iids, self.fields)
+        for j, f in enumerate(self.fields):
+            distinct, which = np.unique(codes[:, j], return_inverse=True)
+            values = [self.graph.fact_value(f, c) for c in distinct.tolist()]
+            if f == "category":
+                table = np.array([self._category(v) for v in values], dtype=np.float64)
+                out[:, _CATEGORY_COLUMNS] = table[which]
             else:
-                p = g.category_proximity(facts.category, self.cats)
-                if p > 0:
-                    out["graph:proximity"] = p
-        for f, want in self.want.items():
-            v = getattr(facts, f)
-            if v is None:
-                continue
-            if norm_key(v) in want:
-                out[f"graph:{f}"] = 1.0
-            elif f == "gender" and v == "Unisex" and want & {"men", "women"}:
-                out["graph:gender"] = 0.5
-            elif f == "colour" and g.data.colours.family_of(v) in self.want_families:
-                out["graph:colour"] = 0.5
+                out[:, GRAPH_SIGNALS.index(f"graph:{f}")] = np.array([self._match(f, v) for v in values])[which]
         return out
+
+    def _category(self, category: str | None) -> tuple[float, float]:
+        """(graph:category, graph:proximity) of a product in ``category``: 1 when it is, or is under,
+        a category the query names, else the taxonomy proximity."""
+        if not category:
+            return 0.0, 0.0
+        if self.graph.category_node(category) in self.leaves:
+            return 1.0, 0.0
+        return 0.0, max(0.0, self.graph.category_proximity(category, self.cats))
+
+    def _match(self, f: str, v: str | None) -> float:
+        """graph:``f`` of a product whose ``f`` is ``v``: 1 for a value the query names, 0.5 for a
+        unisex product to a men/women query or a colour of a named colour's family."""
+        if v is None:
+            return 0.0
+        want = self.want[f]
+        if norm_key(v) in want:
+            return 1.0
+        if f == "gender" and v == "Unisex" and want & {"men", "women"}:
+            return 0.5
+        if f == "colour" and self.graph.data.colours.family_of(v) in self.want_families:
+            return 0.5
+        return 0.0
+
+
+_CATEGORY_COLUMNS = [GRAPH_SIGNALS.index("graph:category"), GRAPH_SIGNALS.index("graph:proximity")]
 
 
 # -- the pool ----------------------------------------------------------------------------------------
@@ -325,8 +333,7 @@ def build_pool(reader: Reader, qv: Mapping[str, np.ndarray], text: str, k: int,
     if use_graph and len(iids):
         try:
             with graph.lock:
-                scorer = GraphScorer(graph, terms)
-                gmat = np.array([scorer.row(graph.facts(i)) for i in iids.tolist()], dtype=np.float64)
+                gmat = GraphScorer(graph, terms).rows(iids)
         except Exception as e:  # noqa: BLE001
             log.warning("graph signals failed: %s", e)
             degraded.append("graph")

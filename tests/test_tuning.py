@@ -261,6 +261,23 @@ def test_shop_queries_join_the_fit_with_their_share(engine, tmp_path):
     assert res.calibration.summary["labelled"]["queries"] == r["queries"]
 
 
+def test_tune_serves_the_mean_of_one_fit_per_sample(engine):
+    """Each sample of pseudo-queries (seeds 0, 1, 2) is fitted apart, and the mix served is the mean
+    of the three, each scaled to sum 1: the same as three one-sample tunes averaged by hand."""
+    from vitrine.evals.tuning import tune, weights_vec
+
+    counts = {"title": 30, "category": 10, "brand_type": 5, "attributes": 20}
+    res = tune(engine, counts=counts, slot_queries=0, save=False, samples=3)
+    alone = []
+    for seed in range(3):
+        w = weights_vec(tune(engine, counts=counts, slot_queries=0, save=False, samples=1, seed=seed).report["fitted"])
+        alone.append(w / w.sum())
+    assert len({tuple(np.round(w, 4)) for w in alone}) > 1  # the samples' fits differ: the mean is not one of them
+    np.testing.assert_allclose([weights_vec(m) for m in res.report["samples"]], alone, atol=1e-4)
+    np.testing.assert_allclose(weights_vec(res.report["fitted"]), np.mean(alone, axis=0), atol=1e-9)
+    assert res.report["queries"]["total"] > max(30 + 10 + 5 + 20, 3 * 40)  # three samples' queries
+
+
 def test_tune_writes_and_engine_loads(tuned_dir, settings_factory, encoder):
     d, res = tuned_dir
     saved = json.loads((d / calibration.FILE).read_text())

@@ -215,6 +215,9 @@ class SearchSettings(_Section):
                                        "taxonomy nodes the catalogue's categories map to, in other words than the "
                                        "records', that `vitrine tune` fits on beside the records' own (0: none; "
                                        "docs/tuning.md).")
+    tune_samples: int = Field(5, ge=1, le=20, description="Samples of pseudo-queries `vitrine tune` fits apart "
+                              "(each from its own seed), serving the mean of their mixes: one sample's fit swings "
+                              "with the queries drawn (docs/tuning.md). Each costs one more pass of pool building.")
     tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
                                         "an ingest (tune's cost grows with the catalogue: 3-4 min at 20k products "
                                         "on 2 busy cores).")

@@ -164,6 +164,25 @@ def prune(pools: Pools, w: np.ndarray, best: float) -> tuple[np.ndarray, float]:
     return w, best
 
 
+def fit_once(pools: Pools, starts: list[np.ndarray], active: tuple[int, ...]) -> tuple[np.ndarray, float]:
+    """Coordinate descent from each start, the best on ``pools``, pruned."""
+    return prune(pools, *max((coordinate_descent(pools, w, active=active) for w in starts), key=lambda c: c[1]))
+
+
+def averaged_fit(pools: Pools, samples: list[np.ndarray], starts: list[np.ndarray],
+                 active: tuple[int, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One fit per sample of pseudo-queries (``samples``: their rows in ``pools``), each mix scaled
+    to sum 1 (a ranking depends only on the weights' ratios), and their mean; with the mixes. A
+    fit's weights swing with the sample its queries came from (five samples of the bundled
+    catalogue: five mixes far apart, val attribute nDCG@10 0.984-0.998); the mean of three sits
+    among the best of them (docs/tuning.md)."""
+    mixes = []
+    for rows in samples:
+        w, _ = fit_once(pools.subset(rows), starts, active)
+        mixes.append(w / w.sum())
+    return np.mean(mixes, axis=0), mixes
+
+
 def usable_signals(pools: Pools) -> tuple[int, ...]:
     """Signals present in some fit pool (a graph signal this catalogue never fires stays 0)."""
     return tuple(j for j in range(len(SIGNALS)) if np.abs(pools.x[:, :, j][pools.valid]).max(initial=0.0) > 0)
@@ -249,24 +268,37 @@ def labelled_weights(queries: list[pq.PseudoQuery], share: float) -> dict[str, f
 def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
          margin: float = 0.005, slot_queries: int = 150, save: bool = True,
          labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
-         taxonomy_queries: int | None = None) -> TuneResult:
+         taxonomy_queries: int | None = None, samples: int | None = None) -> TuneResult:
     """Fit the catalogue's text ranking (see the module doc); saves it in the data dir.
     ``labelled``: the shop's own judged queries (kinds ``shop:*``, split fit / held-out,
     :func:`vitrine.evals.pseudo_queries.labelled`), fitted together with the pseudo-queries with
     ``labelled_share`` of the objective; then the fit must also not lose to the floor on their
     held-out part. ``taxonomy_queries``: that many pseudo-queries naming the Google-taxonomy nodes
     the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind;
-    None: ``tune_taxonomy_queries`` of the engine's settings)."""
+    None: ``tune_taxonomy_queries`` of the engine's settings). ``samples``: fit that many samples of
+    pseudo-queries (seeds ``seed``, ``seed + 1``, ...) apart and serve the mean of their mixes (None:
+    ``tune_samples`` of the engine's settings; 1: one fit, as is)."""
     t0 = time.time()
     if taxonomy_queries is None:
         taxonomy_queries = engine.settings.search.tune_taxonomy_queries
     docs = catalogue_docs(engine)
     version = calibration.catalogue_version(engine.records, engine.store_id)
+    if samples is None:
+        samples = engine.settings.search.tune_samples
+    samples = max(1, samples)
     counts = {**(counts or {}), "taxonomy": taxonomy_queries} if taxonomy_queries else counts
-    queries = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed,
-                                      taxonomy=category_taxonomy(engine) if taxonomy_queries else None,
-                                      phrasings=engine.graph.phrasings()) if q.text]
-    queries += [q for q in (labelled or []) if q.text]
+    taxonomy = category_taxonomy(engine) if taxonomy_queries else None
+    phrasings = engine.graph.phrasings()
+    queries: list[pq.PseudoQuery] = []
+    sample_of: list[int] = []  # which sample each query is from (-1: the shop's own, in every sample)
+    for b in range(samples):
+        got = [q for q in pq.generate(docs, counts=counts, heldout=heldout, seed=seed + b, taxonomy=taxonomy,
+                                      phrasings=phrasings) if q.text]
+        queries += got
+        sample_of += [b] * len(got)
+    shop_queries = [q for q in (labelled or []) if q.text]
+    queries += shop_queries
+    sample_of += [-1] * len(shop_queries)
     kind_weights = labelled_weights(queries, labelled_share)
     fit_rows = np.array([i for i, q in enumerate(queries) if q.split == "fit"], dtype=np.int64)
     ho_rows = np.array([i for i, q in enumerate(queries) if q.split == "heldout"], dtype=np.int64)
@@ -280,10 +312,16 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     shared_w = weights_vec({"vector": 1.0})
     configured = weights_vec(engine.settings.search.fusion_weights)
     active = usable_signals(fit)
-    cands = [coordinate_descent(fit, floor_w, active=active),
-             coordinate_descent(fit, shared_w, active=active),
-             coordinate_descent(fit, configured, active=active)]
-    fitted, fit_obj = prune(fit, *max(cands, key=lambda c: c[1]))
+    starts = [floor_w, shared_w, configured]
+    mixes: list[np.ndarray] = []
+    if samples > 1:
+        of = np.array(sample_of)
+        fit_of = of[fit_rows]
+        fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
+                                     starts, active)
+        fit_obj = objective(fit, fitted)
+    else:
+        fitted, fit_obj = fit_once(fit, starts, active)
     ho_floor, ho_fitted = objective(ho, floor_w), objective(ho, fitted)
     accepted = bool(len(ho_rows)) and ho_fitted > ho_floor + margin
     shop: dict[str, Any] = {}
@@ -328,6 +366,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
                     "by_kind": {str(k): int((pools.kinds == k).sum()) for k in np.unique(pools.kinds)}},
         "signals_seen": [SIGNALS[j] for j in active],
         "fitted": weights_dict(fitted), "fit_objective": round(fit_obj, 4), "accepted": accepted, "margin": margin,
+        "samples": [{k: round(v, 4) for k, v in weights_dict(w).items()} for w in mixes],
         "chosen": weights,
         "heldout": {"native_only (floor)": summary(ho, floor_w), "shared_only": summary(ho, shared_w),
                     "configured_defaults": summary(ho, configured), "fitted": summary(ho, fitted)},
@@ -358,6 +397,8 @@ def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> lis
              f"by kind: {r['queries']['by_kind']}.", "",
              f"Fitted weights: `{r['fitted']}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
              f"(must beat native-only on held-out by {r['margin']}). Served: `{r['chosen']}`.", "",
+             *([f"The mean of {len(r['samples'])} fits, one per sample of pseudo-queries (each scaled to sum 1): "
+                + "; ".join(f"`{m}`" for m in r["samples"]) + ".", ""] if r.get("samples") else []),
              "## Held-out pseudo-queries", "",
              "| ranking | objective | nDCG@10 | R@10 | MRR@10 | nDCG@10 by kind |", "|---|---|---|---|---|---|"]
     for label, m in r["heldout"].items():

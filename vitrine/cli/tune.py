@@ -42,7 +42,7 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tu
     ho = r["heldout"]
     click.echo(f"tuned on {r['queries']['total']} pseudo-queries in {r['seconds']['total']} s: held-out objective "
                f"native-only {ho['native_only (floor)']['objective']:.4f}, fitted {ho['fitted']['objective']:.4f} "
-               f"-> {'accepted ' + str(r['chosen']) if r['accepted'] else 'floor kept (native only)'}; "
+               f"-> {'accepted ' + str({k: round(v, 4) for k, v in r['chosen'].items()}) if r['accepted'] else 'floor kept (native only)'}; "
                f"slot filters {'on' if result.calibration.slot_filters else 'off'}", err=True)
     for label, m in (r.get("labelled") or {}).get("heldout", {}).items():
         click.echo(f"  shop's held-out queries, {label}: nDCG@10 {m['nDCG@10']:.4f} (objective {m['objective']:.4f})",

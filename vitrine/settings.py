@@ -219,8 +219,8 @@ class SearchSettings(_Section):
                               "(each from its own seed), serving the mean of their mixes: one sample's fit swings "
                               "with the queries drawn (docs/tuning.md). Each costs one more pass of pool building.")
     tune_auto_max_products: int = Field(100_000, ge=0, description="Largest catalogue tuned automatically after "
-                                        "an ingest (tune's cost grows with the catalogue: 3-4 min at 20k products "
-                                        "on 2 busy cores).")
+                                        "an ingest (tune's cost grows with the catalogue: ~2 min at 20k products "
+                                        "on 2 quiet cores, five samples).")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="Similar items: relevance vs diversity (MMR).")
     gate_timeout_ms: float = Field(2000.0, gt=0, description="Query embedding (adapter/MoE gate) time budget; "
                                                              "past it the search degrades (degraded: gate).")

@@ -366,7 +366,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
                     "by_kind": {str(k): int((pools.kinds == k).sum()) for k in np.unique(pools.kinds)}},
         "signals_seen": [SIGNALS[j] for j in active],
         "fitted": weights_dict(fitted), "fit_objective": round(fit_obj, 4), "accepted": accepted, "margin": margin,
-        "samples": [{k: round(v, 4) for k, v in weights_dict(w).items()} for w in mixes],
+        "samples": [_rounded(weights_dict(w)) for w in mixes],
         "chosen": weights,
         "heldout": {"native_only (floor)": summary(ho, floor_w), "shared_only": summary(ho, shared_w),
                     "configured_defaults": summary(ho, configured), "fitted": summary(ho, fitted)},
@@ -386,6 +386,10 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     return out
 
 
+def _rounded(weights: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in weights.items()}
+
+
 def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> list[Path]:
     """``name``.md, .json and .png in ``out_dir``: what was chosen and what each choice gained."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -395,8 +399,8 @@ def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> lis
     lines = [f"# Catalogue tuning ({r['products']} products)", "",
              f"Pseudo-queries: {r['queries']['total']} ({r['queries']['fit']} fit, {r['queries']['heldout']} held out); "
              f"by kind: {r['queries']['by_kind']}.", "",
-             f"Fitted weights: `{r['fitted']}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
-             f"(must beat native-only on held-out by {r['margin']}). Served: `{r['chosen']}`.", "",
+             f"Fitted weights: `{_rounded(r['fitted'])}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
+             f"(must beat native-only on held-out by {r['margin']}). Served: `{_rounded(r['chosen'])}`.", "",
              *([f"The mean of {len(r['samples'])} fits, one per sample of pseudo-queries (each scaled to sum 1): "
                 + "; ".join(f"`{m}`" for m in r["samples"]) + ".", ""] if r.get("samples") else []),
              "## Held-out pseudo-queries", "",

@@ -1,12 +1,13 @@
 """Products' facts as integer codes, for reading a whole candidate pool's facts in one numpy step.
 
-A search reads the graph facts (category, brand, colour, ...) of a pool of a few hundred
-candidates per query; a dict lookup and a Python call per candidate were about a tenth of a
-tuned catalogue's CPU per query. :class:`FactCodes` keeps, per fact field, each distinct value's
-code (in order of first sight, never reused) and, per product id, one row of codes (``NONE``: the
-product has no value for that field; ``ABSENT``: no such product). Its owner (the product graph)
-updates it on every write, under its own lock.
-"""
+A search reads the graph facts (category, brand, colour, ...) of every candidate in its pool: a
+few hundred for a first page, thousands for a deep one. Looked up and scored one candidate at a
+time in Python, a 2,000-candidate pool took 3.6 ms; read as codes and scored once per distinct
+value, 1.1 ms. :class:`FactCodes` keeps, per fact field, each distinct value's code (in order of
+first sight, never reused) and, per product id, one row of codes (``NONE``: the product has no
+value for that field; ``ABSENT``: no such product). Product ids are the record store's row
+numbers (dense, from 1), so the rows are an array indexed by id. Its owner (the product graph)
+updates it on every write, under its own lock."""
 
 from __future__ import annotations
 
@@ -24,12 +25,15 @@ class FactCodes:
     """Per product id (a small non-negative int, as the record store's are) a row of fact codes."""
 
     def __init__(self) -> None:
-        self._codes: dict[str, dict[str, int]] = {f: {} for f in FACT_FIELDS}
-        self._values: dict[str, list[str]] = {f: [] for f in FACT_FIELDS}
-        self._rows = np.full((0, len(FACT_FIELDS)), ABSENT, dtype=np.int32)
+        self._codes: dict[str, dict[str, int]] = {}
+        self._values: dict[str, list[str]] = {}
+        self._rows = np.empty((0, len(FACT_FIELDS)), dtype=np.int32)
+        self.clear()
 
     def clear(self) -> None:
-        self.__init__()  # type: ignore[misc]
+        self._codes = {f: {} for f in FACT_FIELDS}
+        self._values = {f: [] for f in FACT_FIELDS}
+        self._rows = np.full((0, len(FACT_FIELDS)), ABSENT, dtype=np.int32)
 
     def _code(self, field: str, value: str | None) -> int:
         if value is None:

@@ -328,10 +328,10 @@ class WebSettings(_Section):
                                                 "buffers (index snapshots) go back to the OS (vitrine/web/memory.py).")
     snapshot_interval_s: float = Field(30.0, ge=0, description="The API snapshots its indexes this often when "
                                                                 "they changed (0: after every write).")
-    search_concurrency: int = Field(2, ge=0, le=1024, description="Searches one API process runs at once; "
+    search_concurrency: int = Field(0, ge=0, le=1024, description="Searches one API process runs at once; "
                                     "later ones wait their turn, first come first served. 0: no limit (the "
-                                    "server's thread pool, 40). Two led no limit in interleaved runs "
-                                    "(bench-results/search-concurrency).")
+                                    "server's thread pool, 40). 2 shortened text tails on a tuned catalogue "
+                                    "but cost photo throughput (bench-results/search-concurrency).")
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")

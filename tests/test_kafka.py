@@ -11,6 +11,7 @@ import random
 import signal
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -567,25 +568,35 @@ def _cli_env(tmp_path) -> dict[str, str]:  # noqa: ANN001
             "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
-def _vitrine(args: list[str], env: dict[str, str], **kw):  # noqa: ANN003, ANN202
+def _vitrine(args: list[str], env: dict[str, str], log: Path):  # noqa: ANN202
+    """`vitrine ARGS` in its own process, its output to ``log``: a pipe nobody reads while it runs
+    could fill up and stall it."""
     import subprocess
     import sys
 
-    return subprocess.Popen([sys.executable, "-m", "vitrine.cli.__main__", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    with open(log, "w") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "vitrine.cli.__main__", *args], env=env, text=True,
+                                stdout=out, stderr=subprocess.STDOUT)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
 
 
-def _finish(proc, timeout: float = 120) -> tuple[int, str, str]:  # noqa: ANN001
-    """Its exit code and output; killed (and said so) if it overstays."""
+def _output(proc) -> str:  # noqa: ANN001
+    return proc.log.read_text(errors="replace")[-4000:]
+
+
+def _finish(proc, timeout: float = 120) -> tuple[int, str]:  # noqa: ANN001
+    """Its exit code and the tail of its output; killed (and said so) if it overstays."""
     import subprocess
 
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
+        note = ""
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
-        err += f"\n[killed: still running {timeout}s after SIGTERM]"
-    return proc.returncode, out, err
+        proc.wait()
+        note = f"\n[killed: still running {timeout}s after SIGTERM]"
+    return proc.returncode, _output(proc) + note
 
 
 def _get(url: str):  # noqa: ANN202
@@ -595,6 +606,15 @@ def _get(url: str):  # noqa: ANN202
         return httpx.get(url, timeout=5)
     except httpx.HTTPError:
         return None
+
+
+def _serving_all(url: str, procs) -> bool:  # noqa: ANN001
+    """Whether ``url`` serves every product; a process that exited fails at once, with its output."""
+    for p in procs:
+        if p.poll() is not None:
+            raise AssertionError(f"{p.args[3:]} exited with {p.returncode}:\n{_output(p)}")
+    r = _get(url + "/health")
+    return r is not None and r.json()["products"] == SUBSET_SIZE
 
 
 @pytest.mark.slow
@@ -617,14 +637,19 @@ def test_cli_publish_serve_consume_follow_and_status(broker, catalog_dir, tmp_pa
 
     data = tmp_path / "data"
     port, port2 = free_port(), free_port()
+    while port2 == port:  # two free ports, not the same one twice
+        port2 = free_port()
     writer = _vitrine(["serve", "--data", str(data), "--port", str(port), "--consume", *stream_args,
-                       "--group", group], env)
-    replica = _vitrine(["serve", "--data", str(data), "--port", str(port2), "--follow", "0.5"], env)
+                       "--group", group], env, tmp_path / "writer.log")
+    replica = _vitrine(["serve", "--data", str(data), "--port", str(port2), "--follow", "0.5"], env,
+                       tmp_path / "replica.log")
     url, url2 = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port2}"
     try:
         for u in (url, url2):
-            wait_for(lambda u=u: (r := _get(u + "/health")) is not None and r.json()["products"] == SUBSET_SIZE,
-                     240, f"{u} to serve every product", every=0.5)
+            try:
+                wait_for(lambda u=u: _serving_all(u, (writer, replica)), 240, f"{u} to serve every product", every=0.5)
+            except AssertionError as e:
+                raise AssertionError(f"{e}\nwriter:\n{_output(writer)}\nreplica:\n{_output(replica)}") from e
         metrics = _get(url + "/metrics").text  # the in-process worker
         assert 'result="upserted"' in metrics and f'vitrine_ingest_lag{{group="{group}"' in metrics
         assert f'vitrine_ingest_lag{{group="{group}"' in _get(url2 + "/metrics").text  # its status file
@@ -643,7 +668,7 @@ def test_cli_publish_serve_consume_follow_and_status(broker, catalog_dir, tmp_pa
         for p in (writer, replica):
             p.send_signal(signal.SIGTERM)
         codes = [_finish(p, 90) for p in (writer, replica)]
-    assert [c for c, _, _ in codes] == [0, 0], codes
+    assert [c for c, _ in codes] == [0, 0], codes
     assert len(records_state(data)) == SUBSET_SIZE - 2
 
     # `vitrine consume` as a batch job (in this process), then its status

@@ -32,7 +32,7 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tu
              taxonomy_queries: int | None = None, samples: int | None = None) -> Any:
     """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
     ``queries``: the shop's own judged queries, fitted beside the pseudo-queries."""
-    from vitrine.evals.tuning import tune, write_report  # noqa: PLC0415
+    from vitrine.evals.tuning import rounded, tune, write_report  # noqa: PLC0415
 
     result = tune(engine, seed=seed, labelled=labelled_queries(queries, seed=seed), taxonomy_queries=taxonomy_queries,
                   samples=samples)
@@ -42,7 +42,7 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tu
     ho = r["heldout"]
     click.echo(f"tuned on {r['queries']['total']} pseudo-queries in {r['seconds']['total']} s: held-out objective "
                f"native-only {ho['native_only (floor)']['objective']:.4f}, fitted {ho['fitted']['objective']:.4f} "
-               f"-> {'accepted ' + str({k: round(v, 4) for k, v in r['chosen'].items()}) if r['accepted'] else 'floor kept (native only)'}; "
+               f"-> {'accepted ' + str(rounded(r['chosen'])) if r['accepted'] else 'floor kept (native only)'}; "
                f"slot filters {'on' if result.calibration.slot_filters else 'off'}", err=True)
     for label, m in (r.get("labelled") or {}).get("heldout", {}).items():
         click.echo(f"  shop's held-out queries, {label}: nDCG@10 {m['nDCG@10']:.4f} (objective {m['objective']:.4f})",

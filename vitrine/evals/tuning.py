@@ -368,7 +368,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
                     "by_kind": {str(k): int((pools.kinds == k).sum()) for k in np.unique(pools.kinds)}},
         "signals_seen": [SIGNALS[j] for j in active],
         "fitted": weights_dict(fitted), "fit_objective": round(fit_obj, 4), "accepted": accepted, "margin": margin,
-        "samples": [_rounded(weights_dict(w)) for w in mixes],
+        "samples": [rounded(weights_dict(w)) for w in mixes],
         "chosen": weights,
         "heldout": {"native_only (floor)": summary(ho, floor_w), "shared_only": summary(ho, shared_w),
                     "configured_defaults": summary(ho, configured), "fitted": summary(ho, fitted)},
@@ -388,7 +388,8 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     return out
 
 
-def _rounded(weights: dict[str, float]) -> dict[str, float]:
+def rounded(weights: dict[str, float]) -> dict[str, float]:
+    """Weights to four decimals, as reports print them."""
     return {k: round(v, 4) for k, v in weights.items()}
 
 
@@ -401,8 +402,8 @@ def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> lis
     lines = [f"# Catalogue tuning ({r['products']} products)", "",
              f"Pseudo-queries: {r['queries']['total']} ({r['queries']['fit']} fit, {r['queries']['heldout']} held out); "
              f"by kind: {r['queries']['by_kind']}.", "",
-             f"Fitted weights: `{_rounded(r['fitted'])}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
-             f"(must beat native-only on held-out by {r['margin']}). Served: `{_rounded(r['chosen'])}`.", "",
+             f"Fitted weights: `{rounded(r['fitted'])}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
+             f"(must beat native-only on held-out by {r['margin']}). Served: `{rounded(r['chosen'])}`.", "",
              *([f"The mean of {len(r['samples'])} fits, one per sample of pseudo-queries (each scaled to sum 1): "
                 + "; ".join(f"`{m}`" for m in r["samples"]) + ".", ""] if r.get("samples") else []),
              "## Held-out pseudo-queries", "",

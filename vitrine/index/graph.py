@@ -257,9 +257,13 @@ class ProductGraph:
                         self.data.brands.learn(v)
                 self.g.add_edge(node, an, key=f)
                 self._post.setdefault(an, set()).add(iid)
-            self._facts[iid] = facts
-            self._codes.set(iid, [getattr(facts, f) for f in FACT_FIELDS])
-            self._iid_of[pid] = iid
+            self._keep(facts)
+
+    def _keep(self, facts: ProductFacts) -> None:
+        """Index a product's facts: by iid, as fact codes, and its pid's iid."""
+        self._facts[facts.iid] = facts
+        self._codes.set(facts.iid, [getattr(facts, f) for f in FACT_FIELDS])
+        self._iid_of[facts.pid] = facts.iid
 
     def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
         n = 0
@@ -310,10 +314,7 @@ class ProductGraph:
                 continue
             pid = node.split(":", 1)[1]
             iid = int(d["iid"])
-            self._facts[iid] = ProductFacts(iid=iid, pid=pid, **{
-                k: d.get(k) for k in FACT_FIELDS})
-            self._codes.set(iid, [d.get(k) for k in FACT_FIELDS])
-            self._iid_of[pid] = iid
+            self._keep(ProductFacts(iid=iid, pid=pid, **{k: d.get(k) for k in FACT_FIELDS}))
             for _, target in self.g.out_edges(node):
                 self._post.setdefault(target, set()).add(iid)
             if d.get("brand"):

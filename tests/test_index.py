@@ -211,6 +211,32 @@ def test_get_present_matches_lookups_one_by_one():
     np.testing.assert_array_equal(got, idx.get(asked[have]))
 
 
+@pytest.mark.parametrize("largest", [1_000, 50_000_000])  # dense ids, and ids sparse enough to turn the array off
+def test_row_map_matches_a_dict_through_writes(largest):
+    """RowMap's vectorised lookups equal a plain dict's through random sets and pops, with ids
+    never seen, negative ones and a rebuild from rows."""
+    from vitrine.index.rowmap import RowMap
+
+    rng = np.random.default_rng(7)
+    m, want = RowMap(), {}
+    for step in range(3000):
+        i = int(rng.integers(0, largest))
+        if rng.random() < 0.3 and want:
+            i = int(rng.choice(list(want)))
+            assert m.pop(i) == want.pop(i)
+        else:
+            m.set(i, step)
+            want[i] = step
+        if step % 500 == 0:
+            asked = np.concatenate([np.array(list(want), dtype=np.int64), rng.integers(-5, 2 * largest, 50)])
+            assert m.rows(asked).tolist() == [want.get(int(a), -1) for a in asked]
+            assert len(m) == len(want) and set(m) == set(want)
+    assert m.pop(-3) is None and m.rows(np.zeros(0, np.int64)).tolist() == []
+    ids = np.array([5, -1, 9, 2, -1], dtype=np.int64)
+    r = RowMap.from_rows(ids)
+    assert r.rows(np.array([2, 5, 9, 7, -1])).tolist() == [3, 0, 2, -1, -1] and 9 in r and -1 not in r
+
+
 def test_filter_index():
     f = FilterIndex(["category", "gender"])
     f.upsert(1, {"category": ["Apparel", "Topwear"], "gender": ["Men"]}, price=10)

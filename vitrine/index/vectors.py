@@ -34,6 +34,7 @@ import numpy as np
 
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput, StorageError
+from vitrine.index.rowmap import RowMap
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class VectorIndex:
         self._vecs = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)  # id stored in each row, -1 = dead
         self._n = 0  # rows used
-        self._row_of: dict[int, int] = {}
+        self._row_of = RowMap()
         self._index = None  # faiss index over rows [0, self._indexed)
         self._gpu_index = None
         self._gpu_res = None  # faiss.StandardGpuResources, created on first GPU copy
@@ -149,7 +150,7 @@ class VectorIndex:
 
     def ids(self) -> np.ndarray:
         with self._lock:
-            return np.fromiter(self._row_of.keys(), dtype=np.int64, count=len(self._row_of))
+            return np.fromiter(iter(self._row_of), dtype=np.int64, count=len(self._row_of))
 
     def get(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """Vectors of ``ids`` (KeyError for an unknown id)."""
@@ -160,9 +161,7 @@ class VectorIndex:
     def get_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``ids`` are here (a boolean mask) and their vectors, in order."""
         with self._lock:
-            row_of = self._row_of
-            rows = np.fromiter((row_of.get(i, -1) for i in np.asarray(ids, dtype=np.int64).tolist()),
-                               dtype=np.int64, count=len(ids))
+            rows = self._row_of.rows(ids)
             have = rows >= 0
             return have, self._vecs[rows[have]]
 
@@ -191,7 +190,7 @@ class VectorIndex:
             raise InvalidInput("vectors contain NaN or infinity")
         with self._lock:
             for i in ids:
-                old = self._row_of.pop(int(i), None)
+                old = self._row_of.pop(int(i))
                 if old is not None:
                     self._row_ids[old] = -1
             self._grow(len(ids))
@@ -199,7 +198,7 @@ class VectorIndex:
             self._vecs[start:start + len(ids)] = vectors
             self._row_ids[start:start + len(ids)] = ids
             for j, i in enumerate(ids):
-                self._row_of[int(i)] = start + j
+                self._row_of.set(int(i), start + j)
             self._n += len(ids)
             self._maybe_maintain()
 
@@ -207,7 +206,7 @@ class VectorIndex:
         removed = 0
         with self._lock:
             for i in ids:
-                row = self._row_of.pop(int(i), None)
+                row = self._row_of.pop(int(i))
                 if row is not None:
                     self._row_ids[row] = -1
                     removed += 1
@@ -240,7 +239,7 @@ class VectorIndex:
             self._row_ids = np.full(len(self._vecs), -1, dtype=np.int64)
             self._row_ids[: len(ids)] = ids
             self._n = len(ids)
-            self._row_of = {int(i): r for r, i in enumerate(ids)}
+            self._row_of = RowMap.from_rows(ids)
             self._index, self._gpu_index, self._indexed = None, None, 0
             self._extend_index()
 
@@ -337,10 +336,8 @@ class VectorIndex:
                 return out_s, out_i
             allowed_rows = None
             if allowed is not None:
-                allowed_rows = np.fromiter(
-                    (self._row_of[i] for i in np.asarray(allowed, dtype=np.int64).tolist() if i in self._row_of),
-                    dtype=np.int64,
-                )
+                allowed_rows = self._row_of.rows(allowed)
+                allowed_rows = allowed_rows[allowed_rows >= 0]
                 if len(allowed_rows) == 0:
                     return out_s, out_i
                 if self._index is None or len(allowed_rows) <= max(self.exact_min, self.exact_fraction * self._n):
@@ -490,7 +487,7 @@ class VectorIndex:
         idx._row_ids = np.full(len(idx._vecs), -1, dtype=np.int64)
         idx._row_ids[:n] = ids
         idx._n = n
-        idx._row_of = {int(i): r for r, i in enumerate(ids.tolist()) if i >= 0}
+        idx._row_of = RowMap.from_rows(ids)
         if blob is not None:
             idx._index = faiss.deserialize_index(blob)
             idx._configure(idx._index)

@@ -234,6 +234,10 @@ def test_row_map_matches_a_dict_through_writes(largest):
     assert m.pop(-3) is None and m.rows(np.zeros(0, np.int64)).tolist() == []
     ids = np.array([5, -1, 9, 2, -1], dtype=np.int64)
     r = RowMap.from_rows(ids)
+    grown = RowMap()  # record-store iids: growing one by one past the array's always-dense length
+    for i in range(70_000):
+        grown.set(i, 2 * i)
+    assert grown.rows(np.array([0, 69_999, 70_000, 35_123])).tolist() == [0, 139_998, -1, 70_246]
     assert r.rows(np.array([2, 5, 9, 7, -1])).tolist() == [3, 0, 2, -1, -1] and 9 in r and -1 not in r
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-DENSE_MIN = 1 << 20  # an array this long (8 MiB) is always fine
+DENSE_MIN = 1 << 16  # an array this long (512 KiB) is always fine
 SPARSE_FACTOR = 8  # beyond DENSE_MIN, at most this many slots per live id
 
 

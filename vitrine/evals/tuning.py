@@ -279,7 +279,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind;
     None: ``tune_taxonomy_queries`` of the engine's settings). ``samples``: fit that many samples of
     pseudo-queries (seeds ``seed``, ``seed + 1``, ...) apart and serve the mean of their mixes (None:
-    ``tune_samples`` of the engine's settings; 1: one fit, as is)."""
+    ``tune_samples`` of the engine's settings; 1: one fit, scaled to sum 1 as each sample's is)."""
     t0 = time.time()
     if taxonomy_queries is None:
         taxonomy_queries = engine.settings.search.tune_taxonomy_queries
@@ -314,16 +314,10 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     shared_w = weights_vec({"vector": 1.0})
     configured = weights_vec(engine.settings.search.fusion_weights)
     active = usable_signals(fit)
-    starts = [floor_w, shared_w, configured]
-    mixes: list[np.ndarray] = []
-    if samples > 1:
-        of = np.array(sample_of)
-        fit_of = of[fit_rows]
-        fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
-                                     starts, active)
-        fit_obj = objective(fit, fitted)
-    else:
-        fitted, fit_obj = fit_once(fit, starts, active)
+    fit_of = np.array(sample_of, dtype=np.int64)[fit_rows]  # one sample: every fit row, one fit
+    fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
+                                 [floor_w, shared_w, configured], active)
+    fit_obj = objective(fit, fitted)
     ho_floor, ho_fitted = objective(ho, floor_w), objective(ho, fitted)
     accepted = bool(len(ho_rows)) and ho_fitted > ho_floor + margin
     shop: dict[str, Any] = {}
@@ -405,7 +399,7 @@ def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> lis
              f"Fitted weights: `{rounded(r['fitted'])}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
              f"(must beat native-only on held-out by {r['margin']}). Served: `{rounded(r['chosen'])}`.", "",
              *([f"The mean of {len(r['samples'])} fits, one per sample of pseudo-queries (each scaled to sum 1): "
-                + "; ".join(f"`{m}`" for m in r["samples"]) + ".", ""] if r.get("samples") else []),
+                + "; ".join(f"`{m}`" for m in r["samples"]) + ".", ""] if len(r.get("samples", [])) > 1 else []),
              "## Held-out pseudo-queries", "",
              "| ranking | objective | nDCG@10 | R@10 | MRR@10 | nDCG@10 by kind |", "|---|---|---|---|---|---|"]
     for label, m in r["heldout"].items():

@@ -10,7 +10,7 @@ sparse (negative ones, or a largest id more than ``SPARSE_FACTOR`` times the liv
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -26,10 +26,10 @@ class RowMap:
         self._dense: np.ndarray | None = np.full(0, -1, dtype=np.int64)
 
     @classmethod
-    def from_rows(cls, ids: Iterable[int]) -> RowMap:
+    def from_rows(cls, ids: np.ndarray) -> RowMap:
         """The map of ``ids`` listed in row order (a negative id marks a dead row: skipped)."""
         out = cls()
-        ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.int64)
         rows = np.flatnonzero(ids >= 0)
         out._dict = dict(zip(ids[rows].tolist(), rows.tolist()))
         if len(rows):

@@ -20,6 +20,7 @@ from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_
 from vitrine.encoders.images import augment_view, check_view, decode_image
 from vitrine.errors import InvalidImage, InvalidInput, ModelError
 from vitrine.progress import progress_bar
+from vitrine.sqlite import connect_wal
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.encoders.lora import TowerLora
@@ -49,9 +50,7 @@ class FeatureCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn = connect_wal(self.path)
             self._local.conn = conn
         return conn
 

@@ -29,6 +29,7 @@ from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index import symbolic
 from vitrine.index.bm25 import MemoryBM25
+from vitrine.sqlite import connect_wal
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,7 @@ class RecordStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         try:
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn = connect_wal(self.path, synchronous="FULL", check_same_thread=False, isolation_level=None)
             self._conn.executescript(_SCHEMA)
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:

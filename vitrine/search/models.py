@@ -299,6 +299,11 @@ class SearchRequest(BaseModel):
         "Count each value of these fields among the matching products (price as ranges)"))
     highlight: bool = Field(False, description="Attach each hit's query-word spans in its title and description")
     explain: bool = Field(False, description="Attach a per-hit explanation")
+    user: str | None = Field(None, min_length=1, max_length=256, description=(
+        "A pseudonymous shopper token the storefront chooses: experiment assignment and event attribution "
+        "(stored hashed)"))
+    session: str | None = Field(None, min_length=1, max_length=256, description=(
+        "A shopping session id the storefront chooses: follow-up queries refine the session's last search"))
     use_intent: bool = Field(True, description="Classify the query's intent and turn its slots into filters")
 
 
@@ -371,6 +376,8 @@ class SearchResponse(BaseModel):
     compare: CompareResponse | None = Field(None, description="Compare intent: the compared products")
     recommendations: RecommendResponse | None = Field(None, description="Recommend intent: recommendations")
     answer: AfterSalesAnswer | None = Field(None, description="After-sales intent: an answer instead of products")
+    query_id: str | None = Field(None, description="This search's id: events (POST /v1/events) name it")
+    variant: str | None = Field(None, description="The experiment variant that ranked this search, when one runs")
 
 
 class IntentOut(BaseModel):

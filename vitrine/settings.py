@@ -315,6 +315,8 @@ class WebSettings(_Section):
     host: str = Field("127.0.0.1", description="Address the API binds.")
     port: int = Field(8000, ge=0, le=65535, description="Port the API listens on.")
     api_key: SecretStr | None = Field(None, description="Required for writes (PUT/DELETE /products).")
+    events_key: SecretStr | None = Field(None, description="A key that may only post shopper events "
+                                         "(POST /v1/events), safe to give a browser; the write key works too.")
     cors_origins: list[str] = Field(default_factory=list, description="CORS allowed origins; empty = CORS off.")
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")
     workers: int = Field(1, ge=1, le=64, description="API worker processes (`vitrine serve`). One Python process "
@@ -337,6 +339,25 @@ class WebSettings(_Section):
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")
 
 
+class FeedbackSettings(_Section):
+    """What the API hears from shoppers (vitrine/search/feedback.py): searches and events logged,
+    and how ranking learns from them (`vitrine tune`)."""
+
+    title: ClassVar[str] = "Shopper feedback"
+
+    log_searches: bool = Field(True, description="Log every API search (its query_id, text, page) so events "
+                                                 "can name it; off: responses carry no query_id.")
+    events_retention_days: float = Field(90.0, gt=0, description="Searches and events older than this are "
+                                         "forgotten; events on them are refused.")
+    events_max_batch: int = Field(1000, ge=1, le=100_000, description="Most events one POST /v1/events takes.")
+    learn_min_users: int = Field(3, ge=1, description="A query needs clicks from this many distinct users before "
+                                 "it gets a learned re-ranking; a product needs them too before it is boosted.")
+    learn_half_life_days: float = Field(30.0, gt=0, description="Evidence halves in weight every this many days.")
+    learn_weight: float = Field(1.0, ge=0, description="How strongly learned per-query evidence re-ranks a logged "
+                                "query's results (0: off).")
+    learn_max_queries: int = Field(10_000, ge=0, description="Most head queries that keep a learned re-ranking.")
+
+
 class Settings(BaseModel):
     """Every setting, one section per layer. Keywords are the fields' names (flat), or a
     section (an instance or a dict); ``_env_file`` is the ``.env`` file read (None: none)."""
@@ -349,6 +370,7 @@ class Settings(BaseModel):
     swap: SwapSettings = Field(default_factory=SwapSettings, description="Hot swap.")
     ingest: IngestSettings = Field(default_factory=IngestSettings, description="Ingest and the Kafka stream.")
     web: WebSettings = Field(default_factory=WebSettings, description="Service.")
+    feedback: FeedbackSettings = Field(default_factory=FeedbackSettings, description="Shopper feedback.")
 
     def __init__(self, _env_file: str | Path | None = ".env", **kw: Any) -> None:
         # a section given whole (an instance or a dict); ``intent=False`` is the field, not the section
@@ -373,6 +395,7 @@ class Settings(BaseModel):
 SECTIONS: dict[str, type[_Section]] = {
     "storage": StorageSettings, "encoders": EncoderSettings, "index": IndexSettings, "intent": IntentSettings,
     "search": SearchSettings, "swap": SwapSettings, "ingest": IngestSettings, "web": WebSettings,
+    "feedback": FeedbackSettings,
 }
 FIELD_SECTION: dict[str, str] = {f: name for name, cls in SECTIONS.items() for f in cls.model_fields}
 assert len(FIELD_SECTION) == sum(len(c.model_fields) for c in SECTIONS.values()), "a field name in two sections"

@@ -58,6 +58,7 @@ from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, 
     filter_values,
     product_out,
 )
+from vitrine.search.suggestions import SuggestResponse, Suggestions
 from vitrine.search.understanding import QueryUnderstanding
 from vitrine.search.writes import ProductInput, WritePath
 from vitrine.settings import Settings
@@ -296,9 +297,20 @@ class Engine:
 
     def warm_up(self) -> float:
         """Build what the first queries would otherwise build inside their time budgets (the
-        query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches).
-        Returns the seconds it took."""
-        return self.reads.warm_up()
+        query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches,
+        the suggestion index). Returns the seconds it took."""
+        return self.suggestions.warm() + self.reads.warm_up()
+
+    # -- search-as-you-type (vitrine/search/suggestions.py) ----------------------------------------
+    @property
+    def suggestions(self) -> Suggestions:
+        """The suggestion indexes; ``suggestions.set_popular(fn)`` adds logged queries."""
+        return self.reader.suggestions
+
+    def suggest(self, q: str, k: int = 8) -> SuggestResponse:
+        """Completions of a search box's prefix ``q`` from the catalogue and the popular logged
+        queries, typo tolerant; an empty ``q`` gives representative phrases (examples)."""
+        return self.reader.suggestions.suggest(q, k)
 
     def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:
         """The photo's weight for a photo + words query (vitrine/search/reader.py)."""

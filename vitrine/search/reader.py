@@ -8,7 +8,9 @@ needs beside it:
   queries encoded in one forward, an LRU cache of query embeddings; rebuilt when a hot swap
   replaces the encoder;
 - the catalogue's calibration (vitrine/search/calibration.py): how text queries rank here;
-- the plain vector ranking, and the ids a filter allows.
+- the plain vector ranking, and the ids a filter allows;
+- the search-as-you-type suggestions (vitrine/search/suggestions.py), whose catalogue words the
+  intent rule also reads.
 
 The steps of a search (fusion, fallback, understanding, storefront, recommend) take a reader;
 none of them knows the engine. The search that composes them is vitrine/search/reads.py.
@@ -30,6 +32,7 @@ from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.search import calibration
 from vitrine.search.models import Filters, Ranked
 from vitrine.search.state import IndexState
+from vitrine.search.suggestions import Suggestions
 from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ class Reader:
         self._query_encoder_lock = threading.Lock()
         self._calibration: calibration.Calibration | None = None
         self._calibration_seq = -1
+        # search-as-you-type phrases, and the catalogue's words the intent rule reads
+        self.suggestions = Suggestions(state)
 
     @property
     def encoder(self) -> MultimodalEncoder:

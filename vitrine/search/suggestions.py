@@ -1,0 +1,209 @@
+"""Search-as-you-type suggestions over the index state: :class:`Suggestions`.
+
+Two prefix indexes (vitrine/index/suggest.py) answer together:
+
+- the catalogue's: titles, categories, brands (the ``brand`` field, else the graph's brand
+  lexicon reading the title), facet values, brand/colour + category pairs. It follows the
+  record store's change sequence as the other derived indexes do (``records.recent_seq``): a
+  lookup that sees a newer sequence rebuilds it, in line when the last build was quick (a small
+  catalogue: tests, a shop of a few hundred products), else in a background thread while the
+  old index keeps answering (the full 20,873-product catalogue builds in about 0.6 s);
+- the logged queries': ``popular`` (a callable giving (query, weight) pairs, e.g. clicks per
+  query, from the event log) read again every ``refresh_s`` seconds in the background; a query
+  with no positive weight (nothing clicked: it found nothing) is never suggested. None: no
+  logged queries.
+
+Results are cached per (prefix, k) until either index changes. The catalogue's words
+(:meth:`Suggestions.words`) also tell the intent rule which query words are product words
+(vitrine/intent/cues.py: a catalogue word is never read as a typo of a cue word).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from vitrine.errors import InvalidInput
+from vitrine.index import suggest
+from vitrine.lru import LRU
+from vitrine.search.state import IndexState
+
+log = logging.getLogger(__name__)
+
+PopularQueries = Callable[[], Sequence[tuple[str, float]]]
+MAX_K = 50
+MAX_PREFIX_CHARS = 200
+INLINE_BUILD_S = 0.02  # a catalogue that built faster than this is rebuilt inside the lookup
+SuggestKind = Literal["query", "title", "category", "brand", "facet"]
+
+
+class SuggestionOut(BaseModel):
+    text: str = Field(description="The phrase to complete the search box with")
+    kind: SuggestKind = Field(description="query (a logged query that got clicks), title, category, brand or facet")
+    score: float = Field(description="2+: the phrase starts with the prefix; 1+: every word of the prefix "
+                                     "starts a word of it; under 1: found through a typo")
+
+
+class SuggestResponse(BaseModel):
+    q: str
+    suggestions: list[SuggestionOut]
+    took_ms: float
+
+
+class Suggestions:
+    """The catalogue's and the logged queries' suggestion indexes over ``state``."""
+
+    def __init__(self, state: IndexState, popular: PopularQueries | None = None, *, refresh_s: float = 60.0,
+                 cache_size: int = 4096) -> None:
+        self.state = state
+        self.popular = popular
+        self.refresh_s = refresh_s
+        self._catalogue: suggest.SuggestIndex | None = None
+        self._catalogue_seq = -1
+        self._build_s = 0.0
+        self._queries = suggest.SuggestIndex(())
+        self._queries_at = -float("inf")
+        self._lock = threading.Lock()  # one catalogue build at a time
+        self._building = False
+        self._refreshing = False
+        self._cache: LRU[list[suggest.Match]] = LRU(cache_size)
+
+    # -- the popular-queries provider --------------------------------------------------------------
+    def set_popular(self, popular: PopularQueries | None, refresh_s: float | None = None) -> None:
+        """Suggest the logged queries ``popular`` gives (read now, then every ``refresh_s``)."""
+        self.popular = popular
+        if refresh_s is not None:
+            self.refresh_s = refresh_s
+        self.refresh_queries()
+
+    def refresh_queries(self) -> int:
+        """Read the popular queries again now; returns how many are suggested."""
+        popular = self.popular
+        self._queries_at = time.monotonic()
+        if popular is None:
+            index = suggest.SuggestIndex(())
+        else:
+            try:
+                index = suggest.SuggestIndex(suggest.query_phrases(popular()))
+            except Exception as e:  # noqa: BLE001 - the event log failing must not fail suggestions
+                log.warning("popular queries unavailable for suggestions: %s", e)
+                return len(self._queries)
+        self._queries = index
+        self._cache.clear()
+        return len(index)
+
+    def _queries_due(self) -> None:
+        if self.popular is None or self._refreshing or time.monotonic() - self._queries_at < self.refresh_s:
+            return
+        self._refreshing = True
+
+        def run() -> None:
+            try:
+                self.refresh_queries()
+            finally:
+                self._refreshing = False
+
+        threading.Thread(target=run, name="vitrine-suggest-queries", daemon=True).start()
+
+    # -- the catalogue's index -----------------------------------------------------------------------
+    def _docs(self) -> Iterator[dict[str, Any]]:
+        for row in self.state.records.iter_rows(with_vectors=False):
+            yield row.doc
+
+    def _build(self) -> None:
+        """Build the catalogue's index at the store's current sequence (``_lock`` held)."""
+        seq = self.state.records.seq
+        if seq == self._catalogue_seq and self._catalogue is not None:
+            return
+        t0 = time.perf_counter()
+        brands = getattr(self.state.graph_data, "brands", None)
+        brand_of = brands.from_title if brands is not None and len(brands) else None
+        index = suggest.SuggestIndex(suggest.catalogue_phrases(self._docs(), brand_of=brand_of))
+        self._catalogue, self._catalogue_seq = index, seq
+        self._build_s = time.perf_counter() - t0
+        self._cache.clear()
+        log.info("suggestions: %d catalogue phrases at change %d in %.2fs", len(index), seq, self._build_s)
+
+    def _build_in_background(self) -> None:
+        if self._building:
+            return
+        self._building = True
+
+        def run() -> None:
+            try:
+                with self._lock:
+                    self._build()
+            except Exception as e:  # noqa: BLE001 - the old index keeps answering
+                log.warning("suggestion index not rebuilt: %s", e)
+            finally:
+                self._building = False
+
+        threading.Thread(target=run, name="vitrine-suggest-build", daemon=True).start()
+
+    def catalogue(self, *, wait: bool = True) -> suggest.SuggestIndex | None:
+        """The catalogue's index, following the record store (``wait``: build it now if none
+        exists yet; else None until the background build is done)."""
+        current = self._catalogue
+        if current is not None and self.state.records.recent_seq(1.0) == self._catalogue_seq:
+            return current
+        if current is None and not wait:
+            self._build_in_background()
+            return None
+        if current is None or self._build_s < INLINE_BUILD_S:
+            with self._lock:
+                self._build()
+            return self._catalogue
+        self._build_in_background()
+        return current
+
+    def warm(self) -> float:
+        """Build the indexes before the first lookup; returns the seconds it took."""
+        t0 = time.perf_counter()
+        self.catalogue()
+        if self.popular is not None:
+            self.refresh_queries()
+        return time.perf_counter() - t0
+
+    def words(self) -> frozenset[str]:
+        """The catalogue's words (titles, categories, brands, facet values), case folded; empty
+        until the index is first built (never built inside a search: in the background)."""
+        index = self.catalogue(wait=False)
+        return index.words if index is not None else frozenset()
+
+    # -- lookups -------------------------------------------------------------------------------------
+    def lookup(self, q: str, k: int = 8) -> list[suggest.Match]:
+        if not 1 <= k <= MAX_K:
+            raise InvalidInput(f"k must be between 1 and {MAX_K}")
+        if len(q) > MAX_PREFIX_CHARS:
+            raise InvalidInput(f"q must be at most {MAX_PREFIX_CHARS} characters")
+        self._queries_due()
+        cat = self.catalogue()
+        key = (" ".join(suggest.tokens(q)), k, id(cat), id(self._queries))
+        got = self._cache.get(key)
+        if got is None:
+            if not key[0]:  # examples: logged queries first, then the catalogue's, in their order
+                seen: dict[str, suggest.Match] = {m.key: m for m in self._queries.top(k)}
+                for m in cat.top(k) if cat is not None else []:
+                    seen.setdefault(m.key, m)
+                got = list(seen.values())[:k]
+            else:
+                parts = [self._queries.lookup(q, k)]
+                if cat is not None:
+                    parts.append(cat.lookup(q, k))
+                got = suggest.merge(parts, k)
+            self._cache.put(key, got)
+        return got
+
+    def suggest(self, q: str, k: int = 8) -> SuggestResponse:
+        """Completions of ``q`` (what the shopper typed so far), best first; an empty ``q``:
+        representative phrases (popular queries, then the catalogue's common pairs, categories
+        and brands: a home page's examples)."""
+        t0 = time.perf_counter()
+        got = self.lookup(q, k)
+        return SuggestResponse(q=q, suggestions=[SuggestionOut(text=m.text, kind=m.kind, score=m.score) for m in got],
+                               took_ms=round((time.perf_counter() - t0) * 1000, 3))

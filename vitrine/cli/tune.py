@@ -29,13 +29,23 @@ def labelled_queries(files: tuple[Path, ...] | list[Path], *, seed: int = 0) -> 
 
 
 def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tuple[Path, ...] = (),
-             taxonomy_queries: int | None = None, samples: int | None = None) -> Any:
+             taxonomy_queries: int | None = None, samples: int | None = None, logs: bool = True) -> Any:
     """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
-    ``queries``: the shop's own judged queries, fitted beside the pseudo-queries."""
+    ``queries``: the shop's own judged queries, fitted beside the pseudo-queries. ``logs``: first
+    learn from the search log (vitrine/evals/log_tuning.py), and fit its clear choices too."""
     from vitrine.evals.tuning import rounded, tune, write_report  # noqa: PLC0415
 
-    result = tune(engine, seed=seed, labelled=labelled_queries(queries, seed=seed), taxonomy_queries=taxonomy_queries,
-                  samples=samples)
+    labelled = labelled_queries(queries, seed=seed)
+    if logs:
+        from vitrine.evals.log_tuning import tune_from_logs  # noqa: PLC0415
+
+        got = tune_from_logs(engine, seed=seed)
+        labelled += got.labelled
+        j = got.report.get("judge", {})
+        click.echo(f"search log: {got.report['searches']} searches, {got.report['events']} events; "
+                   f"{got.report['outcome']}" + (f" ({j.get('queries', 0)} queries judged on the later slice)"
+                                                  if j else ""), err=True)
+    result = tune(engine, seed=seed, labelled=labelled, taxonomy_queries=taxonomy_queries, samples=samples)
     out = report_dir if report_dir is not None else Path(engine.data_dir) / "tuning-report"
     paths = write_report(result, out)
     r = result.report
@@ -95,18 +105,22 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
 @click.option("--samples", type=click.IntRange(1, 20), default=None,
               help="Samples of pseudo-queries fitted apart, the served mix their mean (default: VITRINE_TUNE_SAMPLES, "
                    "5; 1: one fit; docs/tuning.md)")
+@click.option("--logs/--no-logs", default=True, show_default=True,
+              help="Learn from the search log first (clicks, add-to-carts, purchases posted to /v1/events): a "
+                   "per-query re-ranking kept only if it beats what serves on a later slice of the log")
 @click.option("--intent", "intent_members", type=int, default=0, show_default=True,
               help="Also fine-tune the shipped intent classifier's members on this catalogue's titles, this "
                    "many members (0: no), into DATA/intent-model")
 def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], taxonomy_queries: int | None,
-             samples: int | None, intent_members: int, **model: Any) -> None:
+             samples: int | None, intent_members: int, logs: bool, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
     from vitrine.search.engine import Engine  # noqa: PLC0415
 
     engine = Engine.open(make_settings(data_dir=data_dir, **model))
     try:
-        run_tune(engine, report_dir, seed=seed, queries=queries, taxonomy_queries=taxonomy_queries, samples=samples)
+        run_tune(engine, report_dir, seed=seed, queries=queries, taxonomy_queries=taxonomy_queries, samples=samples,
+                 logs=logs)
         if intent_members:
             from vitrine.intent.tuning import catalogue_titles, tune_intent  # noqa: PLC0415
 

@@ -18,6 +18,7 @@ them and delegates, so its methods are the API the web app, the CLI, evals and b
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.errors import NotFound, VitrineError
 from vitrine.index.bm25 import MemoryBM25
+from vitrine.index.eventlog import open_event_log
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
 from vitrine.index.records import RecordRow
@@ -49,6 +51,7 @@ from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
     UpsertReport,
     product_text,
 )
+from vitrine.search.feedback import EventIn, Feedback
 from vitrine.search.reader import Reader
 from vitrine.search.reads import ReadPath
 from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, filter_values: re-exported
@@ -86,6 +89,8 @@ class Engine:
         self.reader = Reader(self.index, settings)
         # the read path; its query intent + slots (vitrine/intent) are loaded here, never at import
         self.reads = ReadPath(self.reader)
+        self._feedback: Feedback | None = None
+        self._feedback_lock = threading.Lock()
 
     # -- the index state's parts (owned by self.index) -----------------------------------------
     @property
@@ -259,6 +264,8 @@ class Engine:
         finally:
             self.index.close()
             self.reader.close()
+            if self._feedback is not None:
+                self._feedback.log.close()
 
     # -- reads (vitrine/search/reads.py) -----------------------------------------------------------
     def __len__(self) -> int:
@@ -291,9 +298,32 @@ class Engine:
         """The product ids ``filters`` allow (None: no filter)."""
         return self.reader.allowed_ids(filters)
 
-    def search(self, req: SearchRequest, *, image: bytes | None = None) -> SearchResponse:
-        """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters."""
-        return self.reads.search(req, image=image)
+    def search(self, req: SearchRequest, *, image: bytes | None = None, log_search: bool = False) -> SearchResponse:
+        """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters.
+        ``log_search``: log it in the feedback log and give it a ``query_id`` (the API's searches)."""
+        res = self.reads.search(req, image=image)
+        if log_search:
+            self.feedback.log_search(req, res)
+        return res
+
+    # -- shopper feedback (vitrine/search/feedback.py) ---------------------------------------------
+    @property
+    def feedback(self) -> Feedback:
+        """Search logging and event intake over this data dir's feedback log (opened on first use:
+        SQLite ``events.sqlite`` in the data dir, or tables in the PostgreSQL store)."""
+        fb = self._feedback
+        if fb is None:
+            with self._feedback_lock:
+                fb = self._feedback
+                if fb is None:
+                    events = open_event_log(self.settings.storage.store, self.data_dir,
+                                            pool=getattr(self.index.records, "pool", None))
+                    fb = self._feedback = Feedback(events, self.settings.feedback)
+        return fb
+
+    def record_events(self, events: Sequence[EventIn]) -> tuple[int, int]:
+        """Validate and store a batch of shopper events (all or none); (accepted, new)."""
+        return self.feedback.record(events)
 
     def warm_up(self) -> float:
         """Build what the first queries would otherwise build inside their time budgets (the

@@ -1,6 +1,10 @@
 """The API's routes, one APIRouter per area; :mod:`vitrine.web.app` mounts each under ``/v1``
 and at its old unversioned path."""
 
-from vitrine.web.routes import admin, ops, products, search, suggest
+from vitrine.web.routes import admin, events, ops, products, search, suggest
 
-ROUTERS = (search.router, suggest.router, products.router, ops.router, admin.router)
+ROUTERS = (search.router, suggest.router, products.router, events.router, ops.router, admin.router)
+
+from vitrine.web.routes import rules  # noqa: E402 - merchandising rules (vitrine/web/routes/rules.py)
+
+ROUTERS = (*ROUTERS, rules.router)

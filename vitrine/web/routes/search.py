@@ -30,7 +30,7 @@ async def _searching(request: Request, fn: Callable[..., SearchResponse], req: S
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True, responses=errors_for())
 async def search(req: SearchRequest, engine: EngineDep, metrics: MetricsDep, request: Request) -> Response:
     """Search by words (`text`), a photo (`image_b64`) or both, with filters."""
-    res = await _searching(request, engine.search, req)
+    res = await _searching(request, functools.partial(engine.search, log_search=True), req)
     metrics.observe_search(res, "image" if req.image_b64 else "text")
     return json_response(res)
 
@@ -51,6 +51,8 @@ async def search_image(
     highlight: Annotated[bool, Form()] = False,
     filters: Annotated[str | None, Form(description="Filters as a JSON object")] = None,
     explain: Annotated[bool, Form()] = False,
+    user: Annotated[str | None, Form(description="Pseudonymous shopper token (experiments, events)")] = None,
+    session: Annotated[str | None, Form(description="Shopping session id")] = None,
 ) -> Response:
     """Search with an uploaded photo (multipart), optionally with words and filters."""
     ctype = (file.content_type or "").split(";")[0].strip().lower()
@@ -67,10 +69,10 @@ async def search_image(
             raise InvalidInput(f"filters must be a JSON object of known filter fields: {e}") from e
     try:
         req = SearchRequest(text=text, k=k, offset=offset, sort=sort, facets=facets or [], highlight=highlight,
-                            filters=flt, explain=explain)
+                            filters=flt, explain=explain, user=user or None, session=session or None)
     except ValidationError as e:
         raise InvalidInput(f"invalid search: {e}") from e
-    res = await _searching(request, functools.partial(engine.search, image=data), req)
+    res = await _searching(request, functools.partial(engine.search, image=data, log_search=True), req)
     metrics.observe_search(res, "image")
     return json_response(res)
 

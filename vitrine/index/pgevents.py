@@ -1,0 +1,146 @@
+"""The feedback log in PostgreSQL: searches and events in the record store's database, shared by
+API replicas on many hosts (same contract as :class:`~vitrine.index.eventlog.EventLog`)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from vitrine.errors import MissingExtra, StorageError
+from vitrine.index.eventlog import (
+    EVENT_COLUMNS,
+    SEARCH_COLUMNS,
+    EventRecord,
+    FeedbackSlice,
+    SearchLog,
+    UserHasher,
+    event_from_row,
+    event_row,
+    search_from_row,
+    search_row,
+)
+
+try:
+    import psycopg
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as e:  # pragma: no cover - the `postgres` extra is not installed
+    raise MissingExtra("a postgresql:// store needs psycopg 3 and psycopg_pool: pip install 'vitrine[postgres]'") from e
+
+log = logging.getLogger(__name__)
+
+S, E, M = "vitrine_searches", "vitrine_events", "vitrine_feedback_meta"
+_LOCK_ID = 0x76697473
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {S} (
+    query_id TEXT PRIMARY KEY, ts DOUBLE PRECISION NOT NULL, text TEXT, norm TEXT NOT NULL, ids TEXT NOT NULL,
+    "offset" INTEGER NOT NULL DEFAULT 0, total INTEGER, image INTEGER NOT NULL DEFAULT 0,
+    user_hash TEXT, session TEXT, experiment TEXT, variant TEXT
+);
+CREATE INDEX IF NOT EXISTS {S}_ts ON {S} (ts);
+CREATE TABLE IF NOT EXISTS {E} (
+    event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, type TEXT NOT NULL, product_id TEXT NOT NULL,
+    position INTEGER NOT NULL, ts DOUBLE PRECISION NOT NULL, user_hash TEXT, session TEXT
+);
+CREATE INDEX IF NOT EXISTS {E}_ts ON {E} (ts);
+CREATE INDEX IF NOT EXISTS {E}_query ON {E} (query_id);
+CREATE TABLE IF NOT EXISTS {M} (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class PgEventLog:
+    """Searches and events in PostgreSQL (see the module docstring). ``pool``: share the record
+    store's connection pool (one per process), else a small one of its own."""
+
+    def __init__(self, url: str, *, pool: object | None = None, timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+        self._own = pool is None
+        if isinstance(pool, ConnectionPool):
+            self.pool = pool
+        else:
+            self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False, name="vitrine-events",
+                                       kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
+                                       check=ConnectionPool.check_connection, timeout=timeout_s)
+            try:
+                self.pool.open(wait=True, timeout=timeout_s * 2)
+            except PoolTimeout as e:
+                self.pool.close()
+                raise StorageError(f"cannot reach the event log's database: {e}") from e
+        with self._conn() as c:
+            if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+                with c.transaction():
+                    c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+                    c.execute(_SCHEMA)
+                    c.execute(f"INSERT INTO {M} VALUES ('user_key', %s) ON CONFLICT DO NOTHING",
+                              (secrets.token_hex(32),))
+            key = c.execute(f"SELECT value FROM {M} WHERE key='user_key'").fetchone()
+        if key is None:
+            raise StorageError("the event log's database (a read-only standby) has no feedback tables yet")
+        self.hash_user = UserHasher(bytes.fromhex(key[0]))
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection]:
+        try:
+            with self.pool.connection(timeout=self.timeout_s) as c:
+                yield c
+        except (psycopg.OperationalError, PoolTimeout) as e:
+            raise StorageError(f"event log unavailable: {str(e).strip()}") from e
+        except psycopg.Error as e:
+            raise StorageError(f"event log refused: {str(e).strip()}") from e
+
+    def close(self) -> None:
+        if self._own:
+            self.pool.close()
+
+    def get_meta(self, key: str) -> str | None:
+        with self._conn() as c:
+            row = c.execute(f"SELECT value FROM {M} WHERE key=%s", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._conn() as c:
+            c.execute(f"INSERT INTO {M} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+                      (key, value))
+
+    def log_search(self, s: SearchLog) -> None:
+        with self._conn() as c:
+            c.execute(f"INSERT INTO {S} ({SEARCH_COLUMNS}) VALUES ({','.join(['%s'] * 12)}) "
+                      "ON CONFLICT (query_id) DO NOTHING", search_row(s))
+
+    def searches(self, query_ids: Sequence[str]) -> dict[str, SearchLog]:
+        ids = list(dict.fromkeys(query_ids))
+        if not ids:
+            return {}
+        with self._conn() as c:
+            rows = c.execute(f"SELECT {SEARCH_COLUMNS} FROM {S} WHERE query_id = ANY(%s)", (ids,)).fetchall()
+        return {r[0]: search_from_row(r) for r in rows}
+
+    def add_events(self, events: Sequence[EventRecord]) -> int:
+        if not events:
+            return 0
+        with self._conn() as c, c.transaction(), c.cursor() as cur:
+            cur.executemany(f"INSERT INTO {E} ({EVENT_COLUMNS}) VALUES ({','.join(['%s'] * 8)}) "
+                            "ON CONFLICT (event_id) DO NOTHING", [event_row(e) for e in events])
+            return max(0, cur.rowcount)
+
+    def read(self, since: float = 0.0, until: float | None = None) -> FeedbackSlice:
+        until = time.time() + 1e9 if until is None else until
+        with self._conn() as c:
+            s = [search_from_row(r) for r in c.execute(
+                f"SELECT {SEARCH_COLUMNS} FROM {S} WHERE ts >= %s AND ts < %s ORDER BY ts", (since, until))]
+            e = [event_from_row(r) for r in c.execute(
+                f"SELECT {EVENT_COLUMNS} FROM {E} WHERE ts >= %s AND ts < %s ORDER BY ts", (since, until))]
+        return FeedbackSlice(s, e)
+
+    def purge(self, before: float) -> int:
+        with self._conn() as c, c.transaction():
+            n = c.execute(f"DELETE FROM {E} WHERE ts < %s", (before,)).rowcount
+            n += c.execute(f"DELETE FROM {S} WHERE ts < %s", (before,)).rowcount
+        return n
+
+    def counts(self) -> dict[str, int]:
+        with self._conn() as c:
+            return {"searches": c.execute(f"SELECT COUNT(*) FROM {S}").fetchone()[0],
+                    "events": c.execute(f"SELECT COUNT(*) FROM {E}").fetchone()[0]}

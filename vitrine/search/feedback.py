@@ -1,0 +1,287 @@
+"""Shopper feedback at serving time: log each API search, take events on it, re-rank head queries
+by what shoppers chose.
+
+- :meth:`Feedback.log_search` gives a search its ``query_id`` and logs what it showed (the page's
+  ids from its offset) in the event log (vitrine/index/eventlog.py: SQLite in the data dir, or
+  PostgreSQL), so an event needs only the ``query_id``, the product and its position.
+- :meth:`Feedback.record` validates a batch of events against the logged searches and stores it
+  in one transaction: all of it, or none of it and an error naming the field of the first bad
+  event (unknown type, unknown or expired ``query_id``, a product not on that page, a negative
+  position, a batch over the limit). Re-sent events (same ``event_id``) are stored once.
+- :class:`LearnedQueries` serves what `vitrine tune` learned from the log
+  (vitrine/evals/clicks.py fits it): per head query, a boost per product from position-bias
+  corrected click, add-to-cart and purchase evidence. The file (``learned.json`` in the data
+  dir) is this module's format; it is re-read when it changes, so every worker picks it up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from vitrine.atomic import atomic_write_bytes
+from vitrine.errors import InvalidInput
+from vitrine.index.eventlog import (
+    EventLogAPI,
+    EventRecord,
+    SearchLog,
+    event_key,
+    new_query_id,
+    normalise_query,
+    query_id_time,
+)
+from vitrine.search.models import Ranked, SearchRequest, SearchResponse
+from vitrine.settings import FeedbackSettings
+
+log = logging.getLogger(__name__)
+
+LEARNED_FILE = "learned.json"
+LEARNED_FORMAT = 1
+EventType = Literal["view", "click", "add_to_cart", "purchase"]
+Resolver = Callable[[list[str]], dict[str, int]]  # product ids -> index ids (over the record store)
+
+
+class EventIn(BaseModel):
+    """One shopper event on a search's results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: EventType = Field(description="view, click, add_to_cart or purchase")
+    query_id: str = Field(min_length=1, max_length=64, description="The search's query_id")
+    product_id: str = Field(min_length=1, max_length=256)
+    position: int = Field(ge=0, description="0-based rank on the page the shopper saw, counting offset")
+    user: str | None = Field(None, max_length=256, description="Pseudonymous shopper token (stored hashed)")
+    session: str | None = Field(None, max_length=256)
+    timestamp: float | None = Field(None, description="Unix seconds when it happened (default: when received)")
+    event_id: str | None = Field(None, min_length=1, max_length=128, description="Idempotency key: an event "
+                                 "sent twice is stored once")
+
+    @field_validator("timestamp")
+    @classmethod
+    def _finite(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("timestamp must be a finite number")
+        return v
+
+
+class EventsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"events": [
+        {"type": "click", "query_id": "18c2f0a1b2c3d4e5f60718293", "product_id": "15970", "position": 0,
+         "user": "u-81f2", "session": "s-1"}]}]})
+
+    events: list[EventIn] = Field(min_length=1, description="Up to events_max_batch (1,000) events")
+
+
+class EventsAccepted(BaseModel):
+    accepted: int = Field(description="Events taken (stored now, or already stored: same event_id)")
+    new: int = Field(description="Of those, events not seen before")
+
+
+class Feedback:
+    """Search logging and event intake over one event log (see the module docstring)."""
+
+    def __init__(self, events: EventLogAPI, settings: FeedbackSettings) -> None:
+        self.log = events
+        self.settings = settings
+
+    @property
+    def retention_s(self) -> float:
+        return self.settings.events_retention_days * 86400.0
+
+    def log_search(self, req: SearchRequest, resp: SearchResponse, *, experiment: str | None = None) -> None:
+        """Give ``resp`` a ``query_id`` and log what it showed (when logging is on)."""
+        if not self.settings.log_searches:
+            return
+        now = time.time()
+        qid = new_query_id(now)
+        text = (resp.query.get("text") if isinstance(resp.query, dict) else None) or req.text
+        self.log.log_search(SearchLog(
+            query_id=qid, ts=now, text=text, norm=normalise_query(text), ids=tuple(h.id for h in resp.results),
+            offset=req.offset, total=resp.total, image=bool(resp.query.get("image")) if resp.query else False,
+            user=self.log.hash_user(req.user), session=req.session, experiment=experiment, variant=resp.variant))
+        resp.query_id = qid
+
+    def record(self, events: Sequence[EventIn]) -> tuple[int, int]:
+        """Validate and store a batch (all or nothing); returns (accepted, new)."""
+        limit = self.settings.events_max_batch
+        if len(events) > limit:
+            raise InvalidInput(f"events: {len(events):,} events in one call; at most {limit:,}")
+        if not events:
+            raise InvalidInput("events: the batch is empty")
+        now = time.time()
+        logged = self.log.searches([e.query_id for e in events])
+        rows: list[EventRecord] = []
+        for i, e in enumerate(events):
+            s = logged.get(e.query_id)
+            where = f"events[{i}]"
+            if s is None:
+                made = query_id_time(e.query_id)
+                if made is not None and made < now - self.retention_s:
+                    raise InvalidInput(f"{where}.query_id: search {e.query_id!r} is older than the retention of "
+                                       f"{self.settings.events_retention_days:g} days")
+                raise InvalidInput(f"{where}.query_id: unknown query_id {e.query_id!r} (not a logged search)")
+            if s.ts < now - self.retention_s:
+                raise InvalidInput(f"{where}.query_id: search {e.query_id!r} is older than the retention of "
+                                   f"{self.settings.events_retention_days:g} days")
+            rank = s.rank_of(e.product_id)
+            if rank is None:
+                raise InvalidInput(f"{where}.product_id: product {e.product_id!r} was not on the page of search "
+                                   f"{e.query_id!r}")
+            ts = e.timestamp if e.timestamp is not None and s.ts - 5 <= e.timestamp <= now + 60 else now
+            user = self.log.hash_user(e.user) or s.user
+            rows.append(EventRecord(
+                event_id=e.event_id or event_key(e.query_id, e.type, e.product_id, e.user, e.timestamp),
+                query_id=e.query_id, type=e.type, product_id=e.product_id, position=rank, ts=ts, user=user,
+                session=e.session or s.session))
+        new = self.log.add_events(rows)
+        return len(rows), new
+
+    def purge(self) -> int:
+        """Forget what is older than the retention."""
+        return self.log.purge(time.time() - self.retention_s)
+
+
+# -- learned per-query re-ranking ------------------------------------------------------------------
+@dataclass
+class LearnedTable:
+    """Per normalised query: product id -> evidence score (standard units: 0 = as expected at its
+    position, positive = chosen more, negative = passed over), with how much evidence stands
+    behind the query. ``half_life_s`` and ``created`` make boosts fade as they age."""
+
+    queries: dict[str, dict[str, float]] = field(default_factory=dict)
+    users: dict[str, int] = field(default_factory=dict)
+    created: float = 0.0
+    half_life_s: float = 30 * 86400.0
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": LEARNED_FORMAT, "created": self.created, "half_life_s": self.half_life_s,
+                "queries": self.queries, "users": self.users, "report": self.report}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "LearnedTable":
+        if d.get("format") != LEARNED_FORMAT:
+            raise ValueError(f"learned file format {d.get('format')!r}, this Vitrine reads {LEARNED_FORMAT}")
+        queries = {str(q): {str(p): float(v) for p, v in b.items()} for q, b in (d.get("queries") or {}).items()}
+        return cls(queries=queries, users={str(k): int(v) for k, v in (d.get("users") or {}).items()},
+                   created=float(d.get("created") or 0.0), half_life_s=float(d.get("half_life_s") or 30 * 86400.0),
+                   report=dict(d.get("report") or {}))
+
+    def decay(self, now: float | None = None) -> float:
+        """How much of its weight the table keeps now (it halves every ``half_life_s``)."""
+        age = max(0.0, (now or time.time()) - self.created)
+        return 0.5 ** (age / self.half_life_s)
+
+
+def save_learned(data_dir: Path, table: LearnedTable) -> Path:
+    p = Path(data_dir) / LEARNED_FILE
+    atomic_write_bytes(p, json.dumps(table.to_json(), ensure_ascii=False, sort_keys=True).encode())
+    return p
+
+
+def load_learned(data_dir: Path) -> LearnedTable | None:
+    p = Path(data_dir) / LEARNED_FILE
+    if not p.is_file():
+        return None
+    try:
+        return LearnedTable.from_json(json.loads(p.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        log.warning("%s unusable (%s): no learned re-ranking", p, e)
+        return None
+
+
+def rerank(scored: Ranked, boosts: Mapping[int, float], weight: float) -> Ranked:
+    """``scored`` (best first) re-ordered by each product's score moved by ``weight`` times its
+    evidence, in units of the pool's top score spread (the gap between its best and its 50th
+    score, so a boost means the same on any catalogue's score scale). Products without evidence
+    keep their order among themselves. The scores themselves stay where they were (the n-th hit
+    gets the n-th best score), so the relevance floor, totals and facet counts are the same as
+    without learning: learning re-orders, it does not change what matches."""
+    if not scored or not boosts or weight <= 0 or not any(i in boosts for i, _, _ in scored):
+        return scored
+    top = [float(s) for _, s, _ in scored[:50]]
+    spread = max(top[0] - top[-1], 1e-6)
+    keyed = [(float(s) + weight * spread * boosts.get(iid, 0.0), n) for n, (iid, s, _) in enumerate(scored)]
+    keyed.sort(key=lambda t: (-t[0], t[1]))
+    out = []
+    for (_, n), (_, score, _) in zip(keyed, scored):
+        iid, _, parts = scored[n]
+        b = boosts.get(iid)
+        out.append((iid, score, {**parts, "learned": round(float(b), 6)} if b else parts))
+    return out
+
+
+class LearnedQueries:
+    """The data dir's learned table, re-read when its file changes (checked at most once a second),
+    resolved to index ids on first use of each query."""
+
+    def __init__(self, data_dir: Path, settings: FeedbackSettings) -> None:
+        self.path = Path(data_dir) / LEARNED_FILE
+        self.data_dir = Path(data_dir)
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._table: LearnedTable | None = None
+        self._stamp: tuple[float, int] | None = None
+        self._checked = 0.0
+        self._resolved: dict[str, dict[int, float]] = {}
+        self._pinned: tuple[LearnedTable | None] | None = None
+
+    def pin(self, table: LearnedTable | None) -> None:
+        """Serve ``table`` (None: no learning) instead of the file, until :meth:`unpin` (tuning
+        compares a candidate with what serves)."""
+        with self._lock:
+            self._pinned, self._resolved = (table,), {}
+
+    def unpin(self) -> None:
+        with self._lock:
+            self._pinned, self._stamp, self._checked, self._resolved = None, None, 0.0, {}
+
+    def table(self) -> LearnedTable | None:
+        pinned = self._pinned
+        if pinned is not None:
+            return pinned[0]
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return self._table
+        with self._lock:
+            self._checked = now
+            try:
+                st = self.path.stat()
+                stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
+            except OSError:
+                stamp = None
+            if stamp != self._stamp:
+                self._stamp = stamp
+                self._table = load_learned(self.data_dir) if stamp else None
+                self._resolved = {}
+        return self._table
+
+    def boosts_for(self, text: str | None, resolve: Resolver) -> dict[int, float]:
+        """Index id -> evidence for this query's products (empty: not a learned head query)."""
+        if not text or self.settings.learn_weight <= 0:
+            return {}
+        table = self.table()
+        if table is None:
+            return {}
+        norm = normalise_query(text)
+        got = table.queries.get(norm)
+        if not got:
+            return {}
+        with self._lock:
+            cached = self._resolved.get(norm)
+        if cached is None:
+            iids = resolve(list(got))
+            cached = {iids[p]: v for p, v in got.items() if p in iids}
+            with self._lock:
+                self._resolved[norm] = cached
+        fade = table.decay()
+        return {i: v * fade for i, v in cached.items()}

@@ -1,0 +1,37 @@
+"""Shopper events in: clicks, add-to-carts, purchases and views on a search's results."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Depends, Header
+from fastapi.responses import JSONResponse
+
+from vitrine.errors import Unauthorized
+from vitrine.search.feedback import EventsAccepted, EventsRequest
+from vitrine.web.deps import EngineDep, SettingsDep
+from vitrine.web.errors import errors_for
+
+router = APIRouter(tags=["feedback"])
+
+
+async def require_events_key(settings: SettingsDep, x_api_key: Annotated[str | None, Header()] = None) -> None:
+    """The write key, or the events-only key (``VITRINE_EVENTS_KEY``) a browser may hold."""
+    keys = [k.get_secret_value() for k in (settings.web.api_key, settings.web.events_key) if k]
+    if not keys:
+        raise Unauthorized("events are disabled: the server has no API key or events key configured "
+                           "(VITRINE_API_KEY, VITRINE_EVENTS_KEY)")
+    if not x_api_key or not any(hmac.compare_digest(x_api_key.encode(), k.encode()) for k in keys):
+        raise Unauthorized("a valid X-API-Key header (the write key or the events key) is required to post events")
+
+
+@router.post("/events", status_code=202, response_model=EventsAccepted, dependencies=[Depends(require_events_key)],
+             responses=errors_for(401))
+async def post_events(body: EventsRequest, engine: EngineDep) -> JSONResponse:
+    """A batch of shopper events (up to 1,000) on logged searches, each naming its search's
+    `query_id`. All or nothing: a bad event is a 422 naming its field, and nothing of the batch is
+    stored. An event sent twice (same `event_id`) is stored once."""
+    accepted, new = await anyio.to_thread.run_sync(engine.record_events, body.events)
+    return JSONResponse(EventsAccepted(accepted=accepted, new=new).model_dump(), status_code=202)

@@ -448,6 +448,48 @@ def test_lexical_prior_sends_cue_free_phrases_to_search(classifier):
     assert ruled[4].label == "after_sales" and ruled[5].label == "abandon"
 
 
+TINY_CATALOGUE = [("L1", "Broadway Lever Door Handle", "Hardware > Door Hardware > Door Handles"),
+                  ("S1", "Belkin Surge Protector 6 Outlet", "Electronics > Power > Surge Protectors")]
+
+
+def test_catalogue_words_are_never_cue_typos(classifier):
+    """A word one edit from a cue word ("lever" ~ "leave", "surge" ~ a recommend cue) counts as
+    that cue only when the catalogue does not hold it: the read path passes its words down."""
+    from vitrine.index.suggest import SuggestIndex, catalogue_phrases
+
+    known = SuggestIndex(catalogue_phrases([{"title": t, "category": c} for _, t, c in TINY_CATALOGUE])).words
+    assert {"lever", "surge", "broadway", "protector"} <= known
+    cues = classifier.cues
+    for text in ("broadway lever", "surge protector", "lever", "surge"):
+        assert cues.has_cue(text), text  # without the catalogue: one edit from a cue word
+        assert not cues.has_cue(text, known), text
+        assert classifier.decided_by_prior(text, known=known).label == "search"
+        r = classifier.predict(text, known=known)
+        assert r.label == "search", (text, r)
+        bare = classifier.predict(text)
+        assert classifier.with_catalogue(text, bare, known).label == "search"
+    assert classifier.predict("broadway lever").label != "search"  # what it read before: abandon
+    from vitrine.intent.cues import is_known
+
+    assert is_known("levers", known) and is_known("surges", known) and not is_known("leave", known)
+    # real typos of cue words and cue words themselves still count
+    assert cues.has_cue("recomend a surge protector", known)
+    assert cues.has_cue("return this lever", known | {"return"})
+    assert classifier.predict("i want to return this lever handle", known=known).label == "after_sales"
+
+
+def test_catalogue_words_reach_the_intent_rule_through_the_engine(fresh_engine):
+    from vitrine.search.engine import ProductInput
+    from vitrine.search.models import Product
+
+    report = fresh_engine.upsert([ProductInput(Product(id=i, title=t, category=c)) for i, t, c in TINY_CATALOGUE])
+    assert report.upserted == 2
+    for text in ("broadway lever", "surge protector"):
+        res = fresh_engine.search(SearchRequest(text=text, k=2, explain=True))
+        assert res.intent is not None and res.intent.label == "search", (text, res.intent)
+        assert res.results and res.results[0].id == ("L1" if "lever" in text else "S1")
+
+
 def test_heldout_leaves_read_as_search_with_the_rule(classifier):
     """The issue's bar on the held-out half of the taxonomy's leaves (measured by `vitrine eval
     --protocol intent`); the rule must not cost held-out accuracy (checked there too)."""

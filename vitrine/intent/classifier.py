@@ -14,6 +14,7 @@ import os
 import re
 import time
 import unicodedata
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,27 +253,30 @@ class IntentClassifier:
     def token_ids(self, text: str) -> list[int]:
         return qtok.encode(self.tokenizer, text)
 
-    def predict(self, text: str | None) -> IntentResult:
-        return self.predict_batch([text])[0]
+    def predict(self, text: str | None, *, known: Container[str] = frozenset()) -> IntentResult:
+        return self.predict_batch([text], known=known)[0]
 
-    def decided_by_prior(self, text: str | None) -> IntentResult | None:
+    def decided_by_prior(self, text: str | None, *, known: Container[str] = frozenset()) -> IntentResult | None:
         """The label when the decision rule fixes it whatever the classifier would say, else None.
 
         Under the lexical prior a query holding no cue word of any non-search intent is a search
         (a confident non-search label needs a cue word; a search or an unsure label is a search
         anyway), so serving skips the ensemble for it: the label is the one :meth:`predict` gives
         (tests/test_intent_fastpath.py checks it on held-out queries), without the probabilities.
-        An empty query is left to :meth:`predict` (it reports no confidence)."""
+        An empty query is left to :meth:`predict` (it reports no confidence). ``known``: the
+        catalogue's words, never read as typos of cue words (vitrine/intent/cues.py)."""
         if self.cues is None:
             return None
         s, cut = clean_query(text, self.max_chars)
-        if not s or self.cues.has_cue(s):  # the text predict_batch checks for a cue word
+        if not s or self.cues.has_cue(s, known):  # the text predict_batch checks for a cue word
             return None
         return IntentResult(label=FALLBACK_LABEL, predicted=None, scores={}, confident=True,
                             truncated=cut, extra={"by": "lexical_prior"})
 
-    def predict_batch(self, texts: list[str | None], *, prior: bool = True) -> list[IntentResult]:
-        """``prior``: apply the lexical prior of the decision rule (False: the confidence floor alone)."""
+    def predict_batch(self, texts: list[str | None], *, prior: bool = True,
+                      known: Container[str] = frozenset()) -> list[IntentResult]:
+        """``prior``: apply the lexical prior of the decision rule (False: the confidence floor alone);
+        ``known``: the catalogue's words, never read as typos of cue words."""
         t0 = time.perf_counter()
         cleaned = [clean_query(t, self.max_chars) for t in texts]
         ids = [self.token_ids(unicodedata.normalize("NFC", s)) if s else [] for s, _ in cleaned]
@@ -288,7 +292,7 @@ class IntentClassifier:
             top = max(scores, key=scores.__getitem__)
             confident = bool(s) and scores[top] >= self.min_confidence
             extra: dict[str, Any] = {}
-            if confident and top != FALLBACK_LABEL and prior and self.cues is not None and not self.cues.has_cue(s):
+            if confident and top != FALLBACK_LABEL and prior and self.cues is not None and not self.cues.has_cue(s, known):
                 confident, extra = False, {"no_cue_word": True}  # a product phrase alone is a search
             out.append(IntentResult(label=top if confident else FALLBACK_LABEL, predicted=top, scores=scores,
                                     confident=confident, n_tokens=e.n_tokens, truncated=e.truncated,
@@ -297,3 +301,16 @@ class IntentClassifier:
         for r in out:
             r.ms = ms
         return out
+
+    def with_catalogue(self, text: str | None, result: IntentResult, known: Container[str]) -> IntentResult:
+        """``result`` (of :meth:`predict` without ``known``) under the lexical prior with the
+        catalogue's words ``known``: a non-search label whose only cue was a catalogue word read as
+        a typo becomes a search (a micro-batched classification does not carry ``known``)."""
+        if self.cues is None or result.label == FALLBACK_LABEL or not result.confident:
+            return result
+        s, _ = clean_query(text, self.max_chars)
+        if self.cues.has_cue(s, known):
+            return result
+        return IntentResult(label=FALLBACK_LABEL, predicted=result.predicted, scores=result.scores, confident=False,
+                            n_tokens=result.n_tokens, truncated=result.truncated, ms=result.ms,
+                            extra={**result.extra, "no_cue_word": True})

@@ -8,7 +8,9 @@ non-search label only when the query holds a **cue word**: a word of some non-se
 training templates (English; a Chinese query is left to the classifier) that is not also a
 product word (a word of the taxonomy's training names or of the generator's product parts: "for",
 "with", "cordless" are product words). A word one edit from a cue word (two from 8 letters) counts
-as that cue (a swap of two neighbours is one edit): shoppers type "retrun" and "recomend".
+as that cue (a swap of two neighbours is one edit): shoppers type "retrun" and "recomend". A
+word the catalogue holds is never such a typo (``known``: the serving catalogue's words, passed
+down by the read path): "lever" in a hardware shop is not "leave", "surge" not "suggest".
 
 The cue words come from the templates the classifier trains on (the ``train`` lists of
 templates.json, with their validation share, and the compositional frames); the test templates
@@ -18,7 +20,7 @@ and the held-out taxonomy leaves are never read, so both still measure the rule.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -55,18 +57,37 @@ class CueWords:
             prod |= words(p)
         return cls(frozenset(cue - prod), frozenset(prod), typo_edits)
 
-    def _near_cue(self, w: str) -> bool:
-        if self.typo_edits <= 0 or len(w) < MIN_TYPO_LEN or w in self.product:
+    def _near_cue(self, w: str, known: Container[str]) -> bool:
+        if self.typo_edits <= 0 or len(w) < MIN_TYPO_LEN or w in self.product or is_known(w, known):
             return False
         edits = self.typo_edits + (len(w) >= LONG_TYPO_LEN)
         return process.extractOne(w, self.cues, scorer=OSA.distance, score_cutoff=edits) is not None
 
-    def has_cue(self, text: str) -> bool:
-        """True when ``text`` holds a cue word (or is not Latin-script text: no prior there)."""
+    def has_cue(self, text: str, known: Container[str] = frozenset()) -> bool:
+        """True when ``text`` holds a cue word (or is not Latin-script text: no prior there).
+
+        ``known``: the catalogue's words (lower case): a query word the catalogue holds is a
+        product word, never read as a typo of a cue word ("broadway lever" is not "leave", "surge
+        protector" not "suggest"); a cue word itself still counts."""
         if _CJK.search(text):
             return True
         ws = words(text)
-        return bool(ws & self.cues) or any(self._near_cue(w) for w in ws - self.cues)
+        return bool(ws & self.cues) or any(self._near_cue(w, known) for w in ws - self.cues)
+
+
+def is_known(word: str, known: Container[str]) -> bool:
+    """Whether ``word`` (lower case) or its singular (-s, -es, -ies) is one of the ``known`` words."""
+    if word in known:
+        return True
+    w = word.replace("'", "")
+    forms = [w]
+    if w.endswith("ies") and len(w) > 4:
+        forms.append(w[:-3] + "y")
+    if w.endswith("es") and len(w) > 4:
+        forms.append(w[:-2])
+    if w.endswith("s") and len(w) > 3:
+        forms.append(w[:-1])
+    return any(f in known for f in forms)
 
 
 def cue_templates(splits: tuple[str, ...] = ("train", "val")) -> list[str]:

@@ -39,6 +39,7 @@ PopularQueries = Callable[[], Sequence[tuple[str, float]]]
 MAX_K = 50
 MAX_PREFIX_CHARS = 200
 INLINE_BUILD_S = 0.02  # a catalogue that built faster than this is rebuilt inside the lookup
+INLINE_FIRST_BUILD = 2000  # products: a first build inside a search (the intent rule's words) up to this
 SuggestKind = Literal["query", "title", "category", "brand", "facet"]
 
 
@@ -170,9 +171,10 @@ class Suggestions:
         return time.perf_counter() - t0
 
     def words(self) -> frozenset[str]:
-        """The catalogue's words (titles, categories, brands, facet values), case folded; empty
-        until the index is first built (never built inside a search: in the background)."""
-        index = self.catalogue(wait=False)
+        """The catalogue's words (titles, categories, brands, facet values), case folded. A
+        catalogue of over :data:`INLINE_FIRST_BUILD` products never builds its index inside the
+        caller (a search): empty until the background build is done (warm-up builds it first)."""
+        index = self.catalogue(wait=len(self.state) <= INLINE_FIRST_BUILD)
         return index.words if index is not None else frozenset()
 
     # -- lookups -------------------------------------------------------------------------------------

@@ -170,14 +170,17 @@ class QueryUnderstanding:
     def classify(self, text: str) -> "IntentResult":
         if self.classifier is None:
             raise RuntimeError(self.error or "no intent classifier")
+        # the catalogue's words: a product word is never read as a typo of a cue word ("lever" ~ "leave")
+        known = self.reader.suggestions.words()
         if not self.settings.intent.intent_classify_every_query:
-            decided = self.classifier.decided_by_prior(text)
+            decided = self.classifier.decided_by_prior(text, known=known)
             if decided is not None:  # no cue word: a search whatever the ensemble says, so it does not run
                 return decided
         fut = _batcher(self.classifier, self.settings.intent.intent_threads,
                        self.settings.encoders.query_batch_max).submit(text)
         try:
-            return fut.result(timeout=self.settings.intent.intent_timeout_ms / 1000)
+            return self.classifier.with_catalogue(text, fut.result(timeout=self.settings.intent.intent_timeout_ms / 1000),
+                                                  known)
         except FutureTimeout as e:
             fut.cancel()
             raise TimeoutError(f"intent classifier took over {self.settings.intent.intent_timeout_ms:g} ms") from e

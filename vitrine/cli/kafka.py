@@ -95,6 +95,29 @@ def publish(catalog: Path | None, kafka_topic: str | None, kafka_bootstrap: str 
             sys.exit(1)
 
 
+@main.command("publish-events")
+@click.argument("events_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@_stream_options
+@click.option("--partitions", type=int, default=None, help="Partitions if the topic has to be created")
+@click.option("--limit", type=int, default=None, help="Publish only the first N events")
+def publish_events_cmd(events_file: Path, kafka_topic: str | None, kafka_bootstrap: str | None,
+                       partitions: int | None, limit: int | None) -> None:
+    """Publish shopper events (JSONL: one POST /v1/events event object a line, or a {"events": [...]}
+    body a line) as `op: event` messages keyed by query_id, acks=all, for `vitrine consume --events`
+    (default topic vitrine.events)."""
+    from vitrine.ingest.events import EVENTS_TOPIC
+    from vitrine.ingest.kafka import publish_events
+
+    _quiet_kafka()
+    settings = make_settings(kafka_topic=kafka_topic or EVENTS_TOPIC, kafka_bootstrap=kafka_bootstrap)
+    rep = publish_events(settings, events_file, limit=limit, partitions=partitions)
+    click.echo(f"published {rep.sent} events to {rep.topic} in {rep.seconds:.1f}s; {len(rep.failed)} failed")
+    for err in rep.failed[:50]:
+        click.echo(f"  line {err.line}: {err.reason}", err=True)
+    if rep.failed and not rep.sent:
+        sys.exit(1)
+
+
 @main.command()
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
               help="Data dir the worker writes (records, photos, index)")
@@ -117,11 +140,20 @@ def publish(catalog: Path | None, kafka_topic: str | None, kafka_bootstrap: str 
 @click.option("--status", "show_status", is_flag=True,
               help="Print the workers' status (lag, events/s, dead letters, last commit) and exit")
 @click.option("--json", "as_json", is_flag=True, help="With --status: JSON out")
+@click.option("--events", "shopper_events", is_flag=True,
+              help="Consume shopper events (clicks, add-to-carts, ...) into the feedback log: topic "
+                   "vitrine.events and group vitrine-events unless --topic/--group say otherwise")
 def consume(data_dir: Path | None, until_idle: float | None, timeout: float | None, metrics_port: int | None,
-            show_status: bool, as_json: bool, **opts: Any) -> None:
-    """Run a Kafka ingest worker (a consumer-group member): events -> index, offsets committed
-    only after the changes are durable. SIGTERM/SIGINT finish the batch, commit and exit."""
+            show_status: bool, as_json: bool, shopper_events: bool, **opts: Any) -> None:
+    """Run a Kafka ingest worker (a consumer-group member): events -> index (and shopper events ->
+    the feedback log), offsets committed only after the changes are durable. SIGTERM/SIGINT
+    finish the batch, commit and exit."""
     given = {k: v for k, v in opts.items() if v is not None}
+    if shopper_events:
+        from vitrine.ingest.events import EVENTS_GROUP, EVENTS_TOPIC
+
+        given.setdefault("kafka_topic", EVENTS_TOPIC)
+        given.setdefault("kafka_group", EVENTS_GROUP)
     _quiet_kafka()
     if show_status:
         _print_status(data_dir, given, as_json)
@@ -158,7 +190,9 @@ def consume(data_dir: Path | None, until_idle: float | None, timeout: float | No
     applied = st.get("applied", {})
     click.echo(f"stopped: {st['events']} events, {applied.get('upserted', 0)} upserted, "
                f"{applied.get('unchanged', 0)} unchanged, {applied.get('stale', 0)} stale, "
-               f"{applied.get('deleted', 0)} deleted, {st['dlq']} dead letters; {st['products']} products indexed")
+               f"{applied.get('deleted', 0)} deleted, {applied.get('events_stored', 0)} shopper events stored "
+               f"({applied.get('events_duplicate', 0)} already stored), {st['dlq']} dead letters; "
+               f"{st['products']} products indexed")
     if st.get("timed_out") and until_idle is not None:
         raise click.ClickException(f"not caught up after {timeout:g}s (lag {st.get('lag')}, state {st.get('state')}, "
                                    f"last error {st.get('last_error')}); what was applied is kept")

@@ -15,6 +15,16 @@ given they must agree. Events without a version apply in log order (last one win
 A record with a null value and a key (a Kafka *tombstone*, the log-compaction convention) is a
 delete of that key.
 
+A third shape carries a shopper event (click, view, add to cart, purchase on a logged search; the
+``POST /v1/events`` contract, :class:`vitrine.search.feedback.EventIn`), on the catalogue topic or
+on a topic of its own (``vitrine consume --events``, default :data:`EVENTS_TOPIC`)::
+
+    {"op": "event", "event": {"type": "click", "query_id": "...", "product_id": "15970", "position": 2}}
+
+or the bare event object itself. Its key is free (``vitrine publish-events`` keys by
+``query_id``); the worker stores it in the feedback log, de-duplicated by ``event_id`` (or a key
+made from its content when it has none), so redelivery stores it once.
+
 Every way a message can be bad raises :class:`BadEvent` with a ``kind`` (``json``, ``schema``,
 ``key``) and a one-line ``reason``: the worker sends the original bytes to the dead-letter topic
 with them.
@@ -28,7 +38,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from vitrine.errors import InvalidInput
+from vitrine.search.feedback import EventIn
 from vitrine.search.models import Product
+
+EVENTS_TOPIC = "vitrine.events"
+EVENTS_GROUP = "vitrine-events"
 
 
 class BadEvent(InvalidInput):
@@ -74,19 +88,34 @@ class DeleteEvent(BaseModel):
     version: int | None = Field(None, ge=0)
 
 
-Event = Annotated[UpsertEvent | DeleteEvent, Field(discriminator="op")]
+class ShopperEvent(BaseModel):
+    """A shopper event on a logged search, stored in the feedback log (not the catalogue)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["event"]
+    event: EventIn
+
+    @property
+    def id(self) -> str:
+        return self.event.query_id
+
+
+Event = Annotated[UpsertEvent | DeleteEvent | ShopperEvent, Field(discriminator="op")]
 _EVENT = TypeAdapter(Event)
 
 
 def _describe(e: ValidationError) -> str:
     parts = []
     for err in e.errors()[:5]:
-        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("upsert", "delete")) or "event"
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("upsert", "delete", "event")) or "event"
+        if err.get("loc", ())[:1] == ("event",) and len(err.get("loc", ())) > 2:
+            loc = "event." + loc  # a shopper event's field: event.position, event.type, ...
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
 
 
-def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteEvent:
+def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteEvent | ShopperEvent:
     """Bytes off the topic -> a validated event, or :class:`BadEvent` saying why not."""
     key_s: str | None = None
     if key is not None:
@@ -104,23 +133,29 @@ def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteE
         raise BadEvent("json", f"value is not JSON: {e}") from e
     if not isinstance(obj, dict):
         raise BadEvent("schema", f"value must be a JSON object, got {type(obj).__name__}")
-    if obj.get("op") not in ("upsert", "delete"):
-        raise BadEvent("schema", f"op must be 'upsert' or 'delete', got {obj.get('op')!r}")
+    if "op" not in obj and "type" in obj:  # a bare shopper event (an events topic)
+        obj = {"op": "event", "event": obj}
+    if obj.get("op") not in ("upsert", "delete", "event"):
+        raise BadEvent("schema", f"op must be 'upsert', 'delete' or 'event', got {obj.get('op')!r}")
     try:
         ev = _EVENT.validate_python(obj)
     except ValidationError as e:
         raise BadEvent("schema", _describe(e)) from e
     except InvalidInput as e:  # raised as is by a field validator (e.g. image_b64 that is not base64)
         raise BadEvent("schema", f"product: {e}") from e
+    if isinstance(ev, ShopperEvent):
+        return ev  # any key (publish-events keys by query_id)
     if key_s is not None and key_s != ev.id:
         raise BadEvent("key", f"message key {key_s!r} is not the product id {ev.id!r} "
                               "(events must be keyed by product id to stay ordered)")
     return ev
 
 
-def encode_event(ev: UpsertEvent | DeleteEvent) -> tuple[bytes, bytes]:
+def encode_event(ev: UpsertEvent | DeleteEvent | ShopperEvent) -> tuple[bytes, bytes]:
     """An event -> (key, value) bytes as they go on the topic."""
-    if isinstance(ev, UpsertEvent):
+    if isinstance(ev, ShopperEvent):
+        body: dict[str, Any] = {"op": "event", "event": ev.event.model_dump(exclude_none=True)}
+    elif isinstance(ev, UpsertEvent):
         body: dict[str, Any] = {"op": "upsert", "product": ev.product.model_dump(exclude_none=True)}
         if ev.version is not None:
             body["version"] = ev.version
@@ -138,3 +173,8 @@ def upsert(product: Product | dict[str, Any], version: int | None = None) -> Ups
 
 def delete(pid: str, version: int | None = None) -> DeleteEvent:
     return DeleteEvent(op="delete", id=pid, version=version)
+
+
+def shopper_event(event: EventIn | dict[str, Any]) -> ShopperEvent:
+    e = event if isinstance(event, EventIn) else EventIn.model_validate(event)
+    return ShopperEvent(op="event", event=e)

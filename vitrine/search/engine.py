@@ -325,6 +325,15 @@ class Engine:
         """Validate and store a batch of shopper events (all or none); (accepted, new)."""
         return self.feedback.record(events)
 
+    def record_valid_events(self, events: Sequence[EventIn]) -> tuple[int, int, list[tuple[int, str]]]:
+        """Store the valid events of a batch, name the invalid ones: (accepted, new, [(index,
+        reason)]) (the Kafka worker's intake: bad events become dead letters)."""
+        return self.feedback.record_valid(events)
+
+    def purge_feedback(self) -> int:
+        """Forget logged searches and events older than ``events_retention_days``; rows removed."""
+        return self.feedback.purge()
+
     def warm_up(self) -> float:
         """Build what the first queries would otherwise build inside their time budgets (the
         query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches,

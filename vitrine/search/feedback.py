@@ -119,31 +119,53 @@ class Feedback:
             raise InvalidInput("events: the batch is empty")
         now = time.time()
         logged = self.log.searches([e.query_id for e in events])
-        rows: list[EventRecord] = []
-        for i, e in enumerate(events):
-            s = logged.get(e.query_id)
-            where = f"events[{i}]"
-            if s is None:
-                made = query_id_time(e.query_id)
-                if made is not None and made < now - self.retention_s:
-                    raise InvalidInput(f"{where}.query_id: search {e.query_id!r} is older than the retention of "
-                                       f"{self.settings.events_retention_days:g} days")
-                raise InvalidInput(f"{where}.query_id: unknown query_id {e.query_id!r} (not a logged search)")
-            if s.ts < now - self.retention_s:
-                raise InvalidInput(f"{where}.query_id: search {e.query_id!r} is older than the retention of "
-                                   f"{self.settings.events_retention_days:g} days")
-            rank = s.rank_of(e.product_id)
-            if rank is None:
-                raise InvalidInput(f"{where}.product_id: product {e.product_id!r} was not on the page of search "
-                                   f"{e.query_id!r}")
-            ts = e.timestamp if e.timestamp is not None and s.ts - 5 <= e.timestamp <= now + 60 else now
-            user = self.log.hash_user(e.user) or s.user
-            rows.append(EventRecord(
-                event_id=e.event_id or event_key(e.query_id, e.type, e.product_id, e.user, e.timestamp),
-                query_id=e.query_id, type=e.type, product_id=e.product_id, position=rank, ts=ts, user=user,
-                session=e.session or s.session))
+        rows = [self._row(f"events[{i}]", e, logged, now) for i, e in enumerate(events)]
         new = self.log.add_events(rows)
         return len(rows), new
+
+    def record_valid(self, events: Sequence[EventIn]) -> tuple[int, int, list[tuple[int, str]]]:
+        """Store the valid events of a batch (any size, in one transaction per
+        ``events_max_batch``) and name what is wrong with the others: (accepted, new, [(index,
+        reason)]). The Kafka worker's intake: a bad event is a dead letter, not a stalled batch."""
+        now = time.time()
+        rows: list[EventRecord] = []
+        bad: list[tuple[int, str]] = []
+        new = 0
+        step = self.settings.events_max_batch
+        for start in range(0, len(events), step):
+            part = events[start:start + step]
+            logged = self.log.searches([e.query_id for e in part])
+            rows = []
+            for i, e in enumerate(part, start):
+                try:
+                    rows.append(self._row("event", e, logged, now))
+                except InvalidInput as err:
+                    bad.append((i, str(err)))
+            new += self.log.add_events(rows)
+        return len(events) - len(bad), new, bad
+
+    def _row(self, where: str, e: EventIn, logged: Mapping[str, SearchLog], now: float) -> EventRecord:
+        """One event checked against its logged search -> the row stored (InvalidInput naming the field)."""
+        s = logged.get(e.query_id)
+        if s is None:
+            made = query_id_time(e.query_id)
+            if made is not None and made < now - self.retention_s:
+                raise InvalidInput(f"{where}.query_id: search {e.query_id!r} is older than the retention of "
+                                   f"{self.settings.events_retention_days:g} days")
+            raise InvalidInput(f"{where}.query_id: unknown query_id {e.query_id!r} (not a logged search)")
+        if s.ts < now - self.retention_s:
+            raise InvalidInput(f"{where}.query_id: search {e.query_id!r} is older than the retention of "
+                               f"{self.settings.events_retention_days:g} days")
+        rank = s.rank_of(e.product_id)
+        if rank is None:
+            raise InvalidInput(f"{where}.product_id: product {e.product_id!r} was not on the page of search "
+                               f"{e.query_id!r}")
+        ts = e.timestamp if e.timestamp is not None and s.ts - 5 <= e.timestamp <= now + 60 else now
+        user = self.log.hash_user(e.user) or s.user
+        return EventRecord(
+            event_id=e.event_id or event_key(e.query_id, e.type, e.product_id, e.user, e.timestamp),
+            query_id=e.query_id, type=e.type, product_id=e.product_id, position=rank, ts=ts, user=user,
+            session=e.session or s.session)
 
     def purge(self) -> int:
         """Forget what is older than the retention."""

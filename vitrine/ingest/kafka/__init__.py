@@ -37,12 +37,13 @@ events/s, dead letters, last-commit age, freshness); the worker also writes it a
 """
 
 from vitrine.ingest.kafka.client import client_options, dlq_topic_for, ensure_topics, kafka_module
-from vitrine.ingest.kafka.publisher import PublishReport, Publisher, publish_catalog, publish_deletes
+from vitrine.ingest.kafka.publisher import PublishReport, Publisher, publish_catalog, publish_deletes, publish_events
 from vitrine.ingest.kafka.status import STATUS_DIR, group_lag, iter_dead_letters, read_status
 from vitrine.ingest.kafka.worker import DeadLetter, IngestWorker
 
 __all__ = [
     "STATUS_DIR", "DeadLetter", "IngestWorker", "PublishReport", "Publisher", "client_options", "dlq_topic_for",
     "ensure_topics", "group_lag", "iter_dead_letters", "kafka_module", "publish_catalog", "publish_deletes",
+    "publish_events",
     "read_status",
 ]

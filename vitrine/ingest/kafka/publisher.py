@@ -4,6 +4,7 @@ referenced (see the package docstring and docs/kafka.md)."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 from vitrine.errors import InvalidInput
 from vitrine.ingest.catalog import PhotoResolver, read_catalog
-from vitrine.ingest.events import DeleteEvent, UpsertEvent, encode_event
+from vitrine.ingest.events import DeleteEvent, ShopperEvent, UpsertEvent, encode_event, parse_event
 from vitrine.ingest.kafka.client import client_options, ensure_topics, kafka_module
 from vitrine.progress import progress_bar
 from vitrine.search.models import ItemError
@@ -60,7 +61,7 @@ class Publisher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, ev: UpsertEvent | DeleteEvent, *, line: int | None = None) -> Any:
+    def send(self, ev: UpsertEvent | DeleteEvent | ShopperEvent, *, line: int | None = None) -> Any:
         """Queue one event; returns kafka-python's future (its RecordMetadata says where it landed)."""
         key, value = encode_event(ev)
         return self.send_raw(key, value, pid=ev.id, line=line)
@@ -170,3 +171,39 @@ def publish_deletes(settings: Settings, ids: Sequence[str], *, topic: str | None
         for pid in ids:
             pub.send(DeleteEvent(op="delete", id=pid, version=version))
         return pub.flush()
+
+
+def publish_events(settings: Settings, path: str | os.PathLike[str], *, topic: str | None = None,
+                   limit: int | None = None, partitions: int | None = None) -> PublishReport:
+    """A JSONL file of shopper events (one a line: the ``POST /v1/events`` event object, or
+    ``{"op": "event", "event": {...}}``, or ``{"events": [...]}`` as posted) -> ``op: event``
+    messages keyed by ``query_id`` (``acks=all``). A line that is not a valid event is counted in
+    ``failed`` (its line number and the field) and not sent."""
+    path = Path(path)
+    skipped: list[ItemError] = []
+    n = 0
+    with Publisher(settings, topic, partitions=partitions) as pub, open(path, "rb") as f:
+        for no, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                skipped.append(ItemError(id=None, line=no, reason=f"not JSON: {e}"))
+                continue
+            for item in obj["events"] if isinstance(obj, dict) and isinstance(obj.get("events"), list) else [obj]:
+                if limit is not None and n >= limit:
+                    break
+                try:
+                    ev = parse_event(None, json.dumps(item).encode())
+                except InvalidInput as e:
+                    skipped.append(ItemError(id=None, line=no, reason=str(e)))
+                    continue
+                if not isinstance(ev, ShopperEvent):
+                    skipped.append(ItemError(id=ev.id, line=no, reason=f"op {item.get('op')!r} is not a shopper event"))
+                    continue
+                n += 1
+                pub.send(ev, line=no)
+        report = pub.flush()
+    report.failed = skipped + report.failed
+    return report

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from vitrine.atomic import atomic_write_text
 from vitrine.errors import InvalidInput, StorageError
 from vitrine.ingest.catalog import PhotoResolver
-from vitrine.ingest.events import BadEvent, DeleteEvent, UpsertEvent, parse_event
+from vitrine.ingest.events import BadEvent, DeleteEvent, ShopperEvent, UpsertEvent, parse_event
 from vitrine.ingest.kafka.client import client_options, dlq_topic_for, ensure_topics, kafka_module
 from vitrine.ingest.kafka.status import STATUS_DIR, percentile, read_status_dir, status_file_name
 from vitrine.search.engine import Engine, ProductInput
@@ -210,11 +210,17 @@ class IngestWorker:
         msgs = [m for tp in records for m in records[tp]]
         dead: list[DeadLetter] = []
         events: list[tuple[Any, UpsertEvent | DeleteEvent]] = []
+        shopper: list[tuple[Any, ShopperEvent]] = []
         for m in msgs:
             try:
-                events.append((m, parse_event(m.key, m.value)))
+                parsed = parse_event(m.key, m.value)
             except BadEvent as e:
                 dead.append(DeadLetter(m, e.kind, e.reason))
+                continue
+            if isinstance(parsed, ShopperEvent):
+                shopper.append((m, parsed))
+            else:
+                events.append((m, parsed))
         inputs = self._resolve_photos([ev for _, ev in events])
         try:
             # Segments in which every product appears once: within one, upserts and deletes commute;
@@ -228,6 +234,8 @@ class IngestWorker:
                 seg.append(i)
                 ids.add(ev.id)
             self._apply([events[j] for j in seg], [inputs[j] for j in seg], dead)
+            if shopper:
+                self._apply_shopper(shopper, dead)
         except (StorageError, sqlite3.Error, OSError, MemoryError) as e:
             # Not the messages' fault: keep them, rewind, retry the batch later (nothing is committed).
             self.stats.last_error = f"storage: {e}"
@@ -321,6 +329,17 @@ class IngestWorker:
             with self._lock:
                 self.stats.applied["deleted"] += n
                 self.stats.applied["delete_noop"] += len(dels) - n
+
+    def _apply_shopper(self, shopper: list[tuple[Any, ShopperEvent]], dead: list[DeadLetter]) -> None:
+        """Shopper events -> the feedback log (one transaction, durable when it returns; an event
+        already stored, same event_id, is not stored again); an invalid one (unknown query_id, a
+        product not on that page, ...) -> a dead letter whose reason names the field."""
+        accepted, new, bad = self.engine.record_valid_events([ev.event for _, ev in shopper])
+        for i, reason in bad:
+            dead.append(DeadLetter(shopper[i][0], "schema", reason))
+        with self._lock:
+            self.stats.applied["events_stored"] += new
+            self.stats.applied["events_duplicate"] += accepted - new
 
     def _send_dead_letters(self, dead: list[DeadLetter]) -> None:
         if not dead:

@@ -102,6 +102,22 @@ def bench_ingest(n: int, out: Path) -> None:
     click.echo(f"report: {ingest.run(out, n=n, source=bundled_dir())}")
 
 
+@bench.command("ingest-profile")
+@click.option("--n-text", type=int, default=4000, show_default=True, help="Products of the text-only catalogue")
+@click.option("--n-photo", type=int, default=1000, show_default=True, help="Products of the catalogue with photos")
+@click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True)
+@click.option("--label", default="", help="Suffix of the report's name (ingest-profile-LABEL.md)")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_ingest_profile(n_text: int, n_photo: int, repeats: int, label: str, out: Path) -> None:
+    """Ingest stage by stage (parse, towers, gate, SQLite, FTS5, graph, FAISS, snapshot), text-only and
+    with photos, against the towers' own throughput in the same run."""
+    _bench()
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import ingest_profile
+
+    click.echo(f"report: {ingest_profile.run(out, source=bundled_dir(), n_text=n_text, n_photo=n_photo, repeats=repeats, label=label)}")
+
+
 @bench.command("graph")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Also measure search latency with and without hybrid fusion on this data dir")

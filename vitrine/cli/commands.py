@@ -43,11 +43,15 @@ def _print_report(report) -> None:  # noqa: ANN001
 @store_option
 @click.option("--limit", type=int, default=None, help="Ingest only the first N records")
 @click.option("--batch-size", type=int, default=512, show_default=True)
-def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, **model: Any) -> None:
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Cores the encoders use (torch intra-op threads, VITRINE_TORCH_THREADS; default: all). "
+                   "Reading and photo fetching run beside them in threads of their own")
+def ingest(catalog: Path, data_dir: Path, limit: int | None, batch_size: int, jobs: int | None,
+           **model: Any) -> None:
     """Batch-ingest a JSONL or CSV catalogue file into a data dir."""
     from vitrine.ingest.catalog import ingest_file
 
-    settings = make_settings(data_dir=data_dir, **model)
+    settings = make_settings(data_dir=data_dir, torch_threads=jobs, **model)
     engine = _engine(settings)
     try:
         report = ingest_file(engine, catalog, batch_size=batch_size, limit=limit, progress=True)
@@ -241,3 +245,4 @@ from vitrine.cli import graphcmd  # noqa: E402,F401
 from vitrine.cli import tune  # noqa: E402,F401
 from vitrine.cli import reliability  # noqa: E402,F401
 from vitrine.cli import settingscmd  # noqa: E402,F401
+from vitrine.cli import feedback  # noqa: E402,F401  (registers `vitrine analytics` and `vitrine experiment`)

@@ -23,7 +23,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -175,6 +175,16 @@ class Towers:
             return trunk_features
         return torch.cat([trunk_features, self.taps.colour_histogram(pixels.to(trunk_features.device),
                                                                       self.preprocess)], dim=1)
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as :meth:`text_features` feeds them (truncated at the context length):
+        a batch costs its longest text times its size, so batch encodes sort by this first.
+        open_clip's own tokenizer pads every text to the context length: lengths are then the
+        texts' characters (the order matters little there)."""
+        if self.hf_tokenizer is None:
+            return [len(t) for t in texts]
+        ids = self.hf_tokenizer(list(texts), truncation=True, max_length=self.context_length)["input_ids"]
+        return [len(x) for x in ids]
 
     @torch.inference_mode()
     def text_features(self, texts: list[str]) -> torch.Tensor:

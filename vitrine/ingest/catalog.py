@@ -13,10 +13,13 @@ import io
 import json
 import logging
 import os
+import queue
+import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
@@ -187,39 +190,98 @@ def ingest_records(
     batch_size: int = 512,
     progress: bool = True,
     total: int | None = None,
+    prefetch: int = 2,
 ) -> UpsertReport:
-    """Resolve photos (in threads) and upsert in batches; returns the merged report."""
+    """Resolve photos (in threads) and upsert in batches; returns the merged report.
+
+    A bounded producer/consumer pipeline: a reader thread parses the next batches and reads their
+    photos (at most ``prefetch`` batches ahead) while this thread encodes and writes the current
+    one, so reading overlaps the towers instead of waiting between batches (0 reads in turn). One
+    snapshot at the end, not per batch."""
     s = engine.settings
     resolver = PhotoResolver(root, max_bytes=s.encoders.max_image_bytes, timeout_s=s.ingest.fetch_timeout_s)
     report = UpsertReport()
     bar = progress_bar(total=total, desc="ingest", unit="product", enabled=progress)
-    batch: list[Parsed] = []
+    pool = ThreadPoolExecutor(max_workers=8)
+    stop = threading.Event()
 
-    def flush(pool: ThreadPoolExecutor) -> None:
-        good = [p for p in batch if p.product is not None]
+    def read_batches() -> Iterator[tuple[list[Parsed], list[ProductInput]]]:
+        batch: list[Parsed] = []
+        for p in records:
+            if stop.is_set():
+                return
+            batch.append(p)
+            if len(batch) >= batch_size:
+                yield batch, list(pool.map(resolver.resolve, [x for x in batch if x.product is not None]))
+                batch = []
+        if batch:
+            yield batch, list(pool.map(resolver.resolve, [x for x in batch if x.product is not None]))
+
+    def write(batch: list[Parsed], items: list[ProductInput]) -> None:
         for p in batch:
             if p.product is None:
                 report.failed.append(ItemError(id=p.raw_id, line=p.line, reason=p.error or "invalid record"))
-        items = list(pool.map(resolver.resolve, good))
         if items:
             report.merge(engine.upsert(items))
         bar.update(len(batch))
         bar.set_postfix(upserted=report.upserted, unchanged=report.unchanged, failed=len(report.failed))
-        batch.clear()
 
     try:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for p in records:
-                batch.append(p)
-                if len(batch) >= batch_size:
-                    flush(pool)
-            if batch:
-                flush(pool)
+        if prefetch <= 0:
+            for batch, items in read_batches():
+                write(batch, items)
+        else:
+            for batch, items in _ahead(read_batches(), prefetch, stop):
+                write(batch, items)
     finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
         resolver.close()
     engine.save()
     return report
+
+
+_DONE = object()
+
+
+def _ahead(items: Iterator[Any], depth: int, stop: threading.Event) -> Iterator[Any]:
+    """``items`` produced by a thread of their own, at most ``depth`` ahead of the consumer; an
+    error in the producer is raised here, and ``stop`` (set by the consumer) ends the producer."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+
+    def put(x: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for x in items:
+                if not put((x, None)):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            put((_DONE, e))
+            return
+        put((_DONE, None))
+
+    t = threading.Thread(target=produce, name="ingest-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            x, err = q.get()
+            if x is _DONE:
+                if err is not None:
+                    raise err
+                return
+            yield x
+    finally:
+        stop.set()
+        t.join(timeout=30)
 
 
 def ingest_file(

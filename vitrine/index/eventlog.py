@@ -31,7 +31,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -185,6 +185,177 @@ def event_from_row(r: Sequence) -> EventRecord:
                        user=user, session=session)
 
 
+
+# -- analytics and experiments (vitrine/search/analytics.py, vitrine/search/experiments.py) ---------
+# Aggregations run in the store, so a report over millions of searches moves a few hundred rows.
+# Every figure is an integer count (or a sum of integers) here; rates are divided in Python, so
+# SQLite and PostgreSQL give the same figures for the same log. ``{p}``: the placeholder, ``{bucket}``:
+# the time bucket of a search (whole ``bucket_s`` periods since the epoch, UTC), ``{c}``: a
+# byte-order collation for ties (PostgreSQL's default collation sorts by locale).
+_ANALYTICS_BASE = """
+WITH s AS (
+    SELECT query_id, norm, user_hash, {bucket} AS bucket,
+           CASE WHEN total = 0 OR ids = '[]' THEN 1 ELSE 0 END AS nores
+    FROM {searches} WHERE ts >= {p} AND ts < {p}),
+f AS (
+    SELECT e.query_id,
+           MAX(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicked,
+           MAX(CASE WHEN e.type = 'add_to_cart' THEN 1 ELSE 0 END) AS carted,
+           MAX(CASE WHEN e.type = 'purchase' THEN 1 ELSE 0 END) AS bought,
+           SUM(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicks,
+           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos
+    FROM {events} e JOIN s ON s.query_id = e.query_id GROUP BY e.query_id),
+j AS (
+    SELECT s.query_id, s.norm, s.user_hash, s.bucket, s.nores, COALESCE(f.clicked, 0) AS clicked,
+           COALESCE(f.carted, 0) AS carted, COALESCE(f.bought, 0) AS bought, COALESCE(f.clicks, 0) AS clicks,
+           COALESCE(f.click_pos, 0) AS click_pos
+    FROM s LEFT JOIN f ON f.query_id = s.query_id)
+"""
+ANALYTICS_FIELDS = ("searches", "users", "no_results", "clicked", "carted", "bought", "clicks", "click_pos")
+_AGG = ("COUNT(*), COUNT(DISTINCT user_hash), SUM(nores), SUM(clicked), SUM(carted), SUM(bought), SUM(clicks), "
+        "SUM(click_pos)")
+_ANALYTICS_QUERIES = {
+    "totals": f"SELECT {_AGG}, COUNT(DISTINCT norm) FROM j",
+    "buckets": f"SELECT bucket, {_AGG} FROM j GROUP BY bucket ORDER BY bucket",
+    "queries": f"SELECT norm, {_AGG} FROM j GROUP BY norm ORDER BY COUNT(*) DESC, norm {{c}} LIMIT {{p}}",
+    "no_results": "SELECT norm, COUNT(*), COUNT(DISTINCT user_hash) FROM j WHERE nores = 1 GROUP BY norm "
+                  "ORDER BY COUNT(*) DESC, norm {c} LIMIT {p}",
+    "no_clicks": "SELECT norm, COUNT(*), COUNT(DISTINCT user_hash) FROM j WHERE nores = 0 GROUP BY norm "
+                 "HAVING SUM(clicked) = 0 ORDER BY COUNT(*) DESC, norm {c} LIMIT {p}",
+}
+
+# per experiment unit (the hashed user, else the session) and variant: searches, searches with a
+# click / add-to-cart / purchase, and the sum over searches of 1 / (1 + the first click's rank)
+EXPERIMENT_UNITS_SQL = """
+WITH s AS (
+    SELECT query_id, variant, COALESCE(user_hash, 'session:' || session) AS unit
+    FROM {searches} WHERE experiment = {p} AND ts >= {p} AND ts < {p} AND (user_hash IS NOT NULL OR session IS NOT NULL)),
+f AS (
+    SELECT e.query_id,
+           MAX(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicked,
+           MAX(CASE WHEN e.type = 'add_to_cart' THEN 1 ELSE 0 END) AS carted,
+           MAX(CASE WHEN e.type = 'purchase' THEN 1 ELSE 0 END) AS bought,
+           MIN(CASE WHEN e.type = 'click' THEN e.position END) AS first_click
+    FROM {events} e JOIN s ON s.query_id = e.query_id GROUP BY e.query_id)
+SELECT s.variant, s.unit, COUNT(*), SUM(COALESCE(f.clicked, 0)), SUM(COALESCE(f.carted, 0)),
+       SUM(COALESCE(f.bought, 0)),
+       SUM(CASE WHEN f.first_click IS NULL THEN 0.0 ELSE 1.0 / (1 + f.first_click) END)
+FROM s LEFT JOIN f ON f.query_id = s.query_id GROUP BY s.variant, s.unit ORDER BY s.variant, s.unit {c}
+"""
+EXPERIMENT_CLICKS_SQL = """
+SELECT t.query_id, t.teams, e.product_id FROM {teams} t JOIN {events} e ON e.query_id = t.query_id
+WHERE t.experiment = {p} AND e.type = 'click' AND e.ts >= {p} ORDER BY t.query_id, e.ts
+"""
+EXPERIMENTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {experiments} (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated {real} NOT NULL);
+CREATE TABLE IF NOT EXISTS {teams} (query_id TEXT PRIMARY KEY, experiment TEXT NOT NULL, teams TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS {teams}_exp ON {teams} (experiment);
+CREATE INDEX IF NOT EXISTS {searches}_exp ON {searches} (experiment);
+"""
+
+
+def analytics_sql(*, p: str, bucket: str, c: str, searches: str = "searches", events: str = "events") -> dict[str, str]:
+    """The analytics queries in one SQL dialect (see the comment above ``_ANALYTICS_BASE``)."""
+    base = _ANALYTICS_BASE.format(p=p, bucket=bucket, searches=searches, events=events)
+    return {k: base + q.format(p=p, c=c) for k, q in _ANALYTICS_QUERIES.items()}
+
+
+def _ints(row: Sequence) -> tuple:
+    return tuple(int(v or 0) if not isinstance(v, str) else v for v in row)
+
+
+def analytics_rows(run: Callable[[str, tuple], list[tuple]], sql: dict[str, str], since: float, until: float,
+                   bucket_s: float, top: int) -> dict[str, list[tuple]]:
+    """Run the analytics queries with ``run(sql, params)``; integer rows per query."""
+    base = (bucket_s, since, until)
+    out = {}
+    for name, q in sql.items():
+        rows = run(q, base if name in ("totals", "buckets") else (*base, top))
+        out[name] = [_ints(r) for r in rows]
+    return out
+
+
+def experiment_unit_rows(rows: list[tuple]) -> list[tuple]:
+    return [(v, u, int(n), int(c or 0), int(a or 0), int(b or 0), float(rr or 0.0)) for v, u, n, c, a, b, rr in rows]
+
+
+class SqliteAnalytics:
+    """The SQLite event log's analytics and experiment tables (a base of :class:`EventLog`)."""
+
+    _SQL = analytics_sql(p="?", bucket="CAST(ts / ? AS INTEGER)", c="")
+    _UNITS = EXPERIMENT_UNITS_SQL.format(p="?", c="", searches="searches", events="events")
+    _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="?", teams="experiment_teams", events="events")
+
+    def _read_conn(self) -> tuple[sqlite3.Connection, threading.Lock]:
+        return self._searches, self._search_lock  # type: ignore[attr-defined]
+
+    def _ensure_experiment_tables(self) -> None:
+        if getattr(self, "_exp_ready", False):
+            return
+        conn, lock = self._read_conn()
+        with lock:
+            conn.executescript(EXPERIMENTS_SCHEMA.format(experiments="experiments", teams="experiment_teams",
+                                                          searches="searches", real="REAL"))
+        self._exp_ready = True
+
+    def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
+        """Analytics counts between two times (see :func:`analytics_sql`)."""
+        conn, lock = self._read_conn()
+
+        def run(q: str, params: tuple) -> list[tuple]:
+            with lock:
+                return conn.execute(q, params).fetchall()
+
+        try:
+            return analytics_rows(run, self._SQL, since, until, float(bucket_s), top)
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot read analytics from {self.path}: {e}") from e  # type: ignore[attr-defined]
+
+    def save_experiment(self, name: str, spec: str, updated: float) -> None:
+        """Create or replace one experiment (its spec: JSON text)."""
+        self._ensure_experiment_tables()
+        conn, lock = self._read_conn()
+        try:
+            with lock:
+                conn.execute("INSERT INTO experiments VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                             "spec=excluded.spec, updated=excluded.updated", (name, spec, updated))
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot save experiment {name!r}: {e}") from e
+
+    def experiment_specs(self) -> list[tuple[str, str, float]]:
+        """Every experiment: (name, spec JSON, updated)."""
+        self._ensure_experiment_tables()
+        conn, lock = self._read_conn()
+        with lock:
+            return [tuple(r) for r in conn.execute("SELECT name, spec, updated FROM experiments ORDER BY name")]
+
+    def log_teams(self, query_id: str, experiment: str, teams: str) -> None:
+        """Which variant (team) contributed each product of an interleaved search (JSON text)."""
+        self._ensure_experiment_tables()
+        conn, lock = self._read_conn()
+        try:
+            with lock:
+                conn.execute("INSERT OR REPLACE INTO experiment_teams VALUES (?, ?, ?)", (query_id, experiment, teams))
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot log an interleaved search: {e}") from e
+
+    def experiment_units(self, experiment: str, since: float = 0.0, until: float | None = None) -> list[tuple]:
+        """Per variant and unit (hashed user, else ``session:<id>``): (variant, unit, searches,
+        clicked, carted, bought, sum of reciprocal first-click ranks)."""
+        self._ensure_experiment_tables()
+        conn, lock = self._read_conn()
+        with lock:
+            rows = conn.execute(self._UNITS, (experiment, since, time.time() + 1e9 if until is None else until))
+            return experiment_unit_rows(rows.fetchall())
+
+    def interleaved_clicks(self, experiment: str, since: float = 0.0) -> list[tuple[str, str, str]]:
+        """(query_id, teams JSON, clicked product id) of an interleaved experiment's searches."""
+        self._ensure_experiment_tables()
+        conn, lock = self._read_conn()
+        with lock:
+            return [tuple(r) for r in conn.execute(self._CLICKS, (experiment, since))]
+
+
 class UserHasher:
     """HMAC-SHA256 of user tokens under one key per log (made once, kept in its meta table)."""
 
@@ -197,7 +368,7 @@ class UserHasher:
         return hmac.new(self.key, user.encode(), hashlib.sha256).hexdigest()[:24]
 
 
-class EventLog:
+class EventLog(SqliteAnalytics):
     """The SQLite feedback log of one data dir (see the module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -308,4 +479,5 @@ def open_event_log(store: str | None, data_dir: str | os.PathLike[str], *, pool:
 
         return PgEventLog(str(store), pool=pool)
     return EventLog(Path(data_dir) / FILE)
+
 

@@ -12,13 +12,19 @@ from contextlib import contextmanager
 from vitrine.errors import MissingExtra, StorageError
 from vitrine.index.eventlog import (
     EVENT_COLUMNS,
+    EXPERIMENTS_SCHEMA,
+    EXPERIMENT_CLICKS_SQL,
+    EXPERIMENT_UNITS_SQL,
     SEARCH_COLUMNS,
     EventRecord,
     FeedbackSlice,
     SearchLog,
     UserHasher,
+    analytics_rows,
+    analytics_sql,
     event_from_row,
     event_row,
+    experiment_unit_rows,
     search_from_row,
     search_row,
 )
@@ -32,6 +38,7 @@ except ImportError as e:  # pragma: no cover - the `postgres` extra is not insta
 log = logging.getLogger(__name__)
 
 S, E, M = "vitrine_searches", "vitrine_events", "vitrine_feedback_meta"
+X, T = "vitrine_experiments", "vitrine_experiment_teams"  # experiments (vitrine/search/experiments.py)
 _LOCK_ID = 0x76697473
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {S} (
@@ -144,3 +151,51 @@ class PgEventLog:
         with self._conn() as c:
             return {"searches": c.execute(f"SELECT COUNT(*) FROM {S}").fetchone()[0],
                     "events": c.execute(f"SELECT COUNT(*) FROM {E}").fetchone()[0]}
+
+    # -- analytics and experiments (the same queries as SQLite's: vitrine/index/eventlog.py) --------
+    _SQL = analytics_sql(p="%s", bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', searches=S, events=E)
+    _UNITS = EXPERIMENT_UNITS_SQL.format(p="%s", c='COLLATE "C"', searches=S, events=E)
+    _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="%s", teams=T, events=E)
+
+    def _ensure_experiment_tables(self) -> None:
+        if getattr(self, "_exp_ready", False):
+            return
+        with self._conn() as c:
+            if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+                with c.transaction():
+                    c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+                    c.execute(EXPERIMENTS_SCHEMA.format(experiments=X, teams=T, searches=S, real="DOUBLE PRECISION"))
+        self._exp_ready = True
+
+    def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
+        with self._conn() as c:
+            return analytics_rows(lambda q, params: c.execute(q, params).fetchall(), self._SQL, since, until,
+                                  float(bucket_s), top)
+
+    def save_experiment(self, name: str, spec: str, updated: float) -> None:
+        self._ensure_experiment_tables()
+        with self._conn() as c:
+            c.execute(f"INSERT INTO {X} VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE SET spec=excluded.spec, "
+                      "updated=excluded.updated", (name, spec, updated))
+
+    def experiment_specs(self) -> list[tuple[str, str, float]]:
+        self._ensure_experiment_tables()
+        with self._conn() as c:
+            return [(r[0], r[1], float(r[2])) for r in c.execute(f"SELECT name, spec, updated FROM {X} ORDER BY name")]
+
+    def log_teams(self, query_id: str, experiment: str, teams: str) -> None:
+        self._ensure_experiment_tables()
+        with self._conn() as c:
+            c.execute(f"INSERT INTO {T} VALUES (%s, %s, %s) ON CONFLICT (query_id) DO UPDATE SET teams=excluded.teams",
+                      (query_id, experiment, teams))
+
+    def experiment_units(self, experiment: str, since: float = 0.0, until: float | None = None) -> list[tuple]:
+        self._ensure_experiment_tables()
+        with self._conn() as c:
+            rows = c.execute(self._UNITS, (experiment, since, time.time() + 1e9 if until is None else until))
+            return experiment_unit_rows(rows.fetchall())
+
+    def interleaved_clicks(self, experiment: str, since: float = 0.0) -> list[tuple[str, str, str]]:
+        self._ensure_experiment_tables()
+        with self._conn() as c:
+            return [tuple(r) for r in c.execute(self._CLICKS, (experiment, since))]

@@ -8,3 +8,7 @@ ROUTERS = (search.router, suggest.router, products.router, events.router, ops.ro
 from vitrine.web.routes import rules  # noqa: E402 - merchandising rules (vitrine/web/routes/rules.py)
 
 ROUTERS = (*ROUTERS, rules.router)
+
+from vitrine.web.routes import analytics  # noqa: E402 - merchant analytics (vitrine/web/routes/analytics.py)
+
+ROUTERS = (*ROUTERS, analytics.router)

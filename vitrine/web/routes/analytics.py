@@ -1,0 +1,33 @@
+"""Search analytics for merchants (vitrine/search/analytics.py): needs the API key."""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query
+
+from vitrine.search import analytics
+from vitrine.search.analytics import AnalyticsReport
+from vitrine.web.deps import EngineDep, KeyRequired
+from vitrine.web.errors import errors_for
+
+router = APIRouter(tags=["analytics"])
+
+
+@router.get("/analytics", response_model=AnalyticsReport, dependencies=[KeyRequired], responses=errors_for(401))
+async def get_analytics(
+    engine: EngineDep,
+    since: Annotated[str | None, Query(description="Start: Unix seconds, an ISO date, or a span back (7d, 12h); "
+                                                   "default 30 days before until")] = None,
+    until: Annotated[str | None, Query(description="End (excluded), same forms; default now")] = None,
+    granularity: Annotated[analytics.Granularity, Query(description="Series buckets: hour or day (UTC)")] = "day",
+    top: Annotated[int, Query(ge=1, le=1000, description="How many queries each list holds")] = 20,
+) -> AnalyticsReport:
+    """Searches, users, click-through, add-to-cart and conversion rates, mean click position,
+    queries with no results and with no clicks, per time bucket and per query, over the logged
+    API searches and their events."""
+    fn = functools.partial(analytics.report, engine.feedback.log, since=analytics.parse_time(since),
+                           until=analytics.parse_time(until), granularity=granularity, top=top)
+    return await anyio.to_thread.run_sync(fn)

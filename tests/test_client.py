@@ -137,3 +137,51 @@ def test_a_timeout_is_retried_then_reported():
         with Client(u, timeout=0.2, retry=RetryPolicy(attempts=2, base_s=0.01)) as vc, pytest.raises(Unreachable):
             vc.search("x")
         assert seen["n"] == 2
+
+
+def test_clients_send_events_on_a_search_query_id(engine, settings_factory, encoder, tmp_path):
+    """search() returns the query_id events name; events()/click()/... post them (sync and async),
+    each with an event_id so a retried call is stored once; a bad event is an ApiError naming it."""
+    import shutil
+
+    from pydantic import SecretStr
+
+    from vitrine.search.engine import Engine
+    from vitrine.web.app import create_app
+
+    dst = tmp_path / "data"
+    shutil.copytree(engine.data_dir, dst)
+    eng = Engine(settings_factory(dst), encoder)
+    eng.settings.web.api_key = SecretStr("w")
+    eng.settings.web.events_key = SecretStr("browser")
+    try:
+        with serving(create_app(engine=eng)) as u, Client(u, api_key="browser") as vc:
+            vc.wait_ready(60)
+            page = vc.search("blue shirt", k=5, user="u1", session="s1")
+            assert page.query_id
+            hits = [h.id for h in page.results]
+            assert vc.view(page.query_id, hits[0], 0).accepted == 1
+            assert vc.click(page.query_id, hits[2], 2, user="u1").model_dump() == {"accepted": 1, "new": 1}
+            assert vc.add_to_cart(page.query_id, hits[2], 2, event_id="cart-1").new == 1
+            assert vc.add_to_cart(page.query_id, hits[2], 2, event_id="cart-1").new == 0  # a retry: stored once
+            assert vc.purchase(page.query_id, hits[2], 2).new == 1
+            got = vc.events([{"type": "click", "query_id": page.query_id, "product_id": h, "position": i}
+                             for i, h in enumerate(hits)])
+            assert got.accepted == got.new == len(hits)  # same content as the click above, but its own event_id
+            with pytest.raises(ApiError) as e:
+                vc.click(page.query_id, "not-on-the-page", 1)
+            assert e.value.status == 422 and "product_id" in e.value.message
+
+            async def go() -> tuple[str, int]:
+                async with AsyncClient(u, api_key="w") as ac:
+                    p = await ac.search("watch", k=3)
+                    r = await ac.click(p.query_id, p.results[0].id, 0)
+                    return p.query_id, r.new
+
+            qid, new = asyncio.run(go())
+            assert new == 1
+        stored = [e for e in eng.feedback.log.read().events]
+        assert len([e for e in stored if e.query_id == page.query_id]) == 4 + len(hits)
+        assert [e.type for e in stored if e.query_id == qid] == ["click"]
+    finally:
+        eng.close()

@@ -12,6 +12,12 @@ once (a hot swap) is retried only when it never reached the server. Errors come 
         page = vc.search("adidas running shoes", k=20, sort="price_asc", facets=["brand", "price"])
         for hit in page.results:
             print(hit.id, hit.title, hit.price)
+
+    # shopper events on that page (the write key or the events key): POST /v1/events
+    with Client("http://127.0.0.1:8000", api_key=EVENTS_KEY) as vc:
+        vc.click(page.query_id, page.results[2].id, position=2, user="u-81f2")
+        vc.events([{"type": "view", "query_id": page.query_id, "product_id": h.id, "position": i}
+                   for i, h in enumerate(page.results)])
 """
 
 from vitrine.client.base import ApiError, RetryPolicy, Unreachable

@@ -15,11 +15,14 @@ from vitrine.client.base import (
     RETRY_STATUSES,
     RetryPolicy,
     Unreachable,
+    events_body,
     headers,
+    one_event,
     read,
     retryable,
     search_body,
 )
+from vitrine.search.feedback import EventIn, EventsAccepted
 from vitrine.search.models import (
     CompareResponse,
     FacetsResponse,
@@ -80,11 +83,32 @@ class AsyncClient:
     async def search(self, text: str | None = None, *, image: bytes | None = None, k: int = 10, offset: int = 0,
                sort: str = "relevance", filters: Filters | Mapping[str, Any] | None = None,
                facets: Iterable[str] = (), highlight: bool = False, explain: bool = False,
-               use_intent: bool = True) -> SearchResponse:
-        """Search by words, a photo (bytes) or both: one page of ``k`` results from ``offset``."""
+               use_intent: bool = True, user: str | None = None, session: str | None = None) -> SearchResponse:
+        """Search by words, a photo (bytes) or both: one page of ``k`` results from ``offset``. Its
+        ``query_id`` is what events on it name (``user``: a pseudonymous shopper token)."""
         body = search_body(text, image=image, k=k, offset=offset, sort=sort, filters=filters, facets=facets,
-                           highlight=highlight, explain=explain, use_intent=use_intent)
+                           highlight=highlight, explain=explain, use_intent=use_intent, user=user, session=session)
         return await self.request("POST", "/search", SearchResponse, json=body)
+
+    # -- shopper events (POST /v1/events: the write key or the events key) ----------------------------
+    async def events(self, events: Iterable[EventIn | Mapping[str, Any]]) -> EventsAccepted:
+        """Send a batch of shopper events (up to 1,000; all or nothing: a bad one raises ApiError 422
+        naming its field). Retried safely: each event carries an ``event_id``."""
+        return await self.request("POST", "/events", EventsAccepted, json=events_body(events))
+
+    async def click(self, query_id: str, product_id: str, position: int, **kw: Any) -> EventsAccepted:
+        """A click on ``product_id`` shown at ``position`` (0-based, counting offset) by search ``query_id``;
+        ``kw``: user, session, timestamp, event_id."""
+        return await self.events([one_event("click", query_id, product_id, position, **kw)])
+
+    async def view(self, query_id: str, product_id: str, position: int, **kw: Any) -> EventsAccepted:
+        return await self.events([one_event("view", query_id, product_id, position, **kw)])
+
+    async def add_to_cart(self, query_id: str, product_id: str, position: int, **kw: Any) -> EventsAccepted:
+        return await self.events([one_event("add_to_cart", query_id, product_id, position, **kw)])
+
+    async def purchase(self, query_id: str, product_id: str, position: int, **kw: Any) -> EventsAccepted:
+        return await self.events([one_event("purchase", query_id, product_id, position, **kw)])
 
     async def facets(self, fields: Iterable[str] | None = None, limit: int = 50) -> FacetsResponse:
         return await self.request("GET", "/facets", FacetsResponse, params={"field": list(fields or []), "limit": limit})

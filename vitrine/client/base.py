@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import random
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 from pydantic import BaseModel
 
 from vitrine.errors import VitrineError
+from vitrine.search.feedback import EventIn
 from vitrine.search.models import Filters, SearchRequest
 
 API_PREFIX = "/v1"
@@ -61,13 +63,33 @@ class RetryPolicy:
 def search_body(text: str | None = None, *, image: bytes | None = None, k: int = 10, offset: int = 0,
                 sort: str = "relevance", filters: Filters | Mapping[str, Any] | None = None,
                 facets: Iterable[str] = (), highlight: bool = False, explain: bool = False,
-                use_intent: bool = True) -> dict[str, Any]:
+                use_intent: bool = True, user: str | None = None, session: str | None = None) -> dict[str, Any]:
     """A search request's JSON body, validated by the API's own model before it is sent."""
     req = SearchRequest(text=text, image_b64=base64.b64encode(image).decode() if image is not None else None, k=k,
                         offset=offset, sort=sort, facets=list(facets),  # type: ignore[arg-type]
                         filters=Filters.model_validate(filters) if isinstance(filters, Mapping) else filters,
-                        highlight=highlight, explain=explain, use_intent=use_intent)
+                        highlight=highlight, explain=explain, use_intent=use_intent, user=user, session=session)
     return req.model_dump(exclude_defaults=True, by_alias=True)
+
+
+def events_body(events: Iterable[EventIn | Mapping[str, Any]]) -> dict[str, Any]:
+    """A ``POST /v1/events`` body, each event validated by the API's own model. An event without
+    an ``event_id`` gets a random one here, so a retried call is stored once and two real clicks
+    with the same content stay two."""
+    out = []
+    for e in events:
+        ev = e if isinstance(e, EventIn) else EventIn.model_validate(e)
+        if ev.event_id is None:
+            ev = ev.model_copy(update={"event_id": uuid.uuid4().hex})
+        out.append(ev.model_dump(exclude_none=True))
+    return {"events": out}
+
+
+def one_event(etype: str, query_id: str, product_id: str, position: int, *, user: str | None = None,
+              session: str | None = None, timestamp: float | None = None,
+              event_id: str | None = None) -> dict[str, Any]:
+    return {"type": etype, "query_id": query_id, "product_id": product_id, "position": position, "user": user,
+            "session": session, "timestamp": timestamp, "event_id": event_id}
 
 
 def read(r: httpx.Response, model: type[BaseModel] | None) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -105,6 +106,8 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
 @click.option("--samples", type=click.IntRange(1, 20), default=None,
               help="Samples of pseudo-queries fitted apart, the served mix their mean (default: VITRINE_TUNE_SAMPLES, "
                    "5; 1: one fit; docs/tuning.md)")
+@click.option("--logs-only", is_flag=True, help="Only learn from the search log (the per-query re-ranking): "
+              "seconds, not the catalogue's full tune")
 @click.option("--logs/--no-logs", default=True, show_default=True,
               help="Learn from the search log first (clicks, add-to-carts, purchases posted to /v1/events): a "
                    "per-query re-ranking kept only if it beats what serves on a later slice of the log")
@@ -112,13 +115,21 @@ def train_gate_on_data(data_dir: Path, *, kind: str, out: Path | None, install: 
               help="Also fine-tune the shipped intent classifier's members on this catalogue's titles, this "
                    "many members (0: no), into DATA/intent-model")
 def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[Path, ...], taxonomy_queries: int | None,
-             samples: int | None, intent_members: int, logs: bool, **model: Any) -> None:
+             samples: int | None, intent_members: int, logs: bool, logs_only: bool, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
     from vitrine.search.engine import Engine  # noqa: PLC0415
 
     engine = Engine.open(make_settings(data_dir=data_dir, **model))
     try:
+        if logs_only:
+            from vitrine.evals.log_tuning import tune_from_logs  # noqa: PLC0415
+
+            got = tune_from_logs(engine, seed=seed)
+            click.echo(f"search log: {got.report['searches']} searches, {got.report['events']} events; "
+                       f"{got.report['outcome']}", err=True)
+            click.echo(json.dumps(got.report, indent=2, default=str))
+            return
         run_tune(engine, report_dir, seed=seed, queries=queries, taxonomy_queries=taxonomy_queries, samples=samples,
                  logs=logs)
         if intent_members:

@@ -215,6 +215,10 @@ class SearchSettings(_Section):
                                        "taxonomy nodes the catalogue's categories map to, in other words than the "
                                        "records', that `vitrine tune` fits on beside the records' own (0: none; "
                                        "docs/tuning.md).")
+    tune_kind_penalty: float = Field(3.0, ge=0.0, le=100.0, description="`vitrine tune`: a mix's loss to the floor "
+                                     "on one kind of pseudo-query costs this many times what a gain on another earns, "
+                                     "and a mix losing on a held-out kind is shrunk toward the floor (0: the plain "
+                                     "mean over kinds; docs/tuning.md).")
     tune_samples: int = Field(5, ge=1, le=20, description="Samples of pseudo-queries `vitrine tune` fits apart "
                               "(each from its own seed), serving the mean of their mixes: one sample's fit swings "
                               "with the queries drawn (docs/tuning.md). Each costs one more pass of pool building.")
@@ -226,7 +230,22 @@ class SearchSettings(_Section):
                                                              "past it the search degrades (degraded: gate).")
     fusion_timeout_ms: float = Field(2000.0, gt=0, description="Hybrid fusion time budget; past it (or when "
                                      "fusion fails) the search is the plain vector ranking (degraded: fusion).")
+    out_of_stock: Literal["last", "hide"] = Field(
+        "last", description="Out-of-stock products (in_stock false or quantity 0): last = after the in-stock ones "
+                            "that match, hide = left out; a merchandising rule may say otherwise per query "
+                            "(docs/merchandising.md).")
+    max_rules: int = Field(20_000, ge=0, description="Most merchandising rules the store accepts (a put past it "
+                                                      "is refused).")
+    rules_refresh_s: float = Field(0.5, ge=0.0, le=60.0, description="How often at most a process checks the "
+                                   "rule store for changes other processes made (a cheap version read).")
 
+    session_ttl_s: float = Field(1800.0, gt=0, description="A shopping session (the `session` of a search) expires "
+                                 "this many seconds after its last search; a later search in it is a new search.")
+    session_max: int = Field(100_000, ge=1, description="Most sessions kept; past it the least recently used go.")
+    session_store: Literal["auto", "memory"] = Field(
+        "auto", description="Where sessions live: auto = beside the record store (sessions.sqlite in the data dir, "
+                            "or the PostgreSQL store's vitrine_sessions table), shared by every worker and replica; "
+                            "memory = this process only (docs/sessions.md).")
     @field_validator("fusion_signals", mode="before")
     @classmethod
     def _signals(cls, v: Any) -> list[str]:

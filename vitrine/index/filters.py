@@ -71,18 +71,42 @@ class FilterIndex:
                             del self._postings[f][v]
 
     def allowed(
-        self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None
+        self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None,
+        exclude: Mapping[str, Iterable[object]] | None = None,
     ) -> np.ndarray | None:
-        """Ids matching every field's terms and the price range (sorted, read-only); ``None`` when
-        nothing filters."""
+        """Ids matching every field's terms and the price range, less those holding any value of
+        ``exclude`` (sorted, read-only); ``None`` when nothing filters."""
         with self._lock:
             norm: list[tuple[str, tuple[str, ...]]] = []
             for f, vals in terms.items():
                 if f not in self._postings:
                     raise KeyError(f)
                 norm.append((f, tuple(sorted({norm_value(v) for v in vals}))))
-            key = (tuple(sorted(norm)), price_min, price_max)
-            return self._cache.get(key, lambda: self._allowed(norm, price_min, price_max))
+            excl = self._norm_exclude(exclude)
+            key = (tuple(sorted(norm)), price_min, price_max, excl)
+            if not excl:
+                return self._cache.get(key, lambda: self._allowed(norm, price_min, price_max))
+            return self._cache.get(key, lambda: self._without(self._allowed(norm, price_min, price_max), excl))
+
+    def _norm_exclude(self, exclude: Mapping[str, Iterable[object]] | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        out = []
+        for f, vals in (exclude or {}).items():
+            if f not in self._postings:
+                raise KeyError(f)
+            vs = tuple(sorted({norm_value(v) for v in vals}))
+            if vs:
+                out.append((f, vs))
+        return tuple(sorted(out))
+
+    def _without(self, ids: np.ndarray | None, excl: tuple[tuple[str, tuple[str, ...]], ...]) -> np.ndarray:
+        """``ids`` (None: every product) less the products holding an excluded value."""
+        gone: set[int] = set()
+        for f, vals in excl:
+            for v in vals:
+                gone |= self._postings[f].get(v, set())
+        base = ids.tolist() if ids is not None else self._values.keys()
+        keep = sorted(i for i in base if i not in gone)
+        return np.fromiter(keep, dtype=np.int64, count=len(keep))
 
     def _allowed(self, terms: list[tuple[str, tuple[str, ...]]], price_min: float | None,
                  price_max: float | None) -> np.ndarray | None:

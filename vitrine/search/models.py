@@ -254,6 +254,8 @@ class Filters(BaseModel):
     brand: str | list[str] | None = None
     price_min: float | None = Field(None, ge=0)
     price_max: float | None = Field(None, ge=0)
+    exclude: dict[Literal["category", "gender", "colour", "brand"], list[str]] | None = Field(
+        None, description='Values to leave out, per field: {"brand": ["Nike"]} (a shopping session\'s "not nike")')
 
     @model_validator(mode="after")
     def _range(self) -> "Filters":
@@ -270,7 +272,11 @@ class Filters(BaseModel):
         return out
 
     def is_empty(self) -> bool:
-        return not self.terms() and self.price_min is None and self.price_max is None
+        return not self.terms() and self.price_min is None and self.price_max is None and not self.excluded()
+
+    def excluded(self) -> dict[str, list[str]]:
+        """The values to leave out, per field (empty lists dropped)."""
+        return {f: list(v) for f, v in (self.exclude or {}).items() if v}
 
 
 SortOrder = Literal["relevance", "price_asc", "price_desc", "newest"]
@@ -302,9 +308,22 @@ class SearchRequest(BaseModel):
     user: str | None = Field(None, min_length=1, max_length=256, description=(
         "A pseudonymous shopper token the storefront chooses: experiment assignment and event attribution "
         "(stored hashed)"))
-    session: str | None = Field(None, min_length=1, max_length=256, description=(
+    session: str | None = Field(None, min_length=1, max_length=128, description=(
         "A shopping session id the storefront chooses: follow-up queries refine the session's last search"))
+    new_search: bool | None = Field(None, description=(
+        "With a session: true starts a new search in it, false reads the query as a refinement; "
+        "absent: the session's classifier decides"))
+    session_drop: list[str] = Field(default_factory=list, max_length=20, description=(
+        "With a session: chips to remove from its standing query (a chip's `key` from the response's "
+        "session.chips); without text or photo the standing query runs again without them"))
     use_intent: bool = Field(True, description="Classify the query's intent and turn its slots into filters")
+
+    @field_validator("session")
+    @classmethod
+    def _session_id(cls, v: str | None) -> str | None:
+        if v is not None and (_CONTROL.search(v) or any(c in v for c in "\t\n\r")):
+            raise ValueError("session must not contain control characters")
+        return v
 
 
 class Explanation(BaseModel):
@@ -380,6 +399,9 @@ class SearchResponse(BaseModel):
     variant: str | None = Field(None, description="The experiment variant that ranked this search, when one runs")
 
 
+    session: dict[str, Any] | None = Field(None, description=(
+        "With a session: the effective query (text, filters, chips), what this turn changed, whether it was read "
+        "as a new search, and the classifier's p_refine / p_new_search (docs/sessions.md)"))
 class IntentOut(BaseModel):
     label: str = Field(description="search, compare, recommend, purchase_intent, after_sales or abandon")
     scores: dict[str, float] = Field(description="Probability of every label (empty when the classifier did "

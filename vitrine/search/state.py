@@ -369,7 +369,13 @@ class IndexState:
         """The product ids ``filters`` allow (None: no filter)."""
         if filters is None or filters.is_empty():
             return None
-        return self.filters.allowed(filters.terms(), filters.price_min, filters.price_max)
+        excl = filters.excluded()
+        ids = self.filters.allowed(filters.terms(), filters.price_min, filters.price_max, exclude=excl)
+        if excl.get("brand") and ids is not None:  # brands the graph learned from titles are left out too
+            gone = self.graph.products_with("brand", excl["brand"])
+            if gone:
+                ids = np.setdiff1d(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)), assume_unique=True)
+        return ids
 
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
         row = self.records.get(pid)

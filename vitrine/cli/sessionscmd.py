@@ -1,0 +1,54 @@
+"""``vitrine eval --protocol sessions``: scripted shopping sessions over the bundled catalogue's
+test split, and the refine-or-new-search decider on held-out turns (vitrine/evals/sessions.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+log = logging.getLogger("vitrine")
+
+
+def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path | None, report_dir: Path | None) -> None:
+    from vitrine.bundled import bundled_dir
+    from vitrine.evals import sessions as S
+    from vitrine.search.models import SearchRequest
+    from vitrine.search.sessions import Decider
+
+    work = data_dir or Path(tempfile.mkdtemp(prefix="vitrine-sessions-"))
+    t0 = time.perf_counter()
+    engine = S.build_test_engine(settings.updated(session_store="memory"), work)
+    log.info("test split data dir ready in %.0fs (%d products)", time.perf_counter() - t0, len(engine))
+    train = S.Catalogue.load("train")
+    test = S.Catalogue.load("test", vocab_rows=train.rows)
+    scripts = S.make_scripts(test, n)
+    source = bundled_dir()
+
+    def photo_b64(pid: str) -> str:
+        return base64.b64encode((source / "images" / f"{pid}.jpg").read_bytes()).decode()
+
+    def search(body: dict[str, Any]) -> dict[str, Any]:
+        return engine.search(SearchRequest(**body)).model_dump(exclude_none=True)
+
+    result = S.run_scripts(search, scripts, test, photo_b64)
+    result["decider"] = S.evaluate_decider(Decider.load())
+    result["machine"] = f"{platform.platform()}, Python {platform.python_version()}"
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    engine.close()
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    click.echo(json.dumps({k: v for k, v in result.items() if k not in ("rows",)}, indent=1, ensure_ascii=False))
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+    if report_dir:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        (report_dir / "sessions.json").write_text(text + "\n")
+        (report_dir / "sessions.md").write_text(S.report_markdown(result))

@@ -1,0 +1,110 @@
+"""Shopping sessions in PostgreSQL (``vitrine_sessions``): the store replicas on many hosts
+share when the record store is PostgreSQL (vitrine/index/sessionstore.py has the contract)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vitrine.errors import MissingExtra, StorageError
+from vitrine.index.sessionstore import PURGE_EVERY, StoredSession
+
+try:
+    import psycopg
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as e:  # pragma: no cover - the `postgres` extra is not installed
+    raise MissingExtra("PostgreSQL sessions need psycopg 3 and psycopg_pool: pip install 'vitrine[postgres]'") from e
+
+log = logging.getLogger(__name__)
+
+T = "vitrine_sessions"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {T} (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    vec BYTEA,
+    touched DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {T}_touched ON {T} (touched);
+"""
+
+
+class PgSessionStore:
+    """Sessions in the PostgreSQL database ``url`` (its own small connection pool)."""
+
+    def __init__(self, url: str, ttl_s: float, max_sessions: int, *, timeout_s: float = 3.0) -> None:
+        self.ttl_s, self.max_sessions, self.timeout_s = ttl_s, max_sessions, timeout_s
+        self._writes = 0
+        self._lock = threading.Lock()
+        self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False, name="vitrine-sessions",
+                                   kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
+                                   check=ConnectionPool.check_connection, timeout=timeout_s)
+        try:
+            self.pool.open(wait=True, timeout=timeout_s * 2)
+            with self._conn() as c:
+                if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+                    with c.transaction():
+                        c.execute("SELECT pg_advisory_xact_lock(%s)", (0x76736573,))
+                        c.execute(_SCHEMA)
+        except PoolTimeout as e:
+            self.pool.close()
+            raise StorageError(f"cannot reach the session store: {e}") from e
+        except BaseException:
+            self.pool.close()
+            raise
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection]:
+        try:
+            with self.pool.connection(timeout=self.timeout_s) as c:
+                yield c
+        except (psycopg.Error, PoolTimeout) as e:
+            raise StorageError(f"session store unavailable: {str(e).strip()}") from e
+
+    def get(self, sid: str) -> StoredSession | None:
+        with self._conn() as c:
+            row = c.execute(f"SELECT state, vec, touched FROM {T} WHERE id=%s", (sid,)).fetchone()
+        if row is None:
+            return None
+        if time.time() - row[2] > self.ttl_s:
+            return StoredSession({}, None, row[2], expired=True)
+        return StoredSession(json.loads(row[0]), bytes(row[1]) if row[1] is not None else None, row[2])
+
+    def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None:
+        doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+        with self._conn() as c:
+            c.execute(f"INSERT INTO {T} (id, state, vec, touched) VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
+                      "SET state=excluded.state, vec=excluded.vec, touched=excluded.touched",
+                      (sid, doc, vector, time.time()))
+        with self._lock:
+            self._writes += 1
+            due = self._writes % PURGE_EVERY == 0
+        if due:
+            self.purge()
+
+    def delete(self, sid: str) -> None:
+        with self._conn() as c:
+            c.execute(f"DELETE FROM {T} WHERE id=%s", (sid,))
+
+    def count(self) -> int:
+        with self._conn() as c:
+            return int(c.execute(f"SELECT COUNT(*) FROM {T}").fetchone()[0])
+
+    def purge(self) -> int:
+        try:
+            with self._conn() as c:
+                n = c.execute(f"DELETE FROM {T} WHERE touched < %s", (time.time() - self.ttl_s,)).rowcount
+                n += c.execute(f"DELETE FROM {T} WHERE id IN (SELECT id FROM {T} ORDER BY touched DESC OFFSET %s)",
+                               (self.max_sessions,)).rowcount
+        except StorageError as e:
+            log.warning("session purge failed: %s", e)
+            return 0
+        return max(0, n)
+
+    def close(self) -> None:
+        self.pool.close()

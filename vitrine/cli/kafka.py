@@ -298,3 +298,6 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
         for t in threads:
             t.join(timeout=120)
         engine.close()
+
+
+from vitrine.cli import eventscmd  # noqa: E402,F401  (registers `vitrine events purge|count`)

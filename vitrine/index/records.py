@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -384,8 +385,16 @@ class ImageStore:
         atomic_write_bytes(path, data)
 
     def put_many(self, items: dict[str, bytes]) -> None:
-        for key, data in items.items():
-            self.put(key, data)
+        """Store photos, each flushed to disk before this returns. In threads: every photo waits
+        for its own fsync, and waits side by side overlap (an ingest batch's photos took 0.5 ms
+        each in turn on a quiet disk, 9 ms on a busy one: bench-results/ingest-profile)."""
+        if len(items) <= 1:
+            for key, data in items.items():
+                self.put(key, data)
+            return
+        with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
+            for _ in pool.map(lambda kv: self.put(*kv), items.items()):
+                pass
 
     def get(self, key: str) -> bytes | None:
         try:

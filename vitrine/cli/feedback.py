@@ -73,3 +73,118 @@ def analytics_cmd(data_dir: Path, store: str | None, since: str | None, until: s
             click.echo(f"\nqueries with {title}:")
             for q in rows:
                 click.echo(f"  {q.searches:>7}  {q.query or '(photo)'}  ({q.users} users)")
+
+
+@main.group("experiment")
+def experiment_group() -> None:
+    """A/B experiments on ranking, kept in the feedback log (docs/experiments.md). Servers on the
+    same data dir or store follow a start, split change or stop within a second."""
+
+
+def _experiments(log: Any, data_dir: Path) -> Any:
+    from vitrine.search.experiments import Experiments  # noqa: PLC0415
+
+    return Experiments(log, data_dir)
+
+
+def _split_arg(text: str | None) -> list[float] | None:
+    from vitrine.errors import InvalidInput  # noqa: PLC0415
+
+    if not text:
+        return None
+    try:
+        return [float(x) for x in text.replace("/", ",").split(",")]
+    except ValueError as e:
+        raise InvalidInput(f"--split {text!r}: percentages like 50,50 or 95,5") from e
+
+
+def _show(exp: Any) -> None:
+    parts = ", ".join(f"{v} {s:g}%" for v, s in zip(exp.variants, exp.split))
+    kind = "interleaved" if exp.interleave else parts
+    click.echo(f"{exp.name}: {exp.status}, {kind}")
+    for v, vs in exp.variants.items():
+        click.echo(f"  {v}: {json.dumps(vs.model_dump(exclude_none=True)) or '{}'}")
+
+
+@experiment_group.command("start")
+@data_option
+@store_option
+@click.option("--name", required=True, help="Unique experiment name")
+@click.option("--variant", "variant_args", multiple=True, required=True, metavar="NAME=SETTINGS",
+              help="A variant, first the control: NAME=calibration=floor, NAME=tuning=path/tuning.json, "
+                   "NAME=learn_weight=0, NAME=rules=tag, NAME='fusion_weights={\"native\":1,\"bm25\":0.2}', "
+                   "NAME={json}; NAME= ranks as configured")
+@click.option("--split", default=None, help="Percent of users per variant, in order (e.g. 95,5; default equal)")
+@click.option("--interleave", is_flag=True, help="Team-draft interleaving of two variants in every search")
+def experiment_start(data_dir: Path, store: str | None, name: str, variant_args: tuple[str, ...], split: str | None,
+                     interleave: bool) -> None:
+    """Start an experiment."""
+    from vitrine.search.experiments import ExperimentCreate, parse_variant  # noqa: PLC0415
+
+    parsed = dict(parse_variant(v) for v in variant_args)
+    with _event_log(data_dir, store) as log:
+        exp = _experiments(log, data_dir).start(ExperimentCreate(name=name, variants=parsed, split=_split_arg(split),
+                                                                 interleave=interleave))
+    _show(exp)
+
+
+@experiment_group.command("split")
+@data_option
+@store_option
+@click.option("--name", required=True)
+@click.option("--split", required=True, help="New percentages, in the experiment's variant order (e.g. 50,50)")
+def experiment_split(data_dir: Path, store: str | None, name: str, split: str) -> None:
+    """Widen (or narrow) a running experiment: a staged rollout."""
+    with _event_log(data_dir, store) as log:
+        _show(_experiments(log, data_dir).set_split(name, _split_arg(split) or []))
+
+
+@experiment_group.command("stop")
+@data_option
+@store_option
+@click.option("--name", required=True)
+def experiment_stop(data_dir: Path, store: str | None, name: str) -> None:
+    """Stop an experiment: searches rank as configured again."""
+    with _event_log(data_dir, store) as log:
+        _show(_experiments(log, data_dir).stop(name))
+
+
+@experiment_group.command("list")
+@data_option
+@store_option
+def experiment_list(data_dir: Path, store: str | None) -> None:
+    """Every experiment, running and stopped."""
+    with _event_log(data_dir, store) as log:
+        for exp in _experiments(log, data_dir).all(fresh=True):
+            _show(exp)
+
+
+@experiment_group.command("status")
+@data_option
+@store_option
+@click.option("--name", required=True)
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON (as GET /v1/experiments/{name})")
+def experiment_status(data_dir: Path, store: str | None, name: str, as_json: bool) -> None:
+    """Per variant: users, searches, CTR, conversion, MRR with 95% intervals, and the verdict."""
+    with _event_log(data_dir, store) as log:
+        rep = _experiments(log, data_dir).status(name)
+    if as_json:
+        click.echo(rep.model_dump_json(indent=2))
+        return
+    _show(rep.experiment)
+
+    def iv(i: Any) -> str:
+        if i.value is None:
+            return "-"
+        return f"{i.value:.4f}" + (f" [{i.low:.4f}, {i.high:.4f}]" if i.low is not None else "")
+
+    for v in rep.variants:
+        click.echo(f"  {v.variant}: {v.units} users, {v.searches} searches; CTR {iv(v.ctr)}; conversion "
+                   f"{iv(v.conversion)}; MRR {iv(v.mrr)}")
+    for c in rep.comparisons:
+        click.echo(f"  {c.variant} - {c.control} {c.metric}: {iv(c.difference)} p={c.p_value}"
+                   f"{' *' if c.significant else ''}")
+    if rep.interleaving is not None:
+        i = rep.interleaving
+        click.echo(f"  interleaving: wins {i.wins}, ties {i.ties}, p={i.p_value}")
+    click.echo(f"verdict: {rep.verdict}")

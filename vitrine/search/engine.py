@@ -51,6 +51,7 @@ from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
     UpsertReport,
     product_text,
 )
+from vitrine.search.experiments import Experiments
 from vitrine.search.feedback import EventIn, Feedback
 from vitrine.search.reader import Reader
 from vitrine.search.reads import ReadPath
@@ -91,6 +92,7 @@ class Engine:
         self.reads = ReadPath(self.reader)
         self._feedback: Feedback | None = None
         self._feedback_lock = threading.Lock()
+        self._experiments: Experiments | None = None
 
     # -- the index state's parts (owned by self.index) -----------------------------------------
     @property
@@ -301,10 +303,25 @@ class Engine:
     def search(self, req: SearchRequest, *, image: bytes | None = None, log_search: bool = False) -> SearchResponse:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters.
         ``log_search``: log it in the feedback log and give it a ``query_id`` (the API's searches)."""
-        res = self.reads.search(req, image=image)
-        if log_search:
-            self.feedback.log_search(req, res)
+        if not log_search:
+            return self.reads.search(req, image=image)
+        # an API search: ranked as its experiment variant wants (vitrine/search/experiments.py), then logged
+        res, assigned = self.experiments.search(req, lambda r: self.reads.search(r, image=image))
+        self.feedback.log_search(req, res, experiment=assigned.experiment.name if assigned else None)
+        self.experiments.after_log(assigned, res)
         return res
+
+    @property
+    def experiments(self) -> Experiments:
+        """A/B experiments on ranking, kept in the feedback log's database (opened with it)."""
+        ex = self._experiments
+        if ex is None:
+            log = self.feedback.log  # opened first: it takes the same lock
+            with self._feedback_lock:
+                ex = self._experiments
+                if ex is None:
+                    ex = self._experiments = Experiments(log, self.data_dir)
+        return ex
 
     # -- shopper feedback (vitrine/search/feedback.py) ---------------------------------------------
     @property

@@ -29,7 +29,7 @@ import numpy as np
 from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
-from vitrine.search import calibration
+from vitrine.search import calibration, variants
 from vitrine.search.models import Filters, Ranked
 from vitrine.search.state import IndexState
 from vitrine.search.suggestions import Suggestions
@@ -127,6 +127,9 @@ class Reader:
         """How text queries rank on this catalogue: the data dir's tuned settings while they fit
         the catalogue and model, else the floor (vitrine/search/calibration.py). Re-checked when
         the records change."""
+        override = variants.calibration()  # this search's experiment variant (vitrine/search/variants.py)
+        if override is not None:
+            return override
         records = self.state.records
         seq = records.recent_seq()
         cal = self._calibration

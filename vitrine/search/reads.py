@@ -23,7 +23,7 @@ from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.graph import QueryTerms
 from vitrine.index.rulestore import open_rule_store
-from vitrine.search import fallback, feedback, fusion, recommend, storefront, understanding
+from vitrine.search import fallback, feedback, fusion, recommend, storefront, understanding, variants
 from vitrine.search import rules as merchandising
 from vitrine.search.models import (
     CompareResponse,
@@ -131,8 +131,10 @@ class ReadPath:
             lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
         degraded = gate + getattr(qv, "degraded", []) + degraded
         if text and image is None:  # a head query's learned re-ranking (vitrine/search/feedback.py)
-            scored = feedback.rerank(scored, self.learned.boosts_for(text, self._iids_of), s.feedback.learn_weight)
-        ruled = self.rules.apply(rd, req, text, plan, scored, variant=None, allowed=allowed)  # pins, hides ...
+            scored = feedback.rerank(scored, self.learned.boosts_for(text, self._iids_of),
+                                     variants.learn_weight(s.feedback.learn_weight))  # a variant's own
+        ruled = self.rules.apply(rd, req, text, plan, scored, variant=variants.rules_variant(),  # pins, hides ...
+                                 allowed=allowed)
         scored = ruled.ranked  # the whole pool: every page, sort and facet below agrees with the rules
         view = storefront.arrange(rd, req, scored,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)

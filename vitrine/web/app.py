@@ -52,7 +52,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
     app.state.metrics = metrics
     app.add_middleware(RequestTimeout, limit_for=lambda path: settings.web.admin_timeout_s
                        if path.startswith(("/admin/", f"{API_PREFIX}/admin/")) else settings.web.request_timeout_s)
-    json_paths = ("/search", "/compare", "/products/", "/admin/", "/events")
+    json_paths = ("/search", "/compare", "/products/", "/admin/", "/events", "/experiments")
     app.add_middleware(ContentTypeGuard, json_prefixes=(*json_paths, *(API_PREFIX + p for p in json_paths)),
                        multipart_paths=("/search/image", f"{API_PREFIX}/search/image"))
     if settings.web.cors_origins:

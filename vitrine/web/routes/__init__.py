@@ -12,3 +12,7 @@ ROUTERS = (*ROUTERS, rules.router)
 from vitrine.web.routes import analytics  # noqa: E402 - merchant analytics (vitrine/web/routes/analytics.py)
 
 ROUTERS = (*ROUTERS, analytics.router)
+
+from vitrine.web.routes import experiments  # noqa: E402 - A/B experiments (vitrine/web/routes/experiments.py)
+
+ROUTERS = (*ROUTERS, experiments.router)

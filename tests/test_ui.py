@@ -174,6 +174,7 @@ def test_first_visit_shows_welcome_with_catalogue_size(page, engine):
     page.wait_for_function("document.querySelector('#catalog-stats').textContent.length > 0")
     assert f"{len(engine):,} products" in page.inner_text("#catalog-stats")
     assert page.get_by_role("search").is_visible()
+    page.wait_for_selector("body[data-ui-config='1']")  # examples from the catalogue (static/suggest.js)
     assert page.locator(".example").count() >= 3
     shot(page, "01-welcome")
 

@@ -1026,7 +1026,7 @@ async function loadStats() {
     const s = await api("health");
     if (Number.isFinite(s.max_k)) state.maxK = s.max_k;
     $("#catalog-stats").textContent = `${Number(s.products).toLocaleString()} products in the catalogue` +
-      (s.with_photo !== undefined ? `, ${Number(s.with_photo).toLocaleString()} with photos` : "") + ".";
+      (s.with_photo ? `, ${Number(s.with_photo).toLocaleString()} with photos` : "") + "."; // none: a text-only page
   } catch (e) {
     $("#catalog-stats").textContent = e.describe ? `The server did not answer: ${e.describe()}` : "";
   }

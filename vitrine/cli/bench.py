@@ -340,3 +340,21 @@ def bench_scaleout(n: int, rate: float, seconds: float, load_seconds: float, con
     from vitrine_bench import scaleout
 
     click.echo(f"report: {scaleout.run(out, n=n, rate=rate, write_s=seconds, load_s=load_seconds, concurrency=concurrency)}")
+
+
+@bench.command("suggest")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option("--rates", default="100", show_default=True, help="Paced request rates (per second, comma-separated)")
+@click.option("--clients", type=int, default=8, show_default=True, help="Clients the paced requests are spread over")
+@click.option("--duration", type=float, default=30.0, show_default=True, help="Seconds per rate")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_suggest(data_dir: Path, rates: str, clients: int, duration: float, out: Path) -> None:
+    """Search-as-you-type: GET /v1/suggest p50/p99 paced against a served data dir (keystroke prefixes,
+    a third with a typo), and the suggestion index alone over the full bundled catalogue."""
+    _bench()
+    from vitrine.ingest.fashion import bundled_dir
+    from vitrine_bench import suggest
+
+    path = suggest.run(data_dir, out, source=bundled_dir(), rates=[float(r) for r in rates.split(",") if r.strip()],
+                       clients=clients, duration=duration)
+    click.echo(f"report: {path}")

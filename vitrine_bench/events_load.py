@@ -1,0 +1,256 @@
+"""An events flood beside paced searches: does ``POST /v1/events`` at 1,000 events/s slow searches,
+and is every event the API answered 202 for stored, even after a ``kill -9`` of the server?
+
+One ``vitrine serve`` process (its own, over ``data_dir``). Searches: text queries from the
+bundled catalogue's test split, paced at ``search_rate``/s over 16 clients (open loop: latency
+counted from when each request was due, as ``vitrine bench api`` does). Events: ``event_calls``
+calls/s of ``batch`` events each, paced the same way over 8 clients, on the pages of searches the
+bench logged first (so every event is valid: 202 expected), each with its own ``event_id``.
+
+Cells alternate ``alone`` (searches only) and ``flood`` (searches + events), the order flipped
+each repeat, so a drift of the shared machine falls on both. After the cells the event log is
+counted against the event ids answered 202. Then the crash check: the flood and the searches run,
+the server gets SIGKILL in the middle, it is started again over the same data dir, and every
+event id answered 202 before the kill must be in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sqlite3
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from vitrine_bench.api import query_pool
+from vitrine_bench.common import Report, Server, start_server, summary_ms
+from vitrine_bench.encoders import matmul_flops
+
+KEY = "events-bench-key"
+TYPES = ("view", "view", "view", "click", "click", "add_to_cart", "purchase")
+
+
+class Flood:
+    """Event batches on logged pages; remembers which event ids were answered 202."""
+
+    def __init__(self, pages: list[tuple[str, list[str]]], batch: int, seed: int = 0) -> None:
+        self.pages, self.batch = pages, batch
+        self.rng = random.Random(seed)
+        self.acked: set[str] = set()
+        self.sent = 0
+        self.lat: list[float] = []
+        self.errors = 0
+
+    def body(self) -> tuple[bytes, list[str]]:
+        events, ids = [], []
+        for _ in range(self.batch):
+            qid, page = self.pages[self.rng.randrange(len(self.pages))]
+            pos = self.rng.randrange(len(page))
+            eid = uuid.uuid4().hex
+            events.append({"type": self.rng.choice(TYPES), "query_id": qid, "product_id": page[pos],
+                           "position": pos, "user": f"u{self.rng.randrange(500)}", "event_id": eid})
+            ids.append(eid)
+        return json.dumps({"events": events}).encode(), ids
+
+
+async def _paced(session: aiohttp.ClientSession, clients: int, rate: float, duration: float, send) -> None:  # noqa: ANN001
+    """Open loop: call j is due at ``j / rate``; ``clients`` take the next due call in turn."""
+    n_total = max(1, int(rate * duration))
+    nxt = 0
+    t_start = time.perf_counter()
+
+    async def worker() -> None:
+        nonlocal nxt
+        while nxt < n_total:
+            j = nxt
+            nxt += 1
+            due = t_start + j / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await send(session, j, due)
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+
+
+def _session(url: str, limit: int) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=limit),
+                                 timeout=aiohttp.ClientTimeout(total=60))
+
+
+async def _cell(url: str, texts: list[str], start: int, duration: float, search_rate: float,
+                flood: Flood | None, event_calls: float) -> tuple[list[float], int]:
+    lat: list[float] = []
+    errors = 0
+
+    async def search(session: aiohttp.ClientSession, j: int, due: float) -> None:
+        nonlocal errors
+        try:
+            async with session.post("/v1/search", json={"text": texts[(start + j) % len(texts)], "k": 10}) as r:
+                await r.read()
+                ok = r.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            ok = False
+        if ok:
+            lat.append(time.perf_counter() - due)
+        else:
+            errors += 1
+
+    async def events(session: aiohttp.ClientSession, j: int, due: float) -> None:
+        assert flood is not None
+        body, ids = flood.body()
+        flood.sent += len(ids)
+        try:
+            async with session.post("/v1/events", data=body, headers={"X-API-Key": KEY,
+                                                                      "Content-Type": "application/json"}) as r:
+                got = await r.read()
+                ok = r.status == 202
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            ok, got = False, b""
+        if ok and json.loads(got)["accepted"] == len(ids):
+            flood.acked.update(ids)
+            flood.lat.append(time.perf_counter() - due)
+        else:
+            flood.errors += 1
+
+    async with _session(url, 16) as s1, _session(url, 8) as s2:
+        jobs = [_paced(s1, 16, search_rate, duration, search)]
+        if flood is not None:
+            jobs.append(_paced(s2, 8, event_calls, duration, events))
+        await asyncio.gather(*jobs)
+    return lat, errors
+
+
+async def _pages(url: str, texts: list[str], n: int) -> list[tuple[str, list[str]]]:
+    out = []
+    async with _session(url, 4) as s:
+        for t in texts[:n]:
+            async with s.post("/v1/search", json={"text": t, "k": 10}) as r:
+                d = await r.json()
+            if d.get("results") and d.get("query_id"):
+                out.append((d["query_id"], [h["id"] for h in d["results"]]))
+    return out
+
+
+def stored_ids(data_dir: Path) -> set[str]:
+    with sqlite3.connect(f"file:{Path(data_dir) / 'events.sqlite'}?mode=ro", uri=True, timeout=30) as db:
+        return {r[0] for r in db.execute("SELECT event_id FROM events")}
+
+
+def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repeats: int = 3,
+        search_rate: float = 100.0, event_calls: float = 20.0, batch: int = 50, kill_after: float = 6.0,
+        name: str = "events-load") -> Path:
+    texts, _ = query_pool(source, n=2000)
+    env = {"VITRINE_API_KEY": KEY, "VITRINE_QUERY_CACHE_SIZE": "0"}
+    rep = Report(name, out, "An events flood beside paced searches (POST /v1/events at "
+                            f"{event_calls * batch:,.0f} events/s, {search_rate:g} searches/s)")
+    before = stored_ids(data_dir) if (Path(data_dir) / "events.sqlite").is_file() else set()
+    srv: Server = start_server(data_dir, env=env)
+    rows: list[dict[str, Any]] = []
+    try:
+        pages = asyncio.run(_pages(srv.url, texts[1000:], 300))
+        flood = Flood(pages, batch)
+        asyncio.run(_cell(srv.url, texts, 0, 8.0, search_rate, flood, event_calls))  # warm-up, both paths
+        n_cell = 0
+        for r in range(repeats):
+            for mode in (("alone", "flood") if r % 2 == 0 else ("flood", "alone")):
+                n_cell += 1
+                gflops = matmul_flops(1, min_time=1.0) / 1e9
+                cpu0 = srv.cpu_s()
+                acked0, lat0, err0 = len(flood.acked), len(flood.lat), flood.errors
+                lat, errors = asyncio.run(_cell(srv.url, texts, n_cell * 1009, duration, search_rate,
+                                                flood if mode == "flood" else None, event_calls))
+                ev_lat = flood.lat[lat0:]
+                row = {"repeat": r + 1, "mode": mode, "searches": len(lat), "search_errors": errors,
+                       **{f"search_{k}": v for k, v in summary_ms(lat).items() if k != "n"},
+                       "events_202": len(flood.acked) - acked0, "event_call_errors": flood.errors - err0,
+                       "events_per_s": (len(flood.acked) - acked0) / duration,
+                       "event_call_p99_ms": summary_ms(ev_lat)["p99_ms"] if ev_lat else None,
+                       "server_cpu_s_per_s": (srv.cpu_s() - cpu0) / duration, "gflops_core": gflops}
+                rows.append(row)
+                print(f"{mode:5s} #{r + 1} search p50={row['search_p50_ms']:.1f} p99={row['search_p99_ms']:.1f}ms "
+                      f"errors={errors} events 202={row['events_202']} ({row['events_per_s']:.0f}/s, call p99="
+                      f"{row['event_call_p99_ms'] or 0:.1f}ms, errors={row['event_call_errors']}) "
+                      f"server cpu={row['server_cpu_s_per_s']:.2f} cores gflops={gflops:.0f}", flush=True)
+        stored = stored_ids(data_dir) - before
+        count = {"events_sent": flood.sent, "events_202": len(flood.acked), "stored_new": len(stored),
+                 "acked_missing": len(flood.acked - stored), "stored_not_acked": len(stored - flood.acked)}
+        print("count after the cells:", count, flush=True)
+
+        # the crash: flood + searches, SIGKILL in the middle, restart, count
+        crash = Flood(pages, batch, seed=1)
+
+        async def flood_then_kill() -> tuple[list[float], int]:
+            task = asyncio.ensure_future(_cell(srv.url, texts, 77_777, kill_after * 3, search_rate, crash,
+                                               event_calls))
+            await asyncio.sleep(kill_after)
+            os.kill(srv.proc.pid, signal.SIGKILL)
+            return await task
+
+        t_kill = time.time()
+        asyncio.run(flood_then_kill())
+        srv.proc.wait(30)
+        srv2 = start_server(data_dir, env=env)
+        restart_s = time.time() - t_kill
+        try:
+            after = stored_ids(data_dir)
+            lost = crash.acked - after
+            crash_row = {"events_sent": crash.sent, "events_202_before_kill": len(crash.acked),
+                         "lost": len(lost), "calls_failed_by_the_kill": crash.errors,
+                         "stored_from_unanswered_calls": len((after - before - stored) - crash.acked),
+                         "kill_after_s": kill_after, "restart_s": round(restart_s, 1)}
+            print("kill -9:", crash_row, flush=True)
+        finally:
+            srv2.stop()
+    finally:
+        if srv.proc.poll() is None:
+            srv.stop()
+
+    summary = []
+    for mode in ("alone", "flood"):
+        same = [r for r in rows if r["mode"] == mode]
+        p99 = sorted(r["search_p99_ms"] for r in same)
+        summary.append({"mode": mode, "runs": len(same), "search_p99_median_ms": statistics.median(p99),
+                        "search_p99_min_ms": p99[0], "search_p99_max_ms": p99[-1],
+                        "search_p50_median_ms": statistics.median(r["search_p50_ms"] for r in same),
+                        "events_per_s_median": statistics.median(r["events_per_s"] for r in same),
+                        "server_cpu_median": statistics.median(r["server_cpu_s_per_s"] for r in same)})
+    rep.add("config", {"data_dir": str(data_dir), "duration_s": duration, "repeats": repeats,
+                       "search_rate": search_rate, "event_calls_per_s": event_calls, "batch": batch})
+    rep.add("cells", rows)
+    rep.add("summary", summary)
+    rep.add("count", count)
+    rep.add("kill9", crash_row)
+    rep.table(summary, ["mode", "runs", "search_p99_median_ms", "search_p99_min_ms", "search_p99_max_ms",
+                        "search_p50_median_ms", "events_per_s_median", "server_cpu_median"],
+              "Search latency with and without the flood (medians over the runs)")
+    rep.table(rows, ["repeat", "mode", "searches", "search_errors", "search_p50_ms", "search_p95_ms",
+                     "search_p99_ms", "events_202", "events_per_s", "event_call_p99_ms", "event_call_errors",
+                     "server_cpu_s_per_s", "gflops_core"], "Every cell, in the order run")
+    rep.table([count], list(count), "Events answered 202 against events stored (after the cells)")
+    rep.table([crash_row], list(crash_row), "kill -9 in the middle of the flood, restart, count")
+
+    def draw(ax) -> None:  # noqa: ANN001
+        for mode, colour in (("alone", "tab:blue"), ("flood", "tab:red")):
+            same = [r for r in rows if r["mode"] == mode]
+            ax.plot([r["repeat"] for r in same], [r["search_p99_ms"] for r in same], marker="o", color=colour,
+                    label=f"search p99, {mode}")
+            ax.plot([r["repeat"] for r in same], [r["search_p50_ms"] for r in same], marker=".", ls=":",
+                    color=colour, label=f"search p50, {mode}")
+        ax.axhline(60, color="grey", ls="--", lw=1, label="bar: p99 60 ms")
+        ax.set_xlabel("repeat (cells interleaved)")
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"{search_rate:g} searches/s, with and without {event_calls * batch:,.0f} events/s")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+
+    rep.plot(f"{name}.png", draw)
+    return rep.write()

@@ -335,6 +335,8 @@ class Explanation(BaseModel):
     slots: dict[str, Any] = Field(default_factory=dict, description="Slots of the query used as filters")
     backfill: bool = Field(False, description="Added from the search without the slot filters, after the hits "
                                               "that met them, so that a slot filter never leaves fewer than k")
+    rules: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "Merchandising rules that moved this hit: rule id, action (pin, boost, bury, stock) and its detail"))
 
 
 class Span(BaseModel):
@@ -358,6 +360,7 @@ class Hit(BaseModel):
     highlights: dict[str, list[Span]] | None = Field(None, description=(
         "highlight=true: spans of the query's words (typos forgiven) in title and description"))
     explanation: Explanation | None = None
+    rules: list[str] | None = Field(None, description="The merchandising rules that moved this hit (absent: none)")
 
 
 class SearchResponse(BaseModel):
@@ -396,12 +399,15 @@ class SearchResponse(BaseModel):
     recommendations: RecommendResponse | None = Field(None, description="Recommend intent: recommendations")
     answer: AfterSalesAnswer | None = Field(None, description="After-sales intent: an answer instead of products")
     query_id: str | None = Field(None, description="This search's id: events (POST /v1/events) name it")
-    variant: str | None = Field(None, description="The experiment variant that ranked this search, when one runs")
-
-
     session: dict[str, Any] | None = Field(None, description=(
         "With a session: the effective query (text, filters, chips), what this turn changed, whether it was read "
         "as a new search, and the classifier's p_refine / p_new_search (docs/sessions.md)"))
+    variant: str | None = Field(None, description="The experiment variant that ranked this search, when one runs")
+    rules: list[str] = Field(default_factory=list, description="The merchandising rules that fired on this search")
+    banner: dict[str, Any] | None = Field(None, description="A fired rule's banner for the storefront to show")
+    redirect: str | None = Field(None, description="A fired rule's redirect: the storefront goes there instead")
+
+
 class IntentOut(BaseModel):
     label: str = Field(description="search, compare, recommend, purchase_intent, after_sales or abandon")
     scores: dict[str, float] = Field(description="Probability of every label (empty when the classifier did "

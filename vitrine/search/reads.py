@@ -136,7 +136,7 @@ class ReadPath:
         ruled = self.rules.apply(rd, req, text, plan, scored, variant=variants.rules_variant(),  # pins, hides ...
                                  allowed=allowed)
         scored = ruled.ranked  # the whole pool: every page, sort and facet below agrees with the rules
-        view = storefront.arrange(rd, req, scored,
+        view = storefront.arrange(rd, req, scored, matching=ruled.matching,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
         rows = self.state.records.get_by_iids([iid for iid, _, _ in view.page])
         hits: list[Hit] = []

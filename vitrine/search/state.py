@@ -41,7 +41,7 @@ from vitrine.index.records import SCHEMA_VERSION, RecordRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex
-from vitrine.search import native
+from vitrine.search import native, stock
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
 from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut, Ranked
@@ -70,6 +70,7 @@ def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | No
         "gender": first("gender"),
         "colour": first("colour", "color", "basecolour", "basecolor"),
         "brand": [doc["brand"]] if doc.get("brand") else [],
+        stock.FIELD: stock.stock_values(doc),  # hidden: not a facet (vitrine/search/stock.py)
     }
     return values, doc.get("price")
 
@@ -104,7 +105,7 @@ class IndexState:
         self.data_dir = Path(storage.data_dir)
         # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
         self.records, self.images = open_stores(storage.store, self.data_dir)
-        self.filters = FilterIndex(FILTER_FIELDS)
+        self.filters = FilterIndex((*FILTER_FIELDS, stock.FIELD))  # + the hidden stock field
         self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
             self.graph_data.taxonomy, self.graph_data.taxonomy_sha256, self.text_features, self.towers_key,

@@ -78,11 +78,13 @@ def above_floor(ranked: Ranked, fraction: float) -> int:
     return int(below[0]) if len(below) else len(ranked)
 
 
-def arrange(reader: "Reader", req: SearchRequest, ranked: Ranked, *, exhaustive: bool) -> Arranged:
+def arrange(reader: "Reader", req: SearchRequest, ranked: Ranked, *, exhaustive: bool,
+            matching: int | None = None) -> Arranged:
     """The page ``req`` asks for from the relevance ranking ``ranked`` (the whole pool), sorted as
     asked, with facet counts over the matching products. ``exhaustive``: the pool held every
-    product within the filters (so the total is exact)."""
-    n_match = above_floor(ranked, reader.settings.search.relevance_floor)
+    product within the filters (so the total is exact). ``matching``: how many of the ranking's
+    head match, when a step after ranking decided it (merchandising rules); else the floor says."""
+    n_match = above_floor(ranked, reader.settings.search.relevance_floor) if matching is None else matching
     matching = ranked[:n_match]
     if req.sort == "relevance":
         ordered = ranked

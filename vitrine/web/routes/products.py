@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import FileResponse
 
 from vitrine.errors import InvalidInput, NotFound, StorageError
+from vitrine.search import patch
 from vitrine.search.engine import ProductInput
 from vitrine.search.models import CompareRequest, CompareResponse, Product, ProductOut, RecommendResponse
+from vitrine.search.patch import PatchReport
 from vitrine.web.deps import EngineDep, KeyRequired, SettingsDep
 from vitrine.web.errors import errors_for
 
@@ -58,6 +60,20 @@ def put_product(pid: str, product: Product, engine: EngineDep, settings: Setting
     if settings.web.snapshot_interval_s == 0:
         engine.save()
     return {"id": pid, "upserted": report.upserted, "unchanged": report.unchanged, "stale": report.stale}
+
+
+@router.patch("/products/{pid}", response_model=PatchReport, dependencies=[KeyRequired], responses=errors_for(
+    401, 404))
+def patch_product(pid: str, fields: Annotated[dict[str, Any], Body(openapi_examples={"stock": {
+        "summary": "price and stock", "value": {"price": 1999.0, "in_stock": False, "quantity": 0}}})],
+        engine: EngineDep, settings: SettingsDep) -> PatchReport:
+    """Change some fields of a product (needs X-API-Key): price, stock (`in_stock`, `quantity`),
+    attributes (merged; null removes one) or any record field. Nothing is encoded again unless
+    the title, brand, category or photo changed (vitrine/search/patch.py)."""
+    report = patch.patch_product(engine.writes, pid, fields)
+    if report.patched and settings.web.snapshot_interval_s == 0:
+        engine.save()
+    return report
 
 
 @router.delete("/products/{pid}", dependencies=[KeyRequired], responses=errors_for(

@@ -1,0 +1,691 @@
+"""Merchandising rules: how a shop steers its own results (docs/merchandising.md).
+
+A rule is ``{"conditions": {...}, "consequences": {...}, "enabled": bool}``:
+
+- **conditions** (all must hold; none: every search): ``query`` ``{"is": ...}`` (the query's
+  normalised words are exactly these) or ``{"contains": ...}`` (these words appear in it, in this
+  order; for Chinese, Japanese and Korean a substring of the normalised query), ``category`` (a
+  category the search filters on, explicitly or from the query's slots), ``intent`` (the query's
+  intent label), ``variant`` (the search's experiment variant: a variant can be a rule set), and a
+  campaign window ``from`` / ``until``;
+- **consequences**: ``pin`` products at positions, ``boost`` / ``bury`` the products a filter
+  matches by a weight (a share of the query's top score), ``hide`` products, restrict to
+  ``filters``, show a ``banner``, ``redirect`` the shopper, and say what ``out_of_stock`` products
+  do for this query (last, hide or show).
+
+Rules are applied to a search's whole ranked pool, after ranking and before the storefront pages,
+sorts and counts it (vitrine/search/reads.py), so every page, order and facet agrees: a pinned
+product counts once, a hidden one nowhere. Pins hold their positions in the relevance order;
+boosts change relevance only; hides, filters and stock apply to every order.
+
+Matching is cheap at any number of rules: exact queries are a dict lookup by the normalised query,
+``contains`` rules are indexed by their first word (or first character, for CJK) and only those
+the query holds are checked. Each process holds the rules compiled in memory and reads the rule
+store's version (one indexed ``max``) at most every ``rules_refresh_s``; when it moved, it loads
+only the rules changed since: a rule put through any process applies in every other within about
+that interval, with no restart. A rule that fails at search time is skipped and logged; rules
+never break a search.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from vitrine.errors import InvalidInput, NotFound
+from vitrine.index.rulestore import RuleStoreAPI, StoredRule
+from vitrine.search import stock, storefront
+from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitrine.search.reader import Reader
+    from vitrine.search.state import IndexState
+    from vitrine.search.understanding import Plan
+    from vitrine.settings import SearchSettings
+
+log = logging.getLogger(__name__)
+
+IntentLabel = Literal["search", "compare", "recommend", "purchase_intent", "after_sales", "abandon"]
+OutOfStock = Literal["last", "hide", "show"]
+
+# -- normalised words ---------------------------------------------------------------------------------
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_CHAR = re.compile(f"[{_CJK}]")
+_CJK_GAP = re.compile(f"(?<=[{_CJK}]) (?=[{_CJK}])")
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalise(text: str | None) -> str:
+    """A query as rules compare it: NFKC, casefolded, punctuation and whitespace collapsed to one
+    space, no space between two CJK characters ("夏季 连衣裙" and "夏季连衣裙" are one query)."""
+    if not text:
+        return ""
+    t = _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    return _CJK_GAP.sub("", t)
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK_CHAR.search(text) is not None
+
+
+# -- the rule as the API takes it -------------------------------------------------------------------------
+class QueryCondition(BaseModel):
+    """``{"is": "summer dress"}`` or ``{"contains": "dress"}``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    is_: str | None = Field(None, alias="is", max_length=1000, description="The whole query, normalised")
+    contains: str | None = Field(None, max_length=1000, description="Words the query holds, in this order "
+                                                                    "(CJK: a substring)")
+
+    @model_validator(mode="after")
+    def _one(self) -> "QueryCondition":
+        if (self.is_ is None) == (self.contains is None):
+            raise ValueError('give exactly one of "is" or "contains"')
+        if not normalise(self.is_ if self.is_ is not None else self.contains):
+            raise ValueError("the query condition has no words")
+        return self
+
+
+class Conditions(BaseModel):
+    """When a rule fires: every condition given must hold (none given: every search)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    query: QueryCondition | None = None
+    category: str | list[str] | None = Field(None, description="A category the search filters on (any of these)")
+    intent: IntentLabel | list[IntentLabel] | None = Field(None, description="The query's intent (any of these)")
+    variant: str | None = Field(None, min_length=1, max_length=64, description=(
+        "Only searches in this experiment variant (a variant can be a rule set)"))
+    from_: datetime | None = Field(None, alias="from", description="Campaign start (ISO 8601 or epoch seconds; "
+                                                                    "UTC when no zone is given)")
+    until: datetime | None = Field(None, description="Campaign end (exclusive)")
+
+    @field_validator("from_", "until")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
+
+    @field_validator("until")
+    @classmethod
+    def _after(cls, v: datetime | None, info: Any) -> datetime | None:
+        start = info.data.get("from_")
+        if v is not None and start is not None and v <= start:
+            raise ValueError("until must be after from")
+        return v
+
+
+class Pin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256, description="A product id")
+    position: int = Field(0, ge=0, description="0: first result of the relevance order (below max_k)")
+
+
+class Boost(BaseModel):
+    """The products ``filter`` matches move up (boost) or down (bury) by ``weight`` times the
+    query's top score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filter: Filters
+    weight: float = Field(0.1, gt=0, le=100)
+
+    @field_validator("filter")
+    @classmethod
+    def _some(cls, v: Filters) -> Filters:
+        if v.is_empty():
+            raise ValueError("the filter names no field")
+        return v
+
+
+class Consequences(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pin: list[Pin] = Field(default_factory=list, max_length=100)
+    boost: list[Boost] = Field(default_factory=list, max_length=50)
+    bury: list[Boost] = Field(default_factory=list, max_length=50)
+    hide: list[str] = Field(default_factory=list, max_length=10_000, description="Product ids left out")
+    filters: Filters | None = Field(None, description="Only products these filters allow")
+    banner: dict[str, Any] | None = Field(None, description="Anything the storefront shows above the results")
+    redirect: str | None = Field(None, max_length=2048, description="An http(s) URL or a path (/...)")
+    out_of_stock: OutOfStock | None = Field(None, description="last, hide or show, for this query")
+
+    @field_validator("redirect")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not (v.startswith(("http://", "https://")) or (v.startswith("/") and
+                                                                           not v.startswith("//"))):
+            raise ValueError("redirect must be an http(s) URL or a path starting with /")
+        return v
+
+    @field_validator("hide")
+    @classmethod
+    def _ids(cls, v: list[str]) -> list[str]:
+        if any(not isinstance(x, str) or not x.strip() for x in v):
+            raise ValueError("hide takes product ids")
+        return v
+
+
+class Rule(BaseModel):
+    """A merchandising rule (the body of ``PUT /v1/rules/{rule_id}``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"conditions": {"query": {"is": "summer dress"}},
+         "consequences": {"pin": [{"id": "15970", "position": 0}],
+                          "boost": [{"filter": {"brand": "Puma"}, "weight": 0.2}], "hide": ["2133"]},
+         "enabled": True},
+        {"conditions": {"query": {"contains": "shoes"}, "from": "2026-07-03T00:00:00Z",
+                        "until": "2026-07-07T00:00:00Z"},
+         "consequences": {"banner": {"text": "Weekend sale: shoes -20%"}, "bury": [{"filter": {"brand": "Nike"}}]}},
+    ]})
+
+    conditions: Conditions = Field(default_factory=Conditions)
+    consequences: Consequences
+    enabled: bool = True
+    description: str | None = Field(None, max_length=1000)
+
+    def body(self) -> dict[str, Any]:
+        """As stored (``enabled`` has its own column)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"enabled"})
+
+
+class RuleOut(Rule):
+    id: str
+    updated: datetime = Field(description="Last written")
+    active: bool = Field(description="Enabled and within its campaign window now")
+
+
+# -- compiled rules -------------------------------------------------------------------------------------
+EXACT, CONTAINS, ANY = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A rule ready to match: its normalised query pattern and conditions as sets and numbers."""
+
+    id: str
+    rule: Rule
+    kind: int
+    pattern: str = ""
+    cjk: bool = False
+    categories: frozenset[str] = frozenset()
+    intents: frozenset[str] = frozenset()
+    variant: str | None = None
+    start: float | None = None
+    end: float | None = None
+
+    @classmethod
+    def of(cls, rule_id: str, rule: Rule) -> "Compiled":
+        c = rule.conditions
+        kind, pattern = ANY, ""
+        if c.query is not None:
+            kind = EXACT if c.query.is_ is not None else CONTAINS
+            pattern = normalise(c.query.is_ if c.query.is_ is not None else c.query.contains)
+        return cls(
+            id=rule_id, rule=rule, kind=kind, pattern=pattern, cjk=has_cjk(pattern),
+            categories=frozenset(x.casefold() for x in _listed(c.category)),
+            intents=frozenset(_listed(c.intent)), variant=c.variant,
+            start=c.from_.timestamp() if c.from_ else None, end=c.until.timestamp() if c.until else None)
+
+    def live(self, now: float) -> bool:
+        return (self.start is None or now >= self.start) and (self.end is None or now < self.end)
+
+    def holds(self, q: "QueryFacts") -> bool:
+        if self.kind == EXACT and q.norm != self.pattern:
+            return False
+        if self.kind == CONTAINS and not (self.pattern in q.norm if self.cjk else f" {self.pattern} " in q.padded):
+            return False
+        if self.categories and not (self.categories & q.categories):
+            return False
+        if self.intents and q.intent not in self.intents:
+            return False
+        if self.variant is not None and q.variant != self.variant:
+            return False
+        return self.live(q.now)
+
+
+def _listed(v: str | list[str] | None) -> list[str]:
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
+
+
+@dataclass
+class QueryFacts:
+    """What rules match a search on."""
+
+    norm: str
+    categories: frozenset[str] = frozenset()
+    intent: str | None = None
+    variant: str | None = None
+    now: float = 0.0
+
+    @property
+    def padded(self) -> str:
+        return f" {self.norm} "
+
+    @classmethod
+    def of(cls, text: str | None, req: SearchRequest, plan: "Plan | None", variant: str | None) -> "QueryFacts":
+        cats: set[str] = set()
+        for flt in (req.filters, plan.filters if plan is not None else None):
+            if flt is not None and flt.category:
+                cats.update(x.casefold() for x in _listed(flt.category))
+        return cls(norm=normalise(text), categories=frozenset(cats),
+                   intent=plan.label if plan is not None else None, variant=variant, now=time.time())
+
+
+class RuleSet:
+    """Enabled rules indexed for matching (immutable: a change builds a new one)."""
+
+    def __init__(self, rules: Iterable[Compiled] = ()) -> None:
+        self.exact: dict[str, list[Compiled]] = {}
+        self.by_word: dict[str, list[Compiled]] = {}
+        self.by_char: dict[str, list[Compiled]] = {}
+        self.anywhere: list[Compiled] = []
+        n = 0
+        for c in rules:
+            n += 1
+            if c.kind == EXACT:
+                self.exact.setdefault(c.pattern, []).append(c)
+            elif c.kind == CONTAINS and c.cjk:
+                self.by_char.setdefault(c.pattern[0], []).append(c)
+            elif c.kind == CONTAINS:
+                self.by_word.setdefault(c.pattern.split(" ", 1)[0], []).append(c)
+            else:
+                self.anywhere.append(c)
+        self.size = n
+
+    def matching(self, q: QueryFacts) -> list[Compiled]:
+        """The rules whose conditions hold for ``q``: exact query first, then contains, then the
+        rest; by rule id within each (the first rule wins a contested pin, banner or redirect)."""
+        if not self.size:
+            return []
+        cands: dict[str, Compiled] = {}
+        if q.norm:
+            for c in self.exact.get(q.norm, ()):
+                cands[c.id] = c
+            if self.by_word:
+                for w in set(q.norm.split(" ")):
+                    for c in self.by_word.get(w, ()):
+                        cands[c.id] = c
+            if self.by_char:
+                for ch in set(q.norm):
+                    for c in self.by_char.get(ch, ()):
+                        cands[c.id] = c
+        for c in self.anywhere:
+            cands[c.id] = c
+        return sorted((c for c in cands.values() if c.holds(q)), key=lambda c: (c.kind, c.id))
+
+
+# -- what a search's rules did ------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """The pool after the rules, which rules fired, and what they did to which product."""
+
+    ranked: Ranked
+    fired: list[str] = field(default_factory=list)
+    effects: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    banner: dict[str, Any] | None = None
+    redirect: str | None = None
+    matching: int | None = None  # how many of ``ranked``'s head match (None: the storefront's floor says)
+
+    def note(self, iid: int, effect: dict[str, Any]) -> None:
+        self.effects.setdefault(int(iid), []).append(effect)
+
+    def mark(self, hit: Hit, iid: int) -> None:
+        """Name on ``hit`` the rules that moved it (and, when it is explained, what each did)."""
+        eff = self.effects.get(int(iid))
+        if not eff:
+            return
+        named = [e["rule"] for e in eff if e.get("rule")]
+        hit.rules = list(dict.fromkeys(named)) or None
+        if hit.explanation is not None:
+            hit.explanation.rules = [dict(e) for e in eff]
+
+    def response_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rules": list(self.fired)}
+        if self.banner is not None:
+            out["banner"] = self.banner
+        if self.redirect is not None:
+            out["redirect"] = self.redirect
+        return out
+
+
+@dataclass
+class _Actions:
+    """The consequences of the fired rules, resolved to product iids and id sets."""
+
+    hide: set[int] = field(default_factory=set)
+    only: list[tuple[str, np.ndarray]] = field(default_factory=list)  # (rule, allowed iids)
+    moves: list[tuple[str, str, float, np.ndarray]] = field(default_factory=list)  # (rule, action, weight, iids)
+    pins: dict[int, tuple[int, str]] = field(default_factory=dict)  # iid -> (position, rule)
+    stock: tuple[str, str | None] | None = None  # (mode, rule)
+    banner: tuple[dict[str, Any], str] | None = None
+    redirect: tuple[str, str] | None = None
+
+
+class RuleBook:
+    """The rules of one record store, as one process serves them (see the module docstring)."""
+
+    def __init__(self, store: RuleStoreAPI, state: "IndexState", settings: "SearchSettings") -> None:
+        self.store, self.state, self.settings = store, state, settings
+        self._compiled: dict[str, Compiled] = {}
+        self._set = RuleSet()
+        self._version = 0
+        self._checked = -1e18
+        self._lock = threading.Lock()
+        self._iids: dict[str, int] = {}
+        self._miss_seq = -1
+        self._missed: set[str] = set()  # ids not found at catalogue change _miss_seq
+        self.broken: dict[str, str] = {}  # stored rules this version cannot read: id -> why
+
+    # -- following the store ------------------------------------------------------------------------
+    def current(self) -> RuleSet:
+        """The rule set, re-read when the store moved (checked at most every ``rules_refresh_s``)."""
+        if time.monotonic() - self._checked >= self.settings.rules_refresh_s:
+            self.refresh(wait=False)
+        return self._set
+
+    def refresh(self, *, wait: bool = True) -> int:
+        """Load the rules changed since the version held; returns the store's version. A failing
+        store keeps the rules held (logged). ``wait=False``: skip when another thread is at it."""
+        if not self._lock.acquire(blocking=wait):
+            return self._version
+        try:
+            self._checked = time.monotonic()
+            try:
+                version = self.store.version()
+                if version == self._version:
+                    return version
+                changed = self.store.changed_since(self._version)
+            except Exception as e:  # noqa: BLE001 - the rules held keep serving
+                log.warning("rule store unreadable (%s); serving the rules held", e)
+                return self._version
+            compiled = dict(self._compiled)
+            for r in changed:
+                compiled.pop(r.id, None)
+                self.broken.pop(r.id, None)
+                if r.deleted or not r.enabled:
+                    continue
+                try:
+                    compiled[r.id] = Compiled.of(r.id, Rule.model_validate({**r.body, "enabled": True}))
+                except (ValidationError, ValueError) as e:
+                    self.broken[r.id] = str(e)
+                    log.warning("rule %r skipped: it does not read as a rule (%s)", r.id, e)
+            self._compiled = compiled
+            self._set = RuleSet(compiled.values())
+            self._version = max([version, *(r.seq for r in changed)])
+            return self._version
+        finally:
+            self._lock.release()
+
+    # -- managing rules ---------------------------------------------------------------------------------
+    def validate(self, rule: Rule) -> None:
+        """The checks a rule's shape cannot say: pinned products exist, positions are within max_k."""
+        pins = rule.consequences.pin
+        max_k = self.settings.max_k
+        for j, p in enumerate(pins):
+            if p.position >= max_k:
+                raise InvalidInput(f"consequences.pin[{j}].position: {p.position} is beyond max_k ({max_k}); "
+                                   f"positions run from 0 to {max_k - 1}")
+        if pins:
+            have = self.state.records.get_many([p.id for p in pins])
+            for j, p in enumerate(pins):
+                if p.id not in have:
+                    raise InvalidInput(f"consequences.pin[{j}].id: unknown product {p.id!r}")
+
+    def put(self, rule_id: str, rule: Rule) -> RuleOut:
+        self.validate(rule)
+        stored = self.store.put(rule_id, rule.body(), rule.enabled, max_rules=self.settings.max_rules)
+        self.refresh()
+        return self.out(stored)
+
+    def put_many(self, rules: Sequence[tuple[str, Rule]]) -> int:
+        """Create or replace many rules at once (an import), each checked first."""
+        for rid, rule in rules:
+            try:
+                self.validate(rule)
+            except InvalidInput as e:
+                raise InvalidInput(f"rule {rid!r}: {e}") from e
+        n = self.store.put_many([(rid, r.body(), r.enabled) for rid, r in rules], max_rules=self.settings.max_rules)
+        self.refresh()
+        return n
+
+    def get(self, rule_id: str) -> RuleOut:
+        stored = self.store.get(rule_id)
+        if stored is None:
+            raise NotFound("rule", rule_id)
+        return self.out(stored)
+
+    def list(self) -> list[RuleOut]:
+        out = []
+        for s in self.store.all():
+            try:
+                out.append(self.out(s))
+            except ValidationError as e:
+                log.warning("rule %r not listed: it does not read as a rule (%s)", s.id, e)
+        return out
+
+    def delete(self, rule_id: str) -> None:
+        if not self.store.delete(rule_id):
+            raise NotFound("rule", rule_id)
+        self.refresh()
+
+    @staticmethod
+    def out(stored: StoredRule) -> RuleOut:
+        rule = Rule.model_validate({**stored.body, "enabled": stored.enabled})
+        live = rule.enabled and Compiled.of(stored.id, rule).live(time.time())
+        return RuleOut(id=stored.id, updated=datetime.fromtimestamp(stored.updated, timezone.utc), active=live,
+                       **rule.model_dump(by_alias=True))
+
+    # -- applying them -----------------------------------------------------------------------------------
+    def apply(self, reader: "Reader", req: SearchRequest, text: str | None, plan: "Plan | None", ranked: Ranked,
+              variant: str | None = None, allowed: np.ndarray | None = None) -> Outcome:
+        """The rules that hold for this search (``variant``: its experiment variant, None when
+        none runs), applied to its whole ranked pool ``ranked``; ``allowed``: the ids the search's
+        own filters allow (a pinned product outside them is not inserted). Never raises: a rule
+        that fails is skipped and logged, and if applying fails the pool is left as it was."""
+        out = Outcome(ranked=ranked)
+        try:
+            fired = self.current().matching(QueryFacts.of(text, req, plan, variant))
+        except Exception as e:  # noqa: BLE001 - rules never break a search
+            log.warning("rules skipped for this search: %s", e)
+            fired = []
+        acts = _Actions()
+        for c in fired:
+            try:
+                self._resolve(c, acts)
+                out.fired.append(c.id)
+            except Exception as e:  # noqa: BLE001 - one failing rule is skipped
+                log.warning("rule %r skipped for this search: %s", c.id, e)
+        try:
+            out.ranked = self._run(reader, ranked, acts, out, allowed)
+        except Exception as e:  # noqa: BLE001
+            log.warning("rules not applied to this search: %s", e)
+            return Outcome(ranked=ranked)
+        if acts.banner is not None:
+            out.banner = acts.banner[0]
+        if acts.redirect is not None:
+            out.redirect = acts.redirect[0]
+        return out
+
+    def iids_of(self, ids: Sequence[str]) -> dict[str, int]:
+        """Product id -> iid (cached; ids not found are asked again once the catalogue changed)."""
+        if self.state.seq != self._miss_seq:  # the catalogue changed: ids not found may exist now
+            self._miss_seq, self._missed = self.state.seq, set()
+        missing = [i for i in ids if i not in self._iids and i not in self._missed]
+        if missing:
+            for pid, row in self.state.records.get_many(missing, include_deleted=True).items():
+                if row.iid is not None:
+                    self._iids[pid] = int(row.iid)
+            self._missed.update(i for i in missing if i not in self._iids)
+        return {i: self._iids[i] for i in ids if i in self._iids}
+
+    def _allowed(self, flt: Filters) -> np.ndarray:
+        """The iids ``flt`` allows. A brand is the record's brand, or one the product graph learned
+        from titles (catalogues without a brand field: as the query's brand slot reads it)."""
+        terms = flt.terms()
+        brands = terms.pop("brand", None)
+        got = self.state.filters.allowed(terms, flt.price_min, flt.price_max) \
+            if terms or flt.price_min is not None or flt.price_max is not None else None
+        if brands:
+            graph = self.state.graph
+            learned = graph.product_set(("rules:brand", tuple(sorted(b.casefold() for b in brands))),
+                                        lambda: graph.products_with("brand", brands))
+            own = self.state.filters.allowed({"brand": brands})
+            ids = np.union1d(own, learned) if own is not None and len(own) else learned
+            got = ids if got is None else np.intersect1d(got, ids, assume_unique=True)
+        return np.zeros(0, dtype=np.int64) if got is None else got
+
+    def _resolve(self, c: Compiled, acts: _Actions) -> None:
+        cons = c.rule.consequences
+        hide = set(self.iids_of(cons.hide).values()) if cons.hide else set()
+        only = (c.id, self._allowed(cons.filters)) if cons.filters is not None and not cons.filters.is_empty() else None
+        moves = [(c.id, "boost", b.weight, self._allowed(b.filter)) for b in cons.boost] + \
+                [(c.id, "bury", -b.weight, self._allowed(b.filter)) for b in cons.bury]
+        pins: dict[int, tuple[int, str]] = {}
+        if cons.pin:
+            iids = self.iids_of([p.id for p in cons.pin])
+            taken = {pos for pos, _ in acts.pins.values()}
+            for p in cons.pin:
+                iid = iids.get(p.id)
+                if iid is not None and iid not in acts.pins and iid not in pins and p.position not in taken:
+                    pins[iid] = (p.position, c.id)
+                    taken.add(p.position)
+        # all of this rule or none of it
+        acts.hide |= hide
+        if only is not None:
+            acts.only.append(only)
+        acts.moves += moves
+        acts.pins.update(pins)
+        if cons.out_of_stock is not None and acts.stock is None:
+            acts.stock = (cons.out_of_stock, c.id)
+        if cons.banner is not None and acts.banner is None:
+            acts.banner = (cons.banner, c.id)
+        if cons.redirect is not None and acts.redirect is None:
+            acts.redirect = (cons.redirect, c.id)
+
+    def _run(self, reader: "Reader", ranked: Ranked, acts: _Actions, out: Outcome,
+             allowed: np.ndarray | None) -> Ranked:
+        """The pool after the rules, matching products first; sets ``out.matching`` (how many).
+
+        Which products match is the ranking's (those above its relevance floor, as the storefront
+        counts them) less those hidden or filtered out, plus the pinned ones; a boost or bury
+        re-scores a product by a share of the query's top score, and it matches when its new score
+        clears the floor of the ranking as it was."""
+        mode, stock_rule = acts.stock or (self.settings.out_of_stock, None)
+        oos = self.state.filters.allowed({stock.FIELD: [stock.OUT]}) if mode != "show" else None
+        has_oos = oos is not None and len(oos) > 0
+        if not (acts.hide or acts.only or acts.moves or acts.pins or has_oos) or not (ranked or acts.pins):
+            return ranked
+        floor = reader.settings.search.relevance_floor
+        n0 = storefront.above_floor(ranked, floor)
+        top = ranked[0][1] if ranked else 0.0
+        threshold = floor * top if top > 0 and floor > 0 else -np.inf
+        pool = list(ranked)
+        iids = np.fromiter((e[0] for e in pool), dtype=np.int64, count=len(pool))
+        head = np.arange(len(pool)) < n0
+        # pinned products leave their places (they come back at their positions)
+        pinned_parts: dict[int, Mapping[str, float]] = {}
+        pin_ids = np.fromiter(acts.pins, dtype=np.int64, count=len(acts.pins))
+        keep = np.ones(len(pool), dtype=bool)
+        if acts.pins:
+            in_pin = np.isin(iids, pin_ids)
+            for j in np.flatnonzero(in_pin).tolist():
+                pinned_parts[pool[j][0]] = pool[j][2]
+            keep &= ~in_pin
+            if allowed is not None:  # a product outside the search's own filters stays out
+                pin_ids = pin_ids[np.isin(pin_ids, allowed) | np.isin(pin_ids, list(pinned_parts))]
+        keep_pin = np.ones(len(pin_ids), dtype=bool)
+        for _, ok in acts.only:
+            keep &= np.isin(iids, ok)
+            keep_pin &= np.isin(pin_ids, ok)
+        if acts.hide:
+            gone = np.fromiter(acts.hide, dtype=np.int64, count=len(acts.hide))
+            keep &= ~np.isin(iids, gone)
+            keep_pin &= ~np.isin(pin_ids, gone)
+        if has_oos and mode == "hide":
+            keep &= ~np.isin(iids, oos)
+            keep_pin &= ~np.isin(pin_ids, oos)
+        pin_ids = pin_ids[keep_pin]
+        rows = np.flatnonzero(keep)
+        scores = np.fromiter((pool[j][1] for j in rows.tolist()), dtype=np.float64, count=len(rows))
+        iids, head = iids[rows], head[rows]
+        if acts.only and len(rows):  # filtered as a shopper's filter would: the floor of what is left
+            filtered = [pool[j] for j in rows.tolist()]
+            head = np.arange(len(rows)) < storefront.above_floor(filtered, floor)
+            top = filtered[0][1]
+            threshold = floor * top if top > 0 and floor > 0 else -np.inf
+        order = np.arange(len(rows))
+        if acts.moves and len(rows):
+            scale = abs(top) or 1.0
+            adj = np.zeros(len(rows))
+            for rid, action, w, ids in acts.moves:
+                hit = np.isin(iids, ids)
+                if hit.any():
+                    adj[hit] += w * scale
+                    for iid in iids[hit].tolist():
+                        out.note(iid, {"rule": rid, "action": action, "weight": w})
+            moved = adj != 0
+            if moved.any():
+                scores = scores + adj
+                head = np.where(moved, scores >= threshold, head)
+                order = np.lexsort((np.arange(len(rows)), -scores, ~head))  # matching first, by new score
+        elif not head.all() and head[order].tolist() != sorted(head.tolist(), reverse=True):
+            order = np.lexsort((np.arange(len(rows)), ~head))
+        if has_oos and mode == "last":  # out of stock: after the in-stock matching products
+            o = np.isin(iids, oos)
+            lasts = o & head
+            if lasts.any() and not lasts[head].all():
+                rank = np.empty(len(order), dtype=np.int64)
+                rank[order] = np.arange(len(order))
+                order = np.lexsort((rank, lasts, ~head))
+                for iid in iids[lasts].tolist():
+                    out.note(iid, {"rule": stock_rule, "action": "stock", "out_of_stock": "last"})
+        result: Ranked = [(int(iids[j]), float(scores[j]), pool[rows[j]][2]) for j in order.tolist()]
+        n_match = int(head.sum())
+        for iid in sorted(pin_ids.tolist(), key=lambda i: acts.pins[i][0]):
+            pos, rid = acts.pins[iid]
+            at = min(pos, n_match)  # a pin past the matching products sits right after them
+            if at < len(result):
+                score = result[at][1]
+            else:
+                score = result[-1][1] if result else (top or 1.0)
+            result.insert(at, (iid, score, pinned_parts.get(iid, {})))
+            n_match += 1
+            out.note(iid, {"rule": rid, "action": "pin", "position": pos})
+        out.matching = n_match
+        return result
+
+
+def dump_rules(rules: Iterable[RuleOut]) -> list[dict[str, Any]]:
+    """Rules as `vitrine rules export` writes them (one JSON object per line: id + rule)."""
+    return [{"id": r.id, **Rule.model_validate(r.model_dump(by_alias=True, include={
+        "conditions", "consequences", "enabled", "description"})).body(), "enabled": r.enabled} for r in rules]
+
+
+def parse_rules(items: Iterable[Mapping[str, Any]]) -> list[tuple[str, Rule]]:
+    """Exported rules (id + rule per object) read back; InvalidInput names the bad one's field."""
+    out = []
+    for n, item in enumerate(items, 1):
+        body = dict(item)
+        rid = str(body.pop("id", "") or "")
+        if not rid:
+            raise InvalidInput(f"rule {n}: id is required")
+        try:
+            out.append((rid, Rule.model_validate(body)))
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise InvalidInput(f"rule {rid!r}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from e
+    return out

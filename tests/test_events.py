@@ -1,5 +1,5 @@
 """Shopper events through the HTTP API: query ids, the events contract, its refusals, and learning
-from the log (vitrine/search/feedback.py, vitrine/evals/clicks.py, vitrine/evals/log_tuning.py)."""
+from the log (vitrine/search/feedback.py, vitrine/search/clicks.py, vitrine/search/learning.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def own_engine(engine, settings_factory, encoder, tmp_path_factory):
     eng = Engine(settings_factory(dst), encoder)
     eng.settings.web.api_key = SecretStr("s3cret")
     eng.settings.web.events_key = SecretStr("browser-key")
+    eng.settings.feedback.learn_interval_s = 0  # these tests learn when they say so (test_online_learning: the loop)
     yield eng
     eng.close()
 
@@ -150,7 +151,7 @@ def test_tune_learns_a_head_query_from_clicks_and_leaves_other_queries_alone(cli
 
 def test_learning_counts_each_user_once_and_needs_enough_users():
     """The click model's caps against a brute-force count on a hand-made log."""
-    from vitrine.evals import clicks
+    from vitrine.search import clicks
     from vitrine.index.eventlog import EventRecord, FeedbackSlice, SearchLog
 
     now = time.time()
@@ -170,3 +171,36 @@ def test_learning_counts_each_user_once_and_needs_enough_users():
     table, users, p0 = clicks.scores(ev, min_users=2)
     assert p0 == pytest.approx(2.0 / (4 + 4 / 2 + 4 / 3))
     assert table["lamp"]["c"] > 0 and table["lamp"]["a"] < 0 and users == {"lamp": 2}
+
+
+def test_popular_queries_need_clicks_from_enough_users_and_results(client, own_engine):
+    popular = dict(own_engine.feedback.popular_queries())
+    assert popular.get("casual shoes", 0) >= 10  # ten shoppers chose from it (test above)
+    assert "watch" not in popular  # searched, never chosen from
+    assert all(n >= own_engine.settings.feedback.learn_min_users for n in popular.values())
+
+
+def test_online_learning_loop_learns_while_serving(own_engine):
+    """The API's learn loop (learn_interval_s) picks up new events and writes learned.json itself."""
+    from vitrine.search.feedback import LEARNED_FILE
+    from vitrine.web.app import create_app
+
+    (own_engine.data_dir / LEARNED_FILE).unlink(missing_ok=True)
+    own_engine.settings.feedback.learn_interval_s = 0.3
+    try:
+        with TestClient(create_app(engine=own_engine)) as c:
+            text = "sports shoes"
+            target = search(c, text)["results"][6]["id"]
+            for u in range(12):
+                res = search(c, text, user=f"online-{u}")
+                pos = [h["id"] for h in res["results"]].index(target) if target in [
+                    h["id"] for h in res["results"]] else None
+                if pos is not None:
+                    ev = {"type": "click", "query_id": res["query_id"], "product_id": target, "position": pos}
+                    assert c.post("/v1/events", json={"events": [ev]}, headers=KEY).status_code == 202
+            deadline = time.time() + 20
+            while time.time() < deadline and search(c, text, user="watcher")["results"][0]["id"] != target:
+                time.sleep(0.3)
+            assert search(c, text, user="watcher")["results"][0]["id"] == target
+    finally:
+        own_engine.settings.feedback.learn_interval_s = 0

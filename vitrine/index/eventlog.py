@@ -137,6 +137,8 @@ class EventLogAPI(Protocol):
 
     def counts(self) -> dict[str, int]: ...
 
+    def popular_queries(self, since: float, min_users: int, limit: int) -> list[tuple[str, float]]: ...
+
     def get_meta(self, key: str) -> str | None: ...
 
     def set_meta(self, key: str, value: str) -> None: ...
@@ -356,6 +358,16 @@ class SqliteAnalytics:
             return [tuple(r) for r in conn.execute(self._CLICKS, (experiment, since))]
 
 
+POPULAR_SQL = """
+SELECT MIN(s.text), COUNT(DISTINCT COALESCE(e.user_hash, s.user_hash, s.query_id)) AS users
+FROM {events} e JOIN {searches} s ON s.query_id = e.query_id
+WHERE e.type IN ('click', 'add_to_cart', 'purchase') AND s.ts >= {p} AND s.norm <> '' AND s.text IS NOT NULL
+  AND s.norm NOT IN (SELECT norm FROM {searches} WHERE total = 0 OR ids = '[]')
+GROUP BY s.norm HAVING COUNT(DISTINCT COALESCE(e.user_hash, s.user_hash, s.query_id)) >= {p}
+ORDER BY users DESC, MIN(s.text) LIMIT {p}
+"""
+
+
 class UserHasher:
     """HMAC-SHA256 of user tokens under one key per log (made once, kept in its meta table)."""
 
@@ -469,6 +481,15 @@ class EventLog(SqliteAnalytics):
         with self._search_lock:
             return {"searches": self._searches.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
                     "events": self._searches.execute("SELECT COUNT(*) FROM events").fetchone()[0]}
+
+    def popular_queries(self, since: float, min_users: int, limit: int) -> list[tuple[str, float]]:
+        """Queries (as first typed) that shoppers clicked, added or bought from, by how many
+        distinct users did; only queries with at least ``min_users`` such users (one shopper's
+        searches are never suggested to others) and never one whose searches found nothing."""
+        with self._search_lock:
+            rows = self._searches.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
+                                          (since, min_users, limit)).fetchall()
+        return [(str(t), float(n)) for t, n in rows]
 
 
 def open_event_log(store: str | None, data_dir: str | os.PathLike[str], *, pool: object | None = None) -> EventLogAPI:

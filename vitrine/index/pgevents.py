@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from vitrine.errors import MissingExtra, StorageError
 from vitrine.index.eventlog import (
     EVENT_COLUMNS,
+    POPULAR_SQL,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
     EXPERIMENT_UNITS_SQL,
@@ -146,6 +147,11 @@ class PgEventLog:
             n = c.execute(f"DELETE FROM {E} WHERE ts < %s", (before,)).rowcount
             n += c.execute(f"DELETE FROM {S} WHERE ts < %s", (before,)).rowcount
         return n
+
+    def popular_queries(self, since: float, min_users: int, limit: int) -> list[tuple[str, float]]:
+        with self._conn() as c:
+            rows = c.execute(POPULAR_SQL.format(p="%s", searches=S, events=E), (since, min_users, limit)).fetchall()
+        return [(str(t), float(n)) for t, n in rows]
 
     def counts(self) -> dict[str, int]:
         with self._conn() as c:

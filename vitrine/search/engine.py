@@ -36,7 +36,7 @@ from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import PhotoStoreAPI, RecordStoreAPI
 from vitrine.index.vectors import VectorIndex
-from vitrine.search import calibration, native, recovery
+from vitrine.search import calibration, learning, native, recovery
 from vitrine.search import swap as hotswap
 from vitrine.search.artifacts import ModelSpec, read_active_model, served_artifacts
 from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
@@ -53,6 +53,7 @@ from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
 )
 from vitrine.search.experiments import Experiments
 from vitrine.search.feedback import EventIn, Feedback
+from vitrine.search.learning import LearnResult
 from vitrine.search.reader import Reader
 from vitrine.search.reads import ReadPath
 from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, filter_values: re-exported
@@ -337,6 +338,15 @@ class Engine:
                                             pool=getattr(self.index.records, "pool", None))
                     fb = self._feedback = Feedback(events, self.settings.feedback)
         return fb
+
+    def learn_from_log(self, *, heldout: float = 0.3, now: float | None = None, save: bool = True) -> LearnResult:
+        """Learn a per-query re-ranking from the search log, kept only if it beats what serves on
+        a later slice of the log (vitrine/search/learning.py)."""
+        return learning.learn_from_log(self.feedback.log, self.reads.learned, self._first_ids, self.settings.feedback,
+                                       self.data_dir, heldout=heldout, now=now, save=save)
+
+    def _first_ids(self, text: str) -> list[str]:
+        return [h.id for h in self.search(SearchRequest(text=text, k=10)).results]
 
     def record_events(self, events: Sequence[EventIn]) -> tuple[int, int]:
         """Validate and store a batch of shopper events (all or none); (accepted, new)."""

@@ -9,7 +9,7 @@ by what shoppers chose.
   event (unknown type, unknown or expired ``query_id``, a product not on that page, a negative
   position, a batch over the limit). Re-sent events (same ``event_id``) are stored once.
 - :class:`LearnedQueries` serves what `vitrine tune` learned from the log
-  (vitrine/evals/clicks.py fits it): per head query, a boost per product from position-bias
+  (vitrine/search/learning.py fits it): per head query, a boost per product from position-bias
   corrected click, add-to-cart and purchase evidence. The file (``learned.json`` in the data
   dir) is this module's format; it is re-read when it changes, so every worker picks it up.
 """
@@ -166,6 +166,11 @@ class Feedback:
             event_id=e.event_id or event_key(e.query_id, e.type, e.product_id, e.user, e.timestamp),
             query_id=e.query_id, type=e.type, product_id=e.product_id, position=rank, ts=ts, user=user,
             session=e.session or s.session)
+
+    def popular_queries(self, limit: int = 500) -> list[tuple[str, float]]:
+        """Logged queries shoppers chose from (clicks, carts, purchases), by distinct users: at
+        least ``learn_min_users`` of them, never a query that found nothing (suggestions)."""
+        return self.log.popular_queries(time.time() - self.retention_s, self.settings.learn_min_users, limit)
 
     def purge(self) -> int:
         """Forget what is older than the retention."""

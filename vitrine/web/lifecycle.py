@@ -1,13 +1,15 @@
 """The API's lifespan: open (or take) the engine, warm it up, and run the background loops that
-follow other writers of the data dir and snapshot the indexes."""
+follow other writers of the data dir, snapshot the indexes and learn from the search log."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
@@ -50,11 +52,18 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
             if settings.web.snapshot_interval_s > 0 else None
         follow_s = settings.web.follow_s or (0.5 if settings.storage.store else 1.0 if settings.web.workers > 1 else 0.0)
         follower = asyncio.create_task(_follow_loop(eng, follow_s)) if follow_s > 0 else None
+        fb = settings.feedback
+        if fb.log_searches:  # popular logged queries in suggestions; learning from the log as it grows
+            await asyncio.to_thread(eng.suggestions.set_popular, eng.feedback.popular_queries)
+        learner = asyncio.create_task(_learn_loop(eng, fb.learn_interval_s)) \
+            if fb.log_searches and fb.learn_interval_s > 0 else None
         try:
             yield
         finally:
             if follower is not None:
                 follower.cancel()
+            if learner is not None:
+                learner.cancel()
             if snapshots is not None:
                 snapshots.cancel()
                 await asyncio.to_thread(eng.wait_for_writes)  # a snapshot in flight finishes first
@@ -77,6 +86,31 @@ async def _follow_loop(eng: Engine, every_s: float) -> None:
             log.error("catching up with the data dir failed (%s); trying again in %gs", e, every_s)
         except Exception:  # noqa: BLE001 - a follower that dies silently serves stale results forever
             log.exception("catching up with the data dir failed; trying again in %gs", every_s)
+
+
+async def _learn_loop(eng: Engine, every_s: float) -> None:
+    """Learn from the search log every ``every_s`` when new events arrived (vitrine/search/learning.py:
+    a candidate is kept only if it beats what serves on a later slice of the log). One process of a
+    data dir at a time (a lock file): sibling workers read the result from ``learned.json``."""
+    seen = -1
+    lock_path = Path(eng.data_dir) / "learn.lock"
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            n = (await asyncio.to_thread(eng.feedback.log.counts))["events"]
+            if n == seen:
+                continue
+            with open(lock_path, "a+") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a sibling worker is learning
+                await asyncio.to_thread(eng.learn_from_log)
+            seen = n
+        except (StorageError, OSError, VitrineError) as e:
+            log.error("learning from the search log failed (%s); trying again in %gs", e, every_s)
+        except Exception:  # noqa: BLE001 - the loop must outlive one bad run
+            log.exception("learning from the search log failed; trying again in %gs", every_s)
 
 
 async def _snapshot_loop(eng: Engine, every_s: float) -> None:

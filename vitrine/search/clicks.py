@@ -1,0 +1,224 @@
+"""The click model behind learning from the search log: shoppers' clicks, add-to-carts and
+purchases, corrected for position bias, into a per-query re-ranking (vitrine/search/learning.py
+judges it, vitrine/search/feedback.py serves it).
+
+The click model is the position-based model (PBM): a shopper clicks a result when they examine
+its position (probability ``theta[rank]``, the same for every query) and find the product
+attractive (``gamma[query, product]``). Why this one: it is the simplest model that separates
+"shown high" from "chosen", its estimates are inverse-propensity weights (each click counts
+``1 / theta[rank]``), and it needs nothing the log lacks. ``theta`` is fitted by EM (the
+standard PBM updates, Chuklin et al., *Click Models for Web Search*, 2015) only when the log holds
+the same product for the same query at several ranks (paging, a re-ranking between tunes, an
+experiment); a log where every product always sat at one rank cannot tell the two apart, and
+then the curve is the usual prior ``theta[r] = 1 / (r + 1)``. The report says which was used.
+
+Bounded influence: evidence is counted per (query, product, user): a user who saw a product ten
+times is one exposure (at the best rank they saw it), a user who clicked it twenty times is one
+success (weighted by the strongest event: click 1, add-to-cart 1.5, purchase 2; a product-page
+view 0.5). A product moves only with successes (or, to sink, exposures) from ``min_users``
+distinct users, and a query is learned only with successes from that many users, so one token
+flooding clicks moves nothing. Evidence fades with age (``half_life_days``).
+
+A product's score is its posterior attractiveness against the catalogue-wide mean (a Beta prior
+of ``PRIOR_STRENGTH`` exposures at the mean), in units of that mean, clipped to [-1, 3]: 0 for a
+product shown as often as it was chosen on average (or never shown), positive for one chosen
+more, negative for one passed over.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vitrine.index.eventlog import FeedbackSlice, SearchLog
+from vitrine.search.feedback import LearnedTable
+
+log = logging.getLogger(__name__)
+
+EVENT_WEIGHT = {"click": 1.0, "add_to_cart": 1.5, "purchase": 2.0, "view": 0.5}
+PRIOR_STRENGTH = 2.0
+MAX_RANK = 100
+Z_RANGE = (-1.0, 3.0)
+
+
+@dataclass
+class Evidence:
+    """Per (query, product): ``exposure`` (examination-weighted, one per user), ``success``
+    (event-weighted, one per user), and the distinct users behind each."""
+
+    exposure: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    success: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    exposed_users: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    success_users: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    query_users: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    queries: dict[str, str] = field(default_factory=dict)  # norm -> a text as typed
+    propensity: str = "prior 1/(rank+1)"
+
+
+def user_of(s: SearchLog) -> str:
+    """Who a search's evidence is capped by: the hashed user, else the session, else the search."""
+    return s.user or (f"s:{s.session}" if s.session else f"q:{s.query_id}")
+
+
+def prior_theta(n: int = MAX_RANK) -> np.ndarray:
+    return 1.0 / (np.arange(n) + 1.0)
+
+
+def fit_theta(cells: dict[tuple[str, str, int], list[float]], *, iters: int = 50) -> np.ndarray | None:
+    """PBM examination per rank by EM over ``(query, product, rank) -> [impressions, clicks]``,
+    when enough (query, product) pairs were shown at two or more ranks (None otherwise)."""
+    ranks_of: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for q, d, r in cells:
+        ranks_of[(q, d)].add(r)
+    if sum(1 for v in ranks_of.values() if len(v) > 1) < 20:
+        return None
+    keys = list(cells)
+    pair_ix = {p: i for i, p in enumerate(ranks_of)}
+    pi = np.array([pair_ix[(q, d)] for q, d, _ in keys])
+    ri = np.array([min(r, MAX_RANK - 1) for _, _, r in keys])
+    n = np.array([cells[k][0] for k in keys])
+    c = np.minimum(np.array([cells[k][1] for k in keys]), n)
+    theta = prior_theta()
+    gamma = np.full(len(pair_ix), 0.3)
+    for _ in range(iters):
+        t, g = theta[ri], gamma[pi]
+        denom = np.maximum(1 - t * g, 1e-9)
+        e_exam = c + (n - c) * t * (1 - g) / denom
+        e_attr = c + (n - c) * (1 - t) * g / denom
+        num_t = np.bincount(ri, e_exam, MAX_RANK)
+        den_t = np.bincount(ri, n, MAX_RANK)
+        theta = np.where(den_t > 0, num_t / np.maximum(den_t, 1e-9), theta)
+        gamma = np.clip(np.bincount(pi, e_attr, len(pair_ix)) / np.maximum(np.bincount(pi, n, len(pair_ix)), 1e-9),
+                        1e-4, 1 - 1e-4)
+    theta = np.clip(theta / max(theta[0], 1e-9), 1e-3, 1.0)  # only ratios are identified: rank 0 examined
+    return theta
+
+
+def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float = 30.0,
+           theta: np.ndarray | None = None) -> Evidence:
+    """Per (query, product, user) evidence from a slice of the log (see the module docstring)."""
+    now = time.time() if now is None else now
+    half = half_life_days * 86400.0
+    by_id = {s.query_id: s for s in fb.searches if s.norm and not s.image}
+    # best rank each user saw each (query, product) at, and when
+    seen: dict[tuple[str, str, str], tuple[int, float]] = {}
+    cells: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for s in by_id.values():
+        u = user_of(s)
+        for i, pid in enumerate(s.ids):
+            r = s.offset + i
+            key = (s.norm, pid, u)
+            if key not in seen or r < seen[key][0]:
+                seen[key] = (r, max(s.ts, seen.get(key, (0, 0.0))[1]))
+    won: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for e in fb.events:
+        s = by_id.get(e.query_id)
+        if s is None:
+            continue
+        u = e.user or user_of(s)
+        key = (s.norm, e.product_id, u)
+        w = EVENT_WEIGHT.get(e.type, 0.0)
+        if key not in won or w > won[key][0]:
+            won[key] = (w, e.ts)
+        if key not in seen:  # an event under another token than the search's: its exposure is the search's
+            seen[key] = (e.position, s.ts)
+    for (q, d, u), (r, _) in seen.items():
+        cell = cells[(q, d, r)]
+        cell[0] += 1
+        cell[1] += 1.0 if (q, d, u) in won else 0.0
+    ev = Evidence()
+    fitted = theta if theta is not None else fit_theta(cells)
+    if fitted is not None and theta is None:
+        ev.propensity = "PBM by EM"
+    th = fitted if fitted is not None else prior_theta()
+    for s in by_id.values():
+        ev.queries.setdefault(s.norm, s.text or s.norm)
+    for (q, d, u), (r, ts) in seen.items():
+        decay = 0.5 ** (max(0.0, now - ts) / half)
+        ev.exposure[(q, d)] += decay * float(th[min(r, MAX_RANK - 1)])
+        ev.exposed_users[(q, d)].add(u)
+    for (q, d, u), (w, ts) in won.items():
+        decay = 0.5 ** (max(0.0, now - ts) / half)
+        ev.success[(q, d)] += decay * w
+        ev.success_users[(q, d)].add(u)
+        ev.query_users[q].add(u)
+    return ev
+
+
+def scores(ev: Evidence, *, min_users: int = 3, max_queries: int = 10_000) -> tuple[dict[str, dict[str, float]],
+                                                                                  dict[str, int], float]:
+    """Per head query: product -> score (the module docstring); with each query's users and the
+    catalogue-wide mean attractiveness ``p0``."""
+    tot_e = sum(ev.exposure.values())
+    p0 = (sum(ev.success.values()) / tot_e) if tot_e > 0 else 0.0
+    p0 = min(max(p0, 1e-3), 0.9)
+    heads = [q for q, users in ev.query_users.items() if len(users) >= min_users]
+    heads.sort(key=lambda q: -len(ev.query_users[q]))
+    heads = heads[:max_queries]
+    out: dict[str, dict[str, float]] = {}
+    for q in heads:
+        out[q] = {}
+    keys = set(ev.exposure) | set(ev.success)
+    head_set = set(heads)
+    for q, d in keys:
+        if q not in head_set:
+            continue
+        e, s = ev.exposure.get((q, d), 0.0), ev.success.get((q, d), 0.0)
+        a = (s + PRIOR_STRENGTH * p0) / (e + PRIOR_STRENGTH)
+        z = float(np.clip((a - p0) / p0, *Z_RANGE))
+        if z > 0 and len(ev.success_users.get((q, d), ())) < min_users:
+            continue
+        if z < 0 and len(ev.exposed_users.get((q, d), ())) < min_users:
+            continue
+        if abs(z) >= 0.05:
+            out[q][d] = round(z, 4)
+    return {q: b for q, b in out.items() if b}, {q: len(ev.query_users[q]) for q in heads}, p0
+
+
+def labels(ev: Evidence, theta_note: str = "") -> dict[str, dict[str, float]]:
+    """Per query: product -> debiased success rate (successes per examination), for judging a
+    ranking on a held-out slice of the log."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (q, d), e in ev.exposure.items():
+        if e > 0:
+            out[q][d] = min(1.0, ev.success.get((q, d), 0.0) / e)
+    return dict(out)
+
+
+def learn(fb: FeedbackSlice, *, now: float | None = None, min_users: int = 3, half_life_days: float = 30.0,
+          max_queries: int = 10_000) -> LearnedTable:
+    """The learned table of a slice of the log."""
+    now = time.time() if now is None else now
+    ev = gather(fb, now=now, half_life_days=half_life_days)
+    queries, users, p0 = scores(ev, min_users=min_users, max_queries=max_queries)
+    report: dict[str, Any] = {
+        "searches": len(fb.searches), "events": len(fb.events), "queries_logged": len(ev.queries),
+        "head_queries": len(queries), "boosted_products": sum(1 for b in queries.values() for v in b.values() if v > 0),
+        "sunk_products": sum(1 for b in queries.values() for v in b.values() if v < 0),
+        "mean_attractiveness": round(p0, 4), "propensity": ev.propensity, "min_users": min_users,
+    }
+    return LearnedTable(queries=queries, users={q: users[q] for q in queries}, created=now,
+                        half_life_s=half_life_days * 86400.0, report=report)
+
+
+def texts_of(fb: FeedbackSlice) -> dict[str, str]:
+    """Normalised query -> the text as first typed."""
+    out: dict[str, str] = {}
+    for s in fb.searches:
+        if s.norm and s.text:
+            out.setdefault(s.norm, s.text)
+    return out
+
+
+def ndcg(ranked: list[str], gains: dict[str, float], k: int = 10) -> float:
+    """nDCG@k with graded gains (absent: 0)."""
+    dcg = sum(gains.get(p, 0.0) / math.log2(i + 2) for i, p in enumerate(ranked[:k]))
+    ideal = sorted(gains.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0

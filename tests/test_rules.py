@@ -310,3 +310,31 @@ def test_normalise():
     assert normalise("  Summer-DRESS!! ") == "summer dress"
     assert normalise("夏季 连衣裙") == normalise("夏季连衣裙") == "夏季连衣裙"
     assert normalise("ＮＩＫＥ  Shoes") == "nike shoes"
+
+
+def test_cli_rules_put_list_export_import_delete(eng, client, subset_rows, tmp_path):
+    """`vitrine rules` on the data dir the API serves: a put there applies to the API's searches."""
+    import json
+
+    from click.testing import CliRunner
+
+    from vitrine.cli import main
+
+    data = str(eng.settings.storage.data_dir)
+    run = CliRunner().invoke
+    pid = subset_rows[7]["id"]
+    rule = {"conditions": {"query": {"is": QUERY}}, "consequences": {"pin": [{"id": pid, "position": 0}]}}
+    r = run(main, ["rules", "put", "--data", data, "cli-pin", json.dumps(rule)])
+    assert r.exit_code == 0, r.output
+    t0 = time.monotonic()
+    while ids(search(client))[0] != pid:
+        assert time.monotonic() - t0 < 1.0
+        time.sleep(0.05)
+    assert json.loads(run(main, ["rules", "list", "--data", data]).output)["id"] == "cli-pin"
+    out = tmp_path / "rules.jsonl"
+    assert run(main, ["rules", "export", "--data", data, "--out", str(out)]).exit_code == 0
+    assert run(main, ["rules", "delete", "--data", data, "cli-pin"]).exit_code == 0
+    assert run(main, ["rules", "delete", "--data", data, "cli-pin"]).exit_code == 2
+    assert json.loads(run(main, ["rules", "import", "--data", data, str(out)]).output) == {"imported": 1}
+    bad = run(main, ["rules", "put", "--data", data, "x", '{"consequences": {"pin": [{"id": "nope"}]}}'])
+    assert bad.exit_code == 2 and "consequences.pin[0].id" in bad.output

@@ -91,3 +91,4 @@ def model_options(f):  # noqa: ANN001, ANN201
 from vitrine.cli import commands  # noqa: E402,F401  (registers the commands)
 from vitrine.cli import storecmd  # noqa: E402,F401  (registers `vitrine store`)
 from vitrine.cli import simulate  # noqa: E402,F401  (registers `vitrine simulate`)
+from vitrine.cli import rulescmd  # noqa: E402,F401  (registers `vitrine rules`)

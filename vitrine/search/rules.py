@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.rulestore import RuleStoreAPI, StoredRule
+from vitrine.index.store import RecordStoreAPI
 from vitrine.search import stock, storefront
 from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
 
@@ -204,6 +205,21 @@ class RuleOut(Rule):
     id: str
     updated: datetime = Field(description="Last written")
     active: bool = Field(description="Enabled and within its campaign window now")
+
+
+def check_rule(rule: Rule, records: RecordStoreAPI, max_k: int) -> None:
+    """The checks a rule's shape cannot say: pinned products exist in ``records``, positions are
+    below ``max_k``. InvalidInput names the field."""
+    pins = rule.consequences.pin
+    for j, p in enumerate(pins):
+        if p.position >= max_k:
+            raise InvalidInput(f"consequences.pin[{j}].position: {p.position} is beyond max_k ({max_k}); "
+                               f"positions run from 0 to {max_k - 1}")
+    if pins:
+        have = records.get_many([p.id for p in pins])
+        for j, p in enumerate(pins):
+            if p.id not in have:
+                raise InvalidInput(f"consequences.pin[{j}].id: unknown product {p.id!r}")
 
 
 # -- compiled rules -------------------------------------------------------------------------------------
@@ -425,6 +441,13 @@ class RuleBook:
                     log.warning("rule %r skipped: it does not read as a rule (%s)", r.id, e)
             self._compiled = compiled
             self._set = RuleSet(compiled.values())
+            wanted = {pid for r in changed if r.id in compiled
+                      for pid in (*compiled[r.id].rule.consequences.hide,
+                                  *(p.id for p in compiled[r.id].rule.consequences.pin))}
+            try:  # resolved now, in one pass, rather than by the first searches they fire on
+                self.iids_of(sorted(wanted))
+            except Exception as e:  # noqa: BLE001 - searches resolve them as they fire
+                log.warning("rule products not resolved ahead (%s)", e)
             self._version = max([version, *(r.seq for r in changed)])
             return self._version
         finally:
@@ -432,18 +455,8 @@ class RuleBook:
 
     # -- managing rules ---------------------------------------------------------------------------------
     def validate(self, rule: Rule) -> None:
-        """The checks a rule's shape cannot say: pinned products exist, positions are within max_k."""
-        pins = rule.consequences.pin
-        max_k = self.settings.max_k
-        for j, p in enumerate(pins):
-            if p.position >= max_k:
-                raise InvalidInput(f"consequences.pin[{j}].position: {p.position} is beyond max_k ({max_k}); "
-                                   f"positions run from 0 to {max_k - 1}")
-        if pins:
-            have = self.state.records.get_many([p.id for p in pins])
-            for j, p in enumerate(pins):
-                if p.id not in have:
-                    raise InvalidInput(f"consequences.pin[{j}].id: unknown product {p.id!r}")
+        """The checks a rule's shape cannot say (:func:`check_rule`)."""
+        check_rule(rule, self.state.records, self.settings.max_k)
 
     def put(self, rule_id: str, rule: Rule) -> RuleOut:
         self.validate(rule)

@@ -308,6 +308,7 @@ class RuleSet:
         self.exact: dict[str, list[Compiled]] = {}
         self.by_word: dict[str, list[Compiled]] = {}
         self.by_char: dict[str, list[Compiled]] = {}
+        self.by_category: dict[str, list[Compiled]] = {}  # no query condition, a category one
         self.anywhere: list[Compiled] = []
         n = 0
         for c in rules:
@@ -318,6 +319,9 @@ class RuleSet:
                 self.by_char.setdefault(c.pattern[0], []).append(c)
             elif c.kind == CONTAINS:
                 self.by_word.setdefault(c.pattern.split(" ", 1)[0], []).append(c)
+            elif c.categories:
+                for cat in c.categories:
+                    self.by_category.setdefault(cat, []).append(c)
             else:
                 self.anywhere.append(c)
         self.size = n
@@ -339,6 +343,9 @@ class RuleSet:
                 for ch in set(q.norm):
                     for c in self.by_char.get(ch, ()):
                         cands[c.id] = c
+        for cat in q.categories:
+            for c in self.by_category.get(cat, ()):
+                cands[c.id] = c
         for c in self.anywhere:
             cands[c.id] = c
         return sorted((c for c in cands.values() if c.holds(q)), key=lambda c: (c.kind, c.id))

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +18,35 @@ import click
 log = logging.getLogger("vitrine")
 
 
+def build_test_engine(settings: Any, work: Path, limit: int | None = None) -> Any:
+    """A data dir of the bundled catalogue's test split (every product with its photo)."""
+    from vitrine.bundled import bundled_dir, read_splits, read_styles  # noqa: PLC0415
+    from vitrine.ingest.catalog import ingest_file  # noqa: PLC0415
+    from vitrine.ingest.fashion import to_record  # noqa: PLC0415
+    from vitrine.search.engine import Engine  # noqa: PLC0415
+
+    source = bundled_dir()
+    splits = read_splits(source)
+    ids = [i for i, s in splits.items() if s == "test"][:limit]
+    path = work / "catalog.jsonl"
+    (work / "images").mkdir(parents=True, exist_ok=True)
+    for i in ids:  # ingest reads photos only inside the catalogue's folder
+        dst = work / "images" / f"{i}.jpg"
+        if not dst.exists():
+            shutil.copyfile(source / "images" / f"{i}.jpg", dst)
+    keep = set(ids)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in read_styles(source):
+            if r["id"] in keep:
+                f.write(json.dumps(to_record(r, f"images/{r['id']}.jpg"), ensure_ascii=False) + "\n")
+    eng = Engine.open(settings.updated(data_dir=work / "data"))
+    if len(eng) < len(ids):
+        rep = ingest_file(eng, path, progress=False)
+        if rep.failed:
+            log.warning("%d products failed to ingest, e.g. %s", len(rep.failed), rep.failed[0])
+    return eng
+
+
 def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path | None, report_dir: Path | None) -> None:
     from vitrine.bundled import bundled_dir
     from vitrine.evals import sessions as S
@@ -25,7 +55,7 @@ def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path |
 
     work = data_dir or Path(tempfile.mkdtemp(prefix="vitrine-sessions-"))
     t0 = time.perf_counter()
-    engine = S.build_test_engine(settings.updated(session_store="memory"), work)
+    engine = build_test_engine(settings.updated(session_store="memory"), work)
     log.info("test split data dir ready in %.0fs (%d products)", time.perf_counter() - t0, len(engine))
     train = S.Catalogue.load("train")
     test = S.Catalogue.load("test", vocab_rows=train.rows)

@@ -19,22 +19,18 @@ import logging
 import math
 import random
 import re
-import shutil
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from vitrine.bundled import bundled_dir, read_splits, read_styles
 from vitrine.intent.slots import SlotExtractor, Vocabulary, learn_brands, lexicon
 from vitrine.search.sessions import DECIDER_PATH, FEATURES, Decider, features, new_state, parse
-
-if TYPE_CHECKING:
-    from vitrine.search.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -377,28 +373,6 @@ def summarise(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
             "min_turn_ndcg10": min(v["session"] for k, v in by_turn.items() if k != "0") if ref else None,
             "refinements_read_as_refinements": mean([float(r["decision_ok"]) for r in ref]),
             "by_turn": by_turn, "groups": groups, "seconds": round(seconds, 1), "rows": rows}
-
-
-def build_test_engine(settings: Any, work: Path, limit: int | None = None) -> "Engine":
-    """A data dir of the bundled catalogue's test split (every product with its photo)."""
-    from vitrine.ingest.catalog import ingest_file  # noqa: PLC0415
-    from vitrine.ingest.fashion import convert  # noqa: PLC0415
-    from vitrine.search.engine import Engine  # noqa: PLC0415
-
-    source = bundled_dir()
-    splits = read_splits(source)
-    ids = [i for i, s in splits.items() if s == "test"][:limit]
-    path = work / "catalog.jsonl"
-    (work / "images").mkdir(parents=True, exist_ok=True)
-    for i in ids:  # ingest reads photos only inside the catalogue's folder
-        dst = work / "images" / f"{i}.jpg"
-        if not dst.exists():
-            shutil.copyfile(source / "images" / f"{i}.jpg", dst)
-    convert(source, path, ids, photo_base=work)
-    eng = Engine.open(settings.updated(data_dir=work / "data"))
-    if len(eng) < len(ids):
-        ingest_file(eng, path, progress=False)
-    return eng
 
 
 def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - a maintainer's tool

@@ -136,6 +136,9 @@ class ReadPath:
         ruled = self.rules.apply(rd, req, text, plan, scored, variant=variants.rules_variant(),  # pins, hides ...
                                  allowed=allowed)
         scored = ruled.ranked  # the whole pool: every page, sort and facet below agrees with the rules
+        if ruled.matching is None:  # the floor at the unfiltered query's top: it does not move with a filter
+            ruled.matching = storefront.floor_count(scored, s.search.relevance_floor,
+                                                    self._floor_top(qv, text, scored, allowed, depth), plan.backfill)
         view = storefront.arrange(rd, req, scored, matching=ruled.matching,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
         rows = self.state.records.get_by_iids([iid for iid, _, _ in view.page])
@@ -211,6 +214,20 @@ class ReadPath:
         except Exception as e:  # noqa: BLE001 - the guarded step retries and degrades if need be
             log.warning("early query encode not started: %s", e)
             return None
+
+    def _floor_top(self, qv: Mapping[str, np.ndarray], text: str | None, scored: Any, allowed: np.ndarray | None,
+                   depth: int) -> float:
+        """The relevance floor's reference: the best score of this query over the whole catalogue (its
+        own top when nothing filters it)."""
+        own = float(scored[0][1]) if scored else 0.0
+        if allowed is None:
+            return own
+        try:
+            best, _, _, _ = self._guarded_rank(qv, text, 1, None, min(depth, 50))
+        except Exception as e:  # noqa: BLE001 - the query's own top then (the floor as before)
+            log.warning("unfiltered top for the floor not found: %s", e)
+            return own
+        return max(own, float(best[0][1])) if best else own
 
     def _guarded_rank(self, qv: Mapping[str, np.ndarray], text: str | None, k: int,
                       allowed: np.ndarray | None, depth: int) -> tuple[Any, dict[int, float], list[str], Any]:

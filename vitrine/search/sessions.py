@@ -42,6 +42,7 @@ import numpy as np
 
 from vitrine.errors import VitrineError
 from vitrine.index.sessionstore import SessionStoreAPI, open_session_store
+from vitrine.resources import resource_path
 from vitrine.search.models import CompareResponse, Filters, SearchRequest, SearchResponse
 from vitrine.search.reader import Reader
 
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 FIELDS = ("gender", "colour", "brand", "category")  # the order the effective words are composed in
 STATE_VERSION = 1
 SHOWN = 10  # ids of the first page kept for references ("the second one")
+PHOTO_VOTES = 5  # of a photo's 10 nearest products, how many must agree for a category or gender to be its own
 
 # -- cue words: the language of refinement (English and Chinese), not a catalogue's vocabulary ------
 _NEG_EN = re.compile(
@@ -207,7 +209,7 @@ def parse(extractor: "SlotExtractor", text: str | None) -> Parsed:
 FEATURES = ("tokens", "price_rel", "price_abs", "negation", "reference", "like", "compare", "connector", "anaphora",
             "names_category", "category_differs", "category_same", "attr_slot", "residual", "residual_ratio",
             "overlap", "only_attrs", "standing_photo", "standing_category", "cjk", "reset", "photo_now")
-DECIDER_PATH = Path(__file__).resolve().parents[1] / "resources" / "sessions" / "decider.json"
+DECIDER_PATH = resource_path("sessions", "decider.json")
 
 
 def features(p: Parsed, standing: Mapping[str, Any], *, photo: bool = False) -> dict[str, float]:
@@ -299,10 +301,13 @@ def empty_state() -> dict[str, Any]:
             "turn": 0}
 
 
-def compose_text(state: Mapping[str, Any], graph_brands: bool = True) -> str | None:
-    """The effective words: the slots' canonical values and the words kept, in one order."""
+def compose_text(state: Mapping[str, Any]) -> str | None:
+    """The effective words: the slots' canonical values and the words kept, in one order. With a
+    photo, the words kept alone (the slots filter; their names would outweigh the photo)."""
     parts: list[str] = []
     slots = state.get("slots") or {}
+    if state.get("image"):
+        return " ".join(state.get("words") or []) or None
     for f in FIELDS:
         if f == "category":
             parts.extend(state.get("words") or [])
@@ -560,6 +565,8 @@ class Sessions:
         state["input"] = text
         state["turn"] = int(state.get("turn", 0)) + 1
         state["text"] = (p.positive or None) if info["new_search"] else compose_text(state)
+        if not state["text"] and not state.get("image") and text:  # nothing understood: the words as typed
+            state["text"] = p.positive or text
         turn.state, turn.vector, turn.image = state, vector, None if vector is not None else image
         if vector is not None:
             turn.vectors = {"image": vector}
@@ -607,7 +614,7 @@ class Sessions:
             return None
 
     def _photo_slots(self, state: dict[str, Any], vec: np.ndarray, changed: Sequence[str]) -> list[str]:
-        """What a photo says of category and gender (its nearest products agreeing, 7 of 10): a
+        """What a photo says of category and gender (its nearest products agreeing, 5 of 10): a
         photo-first session takes them as slots; a standing slot the photo contradicts gives way."""
         try:
             ranked = self.reader.rank_vectors({"image": vec}, 10, None)
@@ -631,7 +638,7 @@ class Sessions:
             if not c:
                 continue
             value, n = c.most_common(1)[0]
-            if n < 7 or f in changed:
+            if n < PHOTO_VOTES or f in changed:
                 continue
             cur = slots.get(f)
             if cur and value.casefold() in {v.casefold() for v in cur}:

@@ -78,6 +78,22 @@ def above_floor(ranked: Ranked, fraction: float) -> int:
     return int(below[0]) if len(below) else len(ranked)
 
 
+def floor_count(ranked: Ranked, fraction: float, top: float, stop: "set[int] | frozenset[int]" = frozenset()) -> int:
+    """How many of the ranking's head score at least ``fraction`` of ``top``: the score of the same
+    query's best product with no filter at all, so that the floor does not move with a filter (a
+    facet value's count is then the total of the query filtered by that value). The head ends at
+    the first product below the floor or in ``stop`` (hits backfilled after a slot-filtered ranking)."""
+    if not ranked:
+        return 0
+    if top <= 0 or fraction <= 0:
+        top = 0.0
+    threshold = fraction * top if top > 0 else -np.inf
+    for j, (iid, score, _) in enumerate(ranked):
+        if score < threshold or iid in stop:
+            return j
+    return len(ranked)
+
+
 def arrange(reader: "Reader", req: SearchRequest, ranked: Ranked, *, exhaustive: bool,
             matching: int | None = None) -> Arranged:
     """The page ``req`` asks for from the relevance ranking ``ranked`` (the whole pool), sorted as

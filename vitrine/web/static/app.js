@@ -1062,3 +1062,7 @@ function init() {
 }
 
 init();
+
+// shopping sessions (static/session.js) render a chip removal's response through the page's own renderer
+window.vitrine = window.vitrine || {};
+window.vitrine.renderSearch = (req, resp) => renderSearch(req, resp, { fresh: true, t0: performance.now() });

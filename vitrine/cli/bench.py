@@ -384,3 +384,24 @@ def bench_suggest(data_dir: Path, rates: str, clients: int, duration: float, out
     path = suggest.run(data_dir, out, source=bundled_dir(), rates=[float(r) for r in rates.split(",") if r.strip()],
                        clients=clients, duration=duration)
     click.echo(f"report: {path}")
+
+
+@bench.command("rules")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
+@click.option("--n-rules", type=int, default=10_000, show_default=True, help="Rules stored")
+@click.option("--queries", "n_queries", type=int, default=200, show_default=True, help="Text queries per round")
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Interleaved rounds without and with the rules")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_rules(data_dir: Path, n_rules: int, n_queries: int, rounds: int, out: Path) -> None:
+    """Merchandising rules: p50/p99 of the rules step alone and of whole searches without and with
+    N rules stored (a rule store of its own: the data dir's rules are left alone)."""
+    _bench()
+    from vitrine.search.engine import Engine
+    from vitrine_bench import rules
+
+    engine = Engine.open(make_settings(data_dir=data_dir))
+    try:
+        click.echo(f"report: {rules.run(engine, out, n_rules=n_rules, n_queries=n_queries, rounds=rounds)}")
+    finally:
+        engine.close()

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import subset_engine_of
+from kafka_broker import broker  # noqa: F401  (fixture: a real Kafka-protocol broker for the patch event test)
 
 KEY = {"X-API-Key": "stock-key"}
 QUERY = "women blue tops"
@@ -114,3 +115,27 @@ def test_stock_values():
     assert is_out_of_stock({"quantity": 0}) and not is_out_of_stock({"quantity": "4"})
     assert not is_out_of_stock({"in_stock": True, "quantity": 0})  # the flag says
     assert not is_out_of_stock({}) and not is_out_of_stock(None)
+
+
+def test_patch_events_through_kafka(eng, client, subset_rows, broker, settings_factory, tmp_path):  # noqa: F811
+    """`{"op": "patch", "id", "fields"}` on the catalogue topic: applied by the worker as PATCH is,
+    the stored vectors kept; an unknown product goes to the dead letters."""
+    from kafka_broker import kafka_settings, unique
+    from vitrine.ingest import events
+    from vitrine.ingest.kafka import IngestWorker, Publisher
+
+    stream = {"kafka_bootstrap": broker.bootstrap, "kafka_topic": unique("patch"), "kafka_group": unique("g")}
+    s = kafka_settings(settings_factory, tmp_path / "unused", stream)
+    pid = subset_rows[9]["id"]
+    before = eng.records.get(pid, with_vectors=True)
+    key, value = events.encode_event(events.patch(pid, {"price": 777.0, "in_stock": False}))
+    assert events.parse_event(key, value).fields == {"price": 777.0, "in_stock": False}
+    with Publisher(s) as pub:
+        pub.send(events.patch(pid, {"price": 777.0, "in_stock": False}))
+        pub.send(events.patch("no-such-product", {"price": 1.0}))
+    st = IngestWorker(eng, s).run(until_idle=1.0, timeout=60)
+    assert st["applied"]["upserted"] == 1 and st["dlq"] == 1, st
+    got = client.get(f"/v1/products/{pid}").json()
+    assert got["price"] == 777.0 and got["attributes"]["in_stock"] is False
+    assert np.array_equal(eng.records.get(pid, with_vectors=True).vectors["fused"], before.vectors["fused"])
+    patch(client, pid, {"in_stock": None})

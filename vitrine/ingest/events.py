@@ -12,6 +12,12 @@ is skipped, whether it is an upsert or a delete, so replays and late duplicates 
 index back. An upsert's version may also sit inside the record (``product.version``); when both are
 given they must agree. Events without a version apply in log order (last one wins).
 
+A partial update changes some fields of a stored product (price, stock, attributes: the
+``PATCH /v1/products/{id}`` contract, vitrine/search/patch.py), encoding nothing again unless its
+embedded text or photo changed::
+
+    {"op": "patch", "id": "15970", "fields": {"price": 1999, "in_stock": false}, "version": 9}
+
 A record with a null value and a key (a Kafka *tombstone*, the log-compaction convention) is a
 delete of that key.
 
@@ -88,6 +94,20 @@ class DeleteEvent(BaseModel):
     version: int | None = Field(None, ge=0)
 
 
+class PatchEvent(BaseModel):
+    """Change some fields of one stored product (vitrine/search/patch.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["patch"]
+    id: str = Field(min_length=1, max_length=256)
+    fields: dict[str, Any] = Field(min_length=1)
+    version: int | None = Field(None, ge=0)
+
+    def patch_fields(self) -> dict[str, Any]:
+        return {**self.fields, "version": self.version} if self.version is not None else dict(self.fields)
+
+
 class ShopperEvent(BaseModel):
     """A shopper event on a logged search, stored in the feedback log (not the catalogue)."""
 
@@ -101,14 +121,14 @@ class ShopperEvent(BaseModel):
         return self.event.query_id
 
 
-Event = Annotated[UpsertEvent | DeleteEvent | ShopperEvent, Field(discriminator="op")]
+Event = Annotated[UpsertEvent | DeleteEvent | PatchEvent | ShopperEvent, Field(discriminator="op")]
 _EVENT = TypeAdapter(Event)
 
 
 def _describe(e: ValidationError) -> str:
     parts = []
     for err in e.errors()[:5]:
-        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("upsert", "delete", "event")) or "event"
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("upsert", "delete", "patch", "event")) or "event"
         if err.get("loc", ())[:1] == ("event",) and len(err.get("loc", ())) > 2:
             loc = "event." + loc  # a shopper event's field: event.position, event.type, ...
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
@@ -135,8 +155,8 @@ def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteE
         raise BadEvent("schema", f"value must be a JSON object, got {type(obj).__name__}")
     if "op" not in obj and "type" in obj:  # a bare shopper event (an events topic)
         obj = {"op": "event", "event": obj}
-    if obj.get("op") not in ("upsert", "delete", "event"):
-        raise BadEvent("schema", f"op must be 'upsert', 'delete' or 'event', got {obj.get('op')!r}")
+    if obj.get("op") not in ("upsert", "delete", "patch", "event"):
+        raise BadEvent("schema", f"op must be 'upsert', 'delete', 'patch' or 'event', got {obj.get('op')!r}")
     try:
         ev = _EVENT.validate_python(obj)
     except ValidationError as e:
@@ -159,6 +179,8 @@ def encode_event(ev: UpsertEvent | DeleteEvent | ShopperEvent) -> tuple[bytes, b
         body: dict[str, Any] = {"op": "upsert", "product": ev.product.model_dump(exclude_none=True)}
         if ev.version is not None:
             body["version"] = ev.version
+    elif isinstance(ev, PatchEvent):
+        body = ev.model_dump(exclude_none=True)
     else:
         body = {"op": "delete", "id": ev.id}
         if ev.version is not None:
@@ -173,6 +195,10 @@ def upsert(product: Product | dict[str, Any], version: int | None = None) -> Ups
 
 def delete(pid: str, version: int | None = None) -> DeleteEvent:
     return DeleteEvent(op="delete", id=pid, version=version)
+
+
+def patch(pid: str, fields: dict[str, Any], version: int | None = None) -> PatchEvent:
+    return PatchEvent(op="patch", id=pid, fields=fields, version=version)
 
 
 def shopper_event(event: EventIn | dict[str, Any]) -> ShopperEvent:

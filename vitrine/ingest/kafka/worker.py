@@ -22,11 +22,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from vitrine.atomic import atomic_write_text
-from vitrine.errors import InvalidInput, StorageError
+from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.ingest.catalog import PhotoResolver
-from vitrine.ingest.events import BadEvent, DeleteEvent, ShopperEvent, UpsertEvent, parse_event
+from vitrine.ingest.events import BadEvent, DeleteEvent, PatchEvent, ShopperEvent, UpsertEvent, parse_event
 from vitrine.ingest.kafka.client import client_options, dlq_topic_for, ensure_topics, kafka_module
 from vitrine.ingest.kafka.status import STATUS_DIR, percentile, read_status_dir, status_file_name
+from vitrine.search import patch
 from vitrine.search.engine import Engine, ProductInput
 from vitrine.search.models import ItemError, UpsertReport
 from vitrine.settings import Settings
@@ -324,6 +325,15 @@ class IngestWorker:
                 self.stats.applied["upserted"] += rep.upserted
                 self.stats.applied["unchanged"] += rep.unchanged
                 self.stats.applied["stale"] += rep.stale
+        patches = [(m, ev) for m, ev in seg if isinstance(ev, PatchEvent)]
+        for m, ev in patches:  # partial updates: nothing encoded unless text or photo changed
+            try:
+                prep = patch.patch_product(self.engine.writes, ev.id, ev.patch_fields())
+            except (InvalidInput, NotFound) as e:
+                dead.append(DeadLetter(m, "schema", f"patch: {e}"))
+                continue
+            with self._lock:
+                self.stats.applied["upserted" if prep.patched else "stale" if prep.stale else "unchanged"] += 1
         if dels:
             n = self.engine.delete([ev.id for _, ev in dels], [ev.version for _, ev in dels])
             with self._lock:

@@ -34,16 +34,22 @@ class CountingTowers:
         self.texts = 0
         self.photos = 0
         text_features, image_features = towers.text_features, towers.image_features
+        of_tokens = towers.text_features_of_tokens
 
         def counted_text(texts):  # noqa: ANN001, ANN202
             self.texts += len(texts)
             return text_features(texts)
+
+        def counted_tokens(ids):  # noqa: ANN001, ANN202
+            self.texts += len(ids)
+            return of_tokens(ids)
 
         def counted_image(pixels):  # noqa: ANN001, ANN202
             self.photos += len(pixels)
             return image_features(pixels)
 
         monkeypatch.setattr(towers, "text_features", counted_text)
+        monkeypatch.setattr(towers, "text_features_of_tokens", counted_tokens)
         monkeypatch.setattr(towers, "image_features", counted_image)
 
 
@@ -61,6 +67,9 @@ def test_length_sorted_batches_give_the_same_vectors(encoder, catalog_dir):
     flat = [lengths[i] for b in batches for i in b]
     assert flat == sorted(flat)  # each forward pads to a near neighbour's length
     got = enc.text_features(texts)
+    np.testing.assert_array_equal(  # tokenized once, padded by the towers: what the tokenizer pads
+        encoder.towers.text_features_of_tokens(encoder.towers.tokenize(texts)).numpy(),
+        encoder.towers.text_features(texts).numpy())
     one_by_one = np.concatenate([encoder.towers.text_features([t]).numpy() for t in texts])
     in_order = encoder.towers.text_features(texts).numpy()  # one forward, padded to the longest
     np.testing.assert_allclose(got, one_by_one, atol=2e-4, rtol=1e-4)

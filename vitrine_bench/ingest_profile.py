@@ -35,6 +35,9 @@ STAGE_ORDER = ["parse", "photo read (threads)", "upsert prep (lookups, hashes)",
                "taxonomy mapper", "FAISS", "filters", "snapshot", "other"]
 
 
+TOWER_STAGES = ("tokenize", "text tower", "photo decode+letterbox", "photo tower")
+
+
 class StageTimer:
     """Exclusive wall time per stage on the main thread; thread time for calls from other threads."""
 
@@ -133,6 +136,8 @@ def instrument(engine: Any, timer: StageTimer) -> Callable[[], None]:
         towers.hf_tokenizer = _Tok(tok, timer)
         timer._undo.append(lambda: setattr(towers, "hf_tokenizer", tok))
     timer.wrap(towers, "text_features", "text tower")
+    if hasattr(towers, "text_features_of_tokens"):
+        timer.wrap(towers, "text_features_of_tokens", "text tower")
     timer.wrap(enc, "decode", "photo decode+letterbox")
     timer.wrap(towers, "preprocess", "photo decode+letterbox")
     timer.wrap(towers, "image_features", "photo tower")
@@ -219,8 +224,41 @@ def tower_throughput(catalogue: Path, *, photos: bool, n: int = 512) -> dict[str
     return out
 
 
-def profile_ingest(catalogue: Path, *, jobs: int | None = None, batch_size: int = 512) -> dict[str, Any]:
-    """Ingest ``catalogue`` into an empty data dir (cold feature cache, no tuning), every stage timed."""
+def batching_ab(catalogue: Path, *, n: int = 768, rounds: int = 5) -> dict[str, Any]:
+    """The text tower's batching, old and new, in turn in one process (a noisy neighbour slows
+    both alike): forwards of 256 sorted by characters (before) vs of 64 sorted by tokens (now),
+    and catalogue order in forwards of 64 (no sort). Median texts/s of each over ``rounds``."""
+    import torch
+
+    from vitrine.encoders.encoder import MultimodalEncoder
+    from vitrine.search.models import Product, product_text
+
+    towers = MultimodalEncoder.create(features_only=True).towers
+    recs = [json.loads(x) for x in catalogue.read_text().splitlines()[:n]]
+    texts = [product_text(Product.model_validate({k: v for k, v in r.items() if k != "image"})) for r in recs]
+    lengths = towers.token_lengths(texts) if hasattr(towers, "token_lengths") else None
+    ways: dict[str, list[list[str]]] = {
+        "catalogue order, 64": [texts[s:s + 64] for s in range(0, n, 64)],
+        "by characters, 256 (before)": (lambda o: [o[s:s + 256] for s in range(0, n, 256)])(sorted(texts, key=len)),
+    }
+    if lengths is not None:
+        by_tok = [t for _, _, t in sorted(zip(lengths, range(n), texts))]
+        ways["by tokens, 64 (now)"] = [by_tok[s:s + 64] for s in range(0, n, 64)]
+    rates: dict[str, list[float]] = {k: [] for k in ways}
+    with torch.inference_mode():
+        towers.text_features(texts[:64])
+        for _ in range(rounds):
+            for name, batches in ways.items():
+                t0 = time.perf_counter()
+                for b in batches:
+                    towers.text_features(b)
+                rates[name].append(n / (time.perf_counter() - t0))
+    return {k: {"median": statistics.median(v), "runs": v} for k, v in rates.items()}
+
+
+def profile_ingest(catalogue: Path, *, batch_size: int = 512) -> dict[str, Any]:
+    """Ingest ``catalogue`` into an empty data dir (cold feature cache, no tuning), every stage timed
+    (at the caller's torch thread count: what ``vitrine ingest --jobs N`` sets)."""
     from vitrine.ingest import catalog
     from vitrine.search.engine import Engine
     from vitrine.settings import Settings
@@ -234,13 +272,10 @@ def profile_ingest(catalogue: Path, *, jobs: int | None = None, batch_size: int 
         undo = instrument(engine, timer)
         orig_read = catalog.read_catalog
         catalog.read_catalog = lambda p: timer.wrap_iter(orig_read(p), "parse")  # type: ignore[assignment]
-        kw: dict[str, Any] = {"batch_size": batch_size, "progress": False}
-        if jobs is not None:
-            kw["jobs"] = jobs
         try:
-            t1 = time.perf_counter()
-            report = catalog.ingest_file(engine, catalogue, **kw)
-            wall = time.perf_counter() - t1
+            t1, cpu1 = time.perf_counter(), _cpu_s()
+            report = catalog.ingest_file(engine, catalogue, batch_size=batch_size, progress=False)
+            wall, cpu = time.perf_counter() - t1, _cpu_s() - cpu1
         finally:
             catalog.read_catalog = orig_read  # type: ignore[assignment]
             undo()
@@ -249,7 +284,17 @@ def profile_ingest(catalogue: Path, *, jobs: int | None = None, batch_size: int 
     covered = sum(v for k, v in stages.items() if k != "photo read (threads)")
     stages["other"] = max(0.0, wall - covered)
     return {"products": report.upserted, "failed": len(report.failed), "wall_s": wall, "open_s": t_open,
+            "cpu_s": cpu, "cpu_ms_per_product": cpu / max(1, report.upserted) * 1000,
             "products_per_s": report.upserted / wall, "stages_s": stages, "calls": dict(timer.calls)}
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process, all threads: on a shared machine a build's
+    work per product, less swayed than wall time by what other tenants run."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def gflops() -> dict[str, float]:
@@ -262,7 +307,8 @@ def run(out: Path, *, source: Path, n_text: int = 4000, n_photo: int = 1000, rep
         label: str = "", jobs: int | None = None) -> Path:
     import torch
 
-    threads = torch.get_num_threads()
+    threads = jobs or torch.get_num_threads()  # --jobs N: the encoders' torch threads
+    torch.set_num_threads(threads)
     text_cat, photo_cat = make_catalogues(source, n_text, n_photo)
     name = "ingest-profile" + (f"-{label}" if label else "")
     rep = Report(name, out, "Vitrine ingest, stage by stage" + (f" ({label})" if label else ""))
@@ -276,8 +322,11 @@ def run(out: Path, *, source: Path, n_text: int = 4000, n_photo: int = 1000, rep
             for kind, cat in (("text-only", text_cat), ("photos", photo_cat)):
                 towers[kind].append(tower_throughput(cat, photos=kind == "photos"))
                 torch.set_num_threads(threads)
-                runs[kind].append(profile_ingest(cat, jobs=jobs))
+                runs[kind].append(profile_ingest(cat))
                 torch.set_num_threads(threads)
+        ab = batching_ab(text_cat)
+        torch.set_num_threads(threads)
+        rep.add("text_batching", ab)
     finally:
         text_cat.unlink(missing_ok=True)
         photo_cat.unlink(missing_ok=True)
@@ -292,13 +341,24 @@ def run(out: Path, *, source: Path, n_text: int = 4000, n_photo: int = 1000, rep
              f"{flops_before['gflops_all_threads']:.1f} / {flops_after['gflops_all_threads']:.1f}. "
              f"Load average before {rep.data['load_before'][0]:.1f}, after {rep.data['load_after'][0]:.1f}. "
              f"torch threads {threads}, ingest --jobs {jobs if jobs is not None else 'default'}.")
+    rep.table([{"text batching": k, "texts_per_s_median": v["median"],
+                "range": f"{min(v['runs']):.0f}-{max(v['runs']):.0f}"} for k, v in ab.items()],
+              ["text batching", "texts_per_s_median", "range"],
+              "The text tower's batching in turn in one process (768 titles of the text-only catalogue)")
     summary = []
     for kind in runs:
         for r, t in zip(runs[kind], towers[kind]):
             ref = t["photos_per_s_with_decode"] if kind == "photos" else t["texts_per_s"]
+            # a product with a photo needs both towers: their serial rate is the ceiling
+            both = 1 / (1 / t["photos_per_s_with_decode"] + 1 / t["texts_per_s"]) if kind == "photos" else ref
             summary.append({"catalogue": kind, "products": r["products"], "wall_s": r["wall_s"],
-                            "products_per_s": r["products_per_s"], "tower_items_per_s": ref,
-                            "ratio": r["products_per_s"] / ref,
+                            "products_per_s": r["products_per_s"], "cpu_ms_per_product": r.get("cpu_ms_per_product"),
+                            "tower_items_per_s": ref,
+                            "ratio": r["products_per_s"] / ref, "both_towers_per_s": both,
+                            "ratio_both": r["products_per_s"] / both,
+                            # the same question asked inside the run (robust to a noisy neighbour):
+                            # the share of the ingest's wall time spent in the towers themselves
+                            "towers_share_in_run": sum(r["stages_s"].get(k, 0.0) for k in TOWER_STAGES) / r["wall_s"],
                             "texts_per_s_sorted": t["texts_per_s"],
                             "texts_per_s_unsorted_b64": t["texts_per_s_unsorted_b64"],
                             "photos_per_s_tower": t.get("photos_per_s_tower", float("nan"))})

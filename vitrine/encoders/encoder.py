@@ -267,9 +267,13 @@ class MultimodalEncoder:
             if k in cached:
                 out[i] = cached[k]
         bar = progress_bar(total=len(todo), desc="texts", unit="txt", enabled=progress and bool(todo))
-        for chunk in self.length_batches(texts, todo):
+        # tokenized once: the ids sort the batches and feed the tower
+        ids = self.towers.tokenize([texts[i] for i in todo]) if len(todo) > 1 else None
+        tokens = dict(zip(todo, ids)) if ids is not None else {}
+        for chunk in self.length_batches(texts, todo, lengths=[len(x) for x in ids] if ids is not None else None):
             with self._lock:
-                feats = self.towers.text_features([texts[i] for i in chunk]).cpu().numpy()
+                feats = (self.towers.text_features_of_tokens([tokens[i] for i in chunk]) if tokens
+                         else self.towers.text_features([texts[i] for i in chunk])).cpu().numpy()
             out[chunk] = feats
             if self.cache:
                 self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(chunk))
@@ -277,7 +281,8 @@ class MultimodalEncoder:
         bar.close()
         return out
 
-    def length_batches(self, texts: Sequence[str], todo: Sequence[int]) -> Iterator[list[int]]:
+    def length_batches(self, texts: Sequence[str], todo: Sequence[int], *,
+                       lengths: Sequence[int] | None = None) -> Iterator[list[int]]:
         """Positions ``todo`` of ``texts`` in forwards of ``batch_size``, sorted by token length.
 
         A forward pads every text to its longest, so a batch in catalogue order pays for its
@@ -285,12 +290,14 @@ class MultimodalEncoder:
         texts/s). Sorted, forwards of 64 beat 256 (375 vs 308 texts/s on 2 threads, 250 vs 191 on
         one: docs/performance.md). Callers scatter each batch's rows back by position, so the
         order of the result is the caller's; a text's vector does not depend on its batch (the
-        attention mask hides the padding: equal to float rounding, tests/test_ingest_speed.py)."""
+        attention mask hides the padding: equal to float rounding, tests/test_ingest_speed.py).
+        ``lengths``: the token lengths of ``todo``'s texts when the caller has them."""
         if not todo:
             return
         order = list(todo)
         if len(order) > 1:
-            lengths = self.towers.token_lengths([texts[i] for i in order])
+            if lengths is None:
+                lengths = self.towers.token_lengths([texts[i] for i in order])
             order = [i for _, i in sorted(zip(lengths, order))]
         bs = self.batch_size
         for start in range(0, len(order), bs):

@@ -181,10 +181,26 @@ class Towers:
         a batch costs its longest text times its size, so batch encodes sort by this first.
         open_clip's own tokenizer pads every text to the context length: lengths are then the
         texts' characters (the order matters little there)."""
+        ids = self.tokenize(texts)
+        return [len(t) for t in texts] if ids is None else [len(x) for x in ids]
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]] | None:
+        """Token ids per text, unpadded, as :meth:`text_features` would make them (None for
+        open_clip's own tokenizer): batch encodes tokenize once, sort, and feed
+        :meth:`text_features_of_tokens`."""
         if self.hf_tokenizer is None:
-            return [len(t) for t in texts]
-        ids = self.hf_tokenizer(list(texts), truncation=True, max_length=self.context_length)["input_ids"]
-        return [len(x) for x in ids]
+            return None
+        return self.hf_tokenizer(list(texts), truncation=True, max_length=self.context_length)["input_ids"]
+
+    @torch.inference_mode()
+    def text_features_of_tokens(self, ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """:meth:`text_features` of texts given as :meth:`tokenize`'s ids, padded here to the
+        batch's longest (on the right, with the tokenizer's pad id, as it pads)."""
+        pad = self.hf_tokenizer.pad_token_id or 0
+        batch = torch.full((len(ids), max(len(x) for x in ids)), pad, dtype=torch.long)
+        for i, x in enumerate(ids):
+            batch[i, :len(x)] = torch.as_tensor(x, dtype=torch.long)
+        return self.model.text(batch.to(self.device)).float()
 
     @torch.inference_mode()
     def text_features(self, texts: list[str]) -> torch.Tensor:

@@ -220,3 +220,15 @@ def test_price_refinements_relative_to_what_was_shown(fresh_engine):
     fresh_engine.search(SearchRequest(text="leather sofas", k=10, session=s2))
     zh = fresh_engine.search(SearchRequest(text="便宜一点的", k=10, session=s2)).model_dump(exclude_none=True)
     assert zh["session"]["new_search"] is False and zh["session"]["filters"].get("price_max") is not None
+
+
+def test_multipart_photo_search_takes_new_search(client, subset_rows):
+    row = subset_rows[5]
+    s = sid()
+    search(client, text="black shoes", session=s)
+    files = {"file": ("p.jpg", (SOURCE / "images" / f"{row['id']}.jpg").read_bytes(), "image/jpeg")}
+    r = client.post("/v1/search/image", files=files, data={"k": "5", "session": s, "new_search": "true"})
+    assert r.status_code == 200, r.text
+    assert r.json()["session"]["new_search"] is True and r.json()["session"]["decided_by"] == "client"
+    bad = client.post("/v1/search/image", files=files, data={"session": "x" * 200})
+    assert bad.status_code == 422

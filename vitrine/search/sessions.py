@@ -77,7 +77,8 @@ _ORD_EN = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "f
            "5th": 4, "sixth": 5, "6th": 5, "last": -1}
 _NUM_EN = {"two": 2, "2": 2, "three": 3, "3": 3, "four": 4, "4": 4, "five": 5, "5": 5}
 _ORD_RE = re.compile(r"\b(first|1st|second|2nd|third|3rd|fourth|4th|fifth|5th|sixth|6th|last)\b"
-                     r"(?:\s+(two|three|four|five|2|3|4|5)\b)?|\b(?:top|#|number|no\.?)\s*([1-6])\b", re.I)
+                     r"(?:\s+(two|three|four|five|2|3|4|5)\b)?|\b(?:#|number|no\.?)\s*([1-6])\b|"
+                     r"\btop\s+(two|three|four|five|2|3|4|5)\b", re.I)
 _ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "1": 1, "2": 2, "3": 3, "4": 4, "5": 5,
               "6": 6}
 _ORD_ZH = re.compile(r"第([一二三四五六1-6])(?:个|款|件|双|条)?|前([两二三四五2-5])(?:个|款|件)?|最后一(?:个|款|件)")
@@ -132,6 +133,8 @@ def _refs(text: str) -> list[int]:
             out.extend(range(n) if n and first == 0 else [first])
         elif m.group(3):
             out.append(int(m.group(3)) - 1)
+        elif m.group(4):
+            out.extend(range(_NUM_EN[m.group(4).lower()]))
     for m in _ORD_ZH.finditer(text):
         if m.group(1):
             out.append(_ZH_DIGITS[m.group(1)] - 1)
@@ -185,7 +188,7 @@ def parse(extractor: "SlotExtractor", text: str | None) -> Parsed:
             negs.append(m.group(1))
         positive = rx.sub(" ", positive)
     p.positive = " ".join(positive.split())
-    slots = extractor.extract(positive)
+    slots = extractor.extract(_ORD_RE.sub(" ", positive))  # "the top two" names no category
     p.include = _slot_lists(slots.values())
     p.price_min, p.price_max = slots.price_min, slots.price_max
     for seg in negs:

@@ -53,6 +53,7 @@ async def search_image(
     explain: Annotated[bool, Form()] = False,
     user: Annotated[str | None, Form(description="Pseudonymous shopper token (experiments, events)")] = None,
     session: Annotated[str | None, Form(description="Shopping session id")] = None,
+    new_search: Annotated[bool | None, Form(description="With a session: true starts over, false refines")] = None,
 ) -> Response:
     """Search with an uploaded photo (multipart), optionally with words and filters."""
     ctype = (file.content_type or "").split(";")[0].strip().lower()
@@ -69,7 +70,8 @@ async def search_image(
             raise InvalidInput(f"filters must be a JSON object of known filter fields: {e}") from e
     try:
         req = SearchRequest(text=text, k=k, offset=offset, sort=sort, facets=facets or [], highlight=highlight,
-                            filters=flt, explain=explain, user=user or None, session=session or None)
+                            filters=flt, explain=explain, user=user or None, session=session or None,
+                            new_search=new_search)
     except ValidationError as e:
         raise InvalidInput(f"invalid search: {e}") from e
     res = await _searching(request, functools.partial(engine.search, image=data, log_search=True), req)

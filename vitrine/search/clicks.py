@@ -181,13 +181,18 @@ def scores(ev: Evidence, *, min_users: int = 3, max_queries: int = 10_000) -> tu
     return {q: b for q, b in out.items() if b}, {q: len(ev.query_users[q]) for q in heads}, p0
 
 
-def labels(ev: Evidence, theta_note: str = "") -> dict[str, dict[str, float]]:
-    """Per query: product -> debiased success rate (successes per examination), for judging a
-    ranking on a held-out slice of the log."""
+def labels(ev: Evidence) -> dict[str, dict[str, float]]:
+    """Per query: product -> posterior success rate (successes per examination under a Beta prior
+    of :data:`PRIOR_STRENGTH` examinations at the slice's mean), for judging a ranking on a
+    held-out slice of the log. The prior keeps a product seen a few times at a low rank from
+    a label of 0 (or 1) that one missing (or lucky) click would give it: a raw rate there
+    punished exactly the products a better ranking promotes."""
+    tot_e = sum(ev.exposure.values())
+    p0 = min(max((sum(ev.success.values()) / tot_e) if tot_e > 0 else 0.0, 1e-3), 0.9)
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for (q, d), e in ev.exposure.items():
         if e > 0:
-            out[q][d] = min(1.0, ev.success.get((q, d), 0.0) / e)
+            out[q][d] = (ev.success.get((q, d), 0.0) + PRIOR_STRENGTH * p0) / (e + PRIOR_STRENGTH)
     return dict(out)
 
 

@@ -346,7 +346,7 @@ class Engine:
                                        self.data_dir, heldout=heldout, now=now, save=save)
 
     def _first_ids(self, text: str) -> list[str]:
-        return [h.id for h in self.search(SearchRequest(text=text, k=10)).results]
+        return [h.id for h in self.search(SearchRequest(text=text, k=learning.POOL)).results]
 
     def record_events(self, events: Sequence[EventIn]) -> tuple[int, int]:
         """Validate and store a batch of shopper events (all or none); (accepted, new)."""

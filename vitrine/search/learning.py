@@ -6,10 +6,11 @@ every ``learn_interval_s`` when new events arrived (vitrine/web/lifecycle.py).
    earlier ``1 - heldout`` of each query's searches to learn from, the later ones to judge on.
 2. A per-query re-ranking is learned from the earlier part (vitrine/search/clicks.py: a
    position-based click model, per-user caps, decay).
-3. Judged on the later part: each of its queries with evidence is searched as it serves now and
-   with the candidate re-ranking; the gains are the later part's own debiased success rates
-   (successes per examination). A product the later part never showed has gain 0, which favours
-   what serves now: the candidate must win despite that.
+3. Judged on the later part (only its searches made after the serving table was learned, which
+   that table never saw): each of its queries with evidence is searched as it serves now and with
+   the candidate re-ranking, and each ranking's order of the products the later part showed is
+   scored by nDCG@10 against that part's own debiased success rates (successes per examination);
+   products it never showed are skipped, neither credit nor blame.
 4. Kept (re-learned on the whole log, written to ``learned.json``, which every worker re-reads
    within a second) only if it beats what serves on mean nDCG@10; else what serves stays.
 """
@@ -33,7 +34,8 @@ from vitrine.settings import FeedbackSettings
 log = logging.getLogger(__name__)
 
 K = 10
-SearchIds = Callable[[str], list[str]]  # query text -> the ids the engine ranks first (at most K)
+SearchIds = Callable[[str], list[str]]  # query text -> the ids the engine ranks first (its first POOL)
+POOL = 50
 
 
 @dataclass
@@ -65,10 +67,12 @@ def split_in_time(fb: FeedbackSlice, heldout: float) -> tuple[FeedbackSlice, Fee
 
 def judge(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable | None,
           gains: dict[str, dict[str, float]], texts: dict[str, str]) -> dict[str, float]:
-    """nDCG@10 per judged query of the engine's ranking with ``table`` serving."""
+    """nDCG@10 per judged query of the engine's ranking with ``table`` serving, over the products
+    the judging slice showed (its ranking of them, the others skipped): a ranking is judged on how
+    it orders what has evidence, neither credited nor blamed for what no one was shown."""
     learned.pin(table)
     try:
-        return {q: clicks.ndcg(search_ids(texts.get(q, q)), g, K) for q, g in gains.items()}
+        return {q: clicks.ndcg([p for p in search_ids(texts.get(q, q)) if p in g], g, K) for q, g in gains.items()}
     finally:
         learned.unpin()
 
@@ -87,11 +91,15 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
     kw = {"min_users": settings.learn_min_users, "half_life_days": settings.learn_half_life_days,
           "max_queries": settings.learn_max_queries}
     early, late = split_in_time(fb, heldout)
+    serving = learned.table()
+    if serving is not None:  # judge only on what the serving table did not learn from
+        fresh = {s.query_id for s in late.searches if s.ts > serving.created}
+        late = FeedbackSlice([s for s in late.searches if s.query_id in fresh],
+                             [e for e in late.events if e.query_id in fresh])
     candidate = clicks.learn(early, now=now, **kw)
     late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days)
     gains = {q: g for q, g in clicks.labels(late_ev).items()
              if q in candidate.queries and any(v > 0 for v in g.values())}
-    serving = learned.table()
     report.update({"learn": {"searches": len(early.searches), "events": len(early.events), **candidate.report},
                    "judge": {"searches": len(late.searches), "events": len(late.events), "queries": len(gains)}})
     accepted = False

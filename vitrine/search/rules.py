@@ -351,6 +351,17 @@ class RuleSet:
         return sorted((c for c in cands.values() if c.holds(q)), key=lambda c: (c.kind, c.id))
 
 
+def _isin(a: np.ndarray, b: np.ndarray | Sequence[int]) -> np.ndarray:
+    """``np.isin`` for product iids: by a lookup table over ``b``'s range (a third of the sorting
+    method's time for a pool against a rule's product set), sorting only when that range is huge."""
+    b = np.asarray(b, dtype=np.int64)
+    if not len(a) or not len(b):
+        return np.zeros(len(a), dtype=bool)
+    if int(b.max()) - int(b.min()) > 10_000_000:
+        return np.isin(a, b)
+    return np.isin(a, b, kind="table")
+
+
 # -- what a search's rules did ------------------------------------------------------------------------------
 @dataclass
 class Outcome:
@@ -621,23 +632,23 @@ class RuleBook:
         pin_ids = np.fromiter(acts.pins, dtype=np.int64, count=len(acts.pins))
         keep = np.ones(len(pool), dtype=bool)
         if acts.pins:
-            in_pin = np.isin(iids, pin_ids)
+            in_pin = _isin(iids, pin_ids)
             for j in np.flatnonzero(in_pin).tolist():
                 pinned_parts[pool[j][0]] = pool[j][2]
             keep &= ~in_pin
             if allowed is not None:  # a product outside the search's own filters stays out
-                pin_ids = pin_ids[np.isin(pin_ids, allowed) | np.isin(pin_ids, list(pinned_parts))]
+                pin_ids = pin_ids[_isin(pin_ids, allowed) | _isin(pin_ids, list(pinned_parts))]
         keep_pin = np.ones(len(pin_ids), dtype=bool)
         for _, ok in acts.only:
-            keep &= np.isin(iids, ok)
-            keep_pin &= np.isin(pin_ids, ok)
+            keep &= _isin(iids, ok)
+            keep_pin &= _isin(pin_ids, ok)
         if acts.hide:
             gone = np.fromiter(acts.hide, dtype=np.int64, count=len(acts.hide))
-            keep &= ~np.isin(iids, gone)
-            keep_pin &= ~np.isin(pin_ids, gone)
+            keep &= ~_isin(iids, gone)
+            keep_pin &= ~_isin(pin_ids, gone)
         if has_oos and mode == "hide":
-            keep &= ~np.isin(iids, oos)
-            keep_pin &= ~np.isin(pin_ids, oos)
+            keep &= ~_isin(iids, oos)
+            keep_pin &= ~_isin(pin_ids, oos)
         pin_ids = pin_ids[keep_pin]
         rows = np.flatnonzero(keep)
         scores = np.fromiter((pool[j][1] for j in rows.tolist()), dtype=np.float64, count=len(rows))
@@ -652,7 +663,7 @@ class RuleBook:
             scale = abs(top) or 1.0
             adj = np.zeros(len(rows))
             for rid, action, w, ids in acts.moves:
-                hit = np.isin(iids, ids)
+                hit = _isin(iids, ids)
                 if hit.any():
                     adj[hit] += w * scale
                     for iid in iids[hit].tolist():
@@ -665,7 +676,7 @@ class RuleBook:
         elif not head.all() and head[order].tolist() != sorted(head.tolist(), reverse=True):
             order = np.lexsort((np.arange(len(rows)), ~head))
         if has_oos and mode == "last":  # out of stock: after the in-stock matching products
-            o = np.isin(iids, oos)
+            o = _isin(iids, oos)
             lasts = o & head
             if lasts.any() and not lasts[head].all():
                 rank = np.empty(len(order), dtype=np.int64)

@@ -232,3 +232,21 @@ def test_multipart_photo_search_takes_new_search(client, subset_rows):
     assert r.json()["session"]["new_search"] is True and r.json()["session"]["decided_by"] == "client"
     bad = client.post("/v1/search/image", files=files, data={"session": "x" * 200})
     assert bad.status_code == 422
+
+
+def test_the_same_request_again_gives_the_same_results(client, subset_rows):
+    """A page, a reload or a second look at a new search runs it as it ran (soft slot filters and all)."""
+    s = sid()
+    body = {"text": "men shoes", "k": 24, "explain": True, "facets": ["gender", "colour"], "session": s}
+    first = search(client, **body)
+    again = search(client, **body)
+    assert again["session"]["decided_by"] == "same_query" and again["session"]["turn"] == first["session"]["turn"]
+    assert [h["id"] for h in again["results"]] == [h["id"] for h in first["results"]]
+    plain = search(client, **{k: v for k, v in body.items() if k != "session"})
+    assert [h["id"] for h in plain["results"]] == [h["id"] for h in first["results"]]
+    row = subset_rows[7]
+    photo = base64.b64encode((SOURCE / "images" / f"{row['id']}.jpg").read_bytes()).decode()
+    p1 = search(client, image_b64=photo, session=s, k=5)
+    p2 = search(client, image_b64=photo, session=s, k=5, offset=5)
+    assert p2["session"]["decided_by"] == "same_query"
+    assert not {h["id"] for h in p1["results"]} & {h["id"] for h in p2["results"]}

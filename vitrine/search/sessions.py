@@ -299,7 +299,8 @@ def _decider(path: str) -> Decider:
 
 # -- the standing query ------------------------------------------------------------------------------
 def empty_state() -> dict[str, Any]:
-    return {"v": STATE_VERSION, "text": None, "input": None, "slots": {}, "exclude": {}, "price_min": None,
+    return {"v": STATE_VERSION, "text": None, "input": None, "plain": True, "slots": {}, "exclude": {},
+            "price_min": None,
             "price_max": None, "words": [], "filters": {}, "image": False, "photo_slots": [], "shown": [],
             "turn": 0}
 
@@ -443,6 +444,16 @@ def new_state(p: Parsed, client_filters: Mapping[str, Any]) -> dict[str, Any]:
     return st
 
 
+def _same_photo(photo: np.ndarray | None, standing: np.ndarray | None, given: bool) -> bool:
+    """Whether a request's photo is the standing one (a page of a photo search re-sends it)."""
+    if not given:
+        return True
+    if photo is None or standing is None or photo.shape != standing.shape:
+        return False
+    den = float(np.linalg.norm(photo) * np.linalg.norm(standing))
+    return den > 0 and float(photo @ standing) / den > 0.9999
+
+
 # -- one turn --------------------------------------------------------------------------------------
 @dataclass
 class Turn:
@@ -526,11 +537,13 @@ class Sessions:
             state = json.loads(json.dumps(standing))
             changed = drop(state, req.session_drop)
             info.update(new_search=False, decided_by="drop", p_refine=None, p_new_search=None)
-        elif text == standing.get("input") and image is None and not req.session_drop and \
-                req.new_search is not True and not (client and client != standing.get("filters")):
+        elif text == standing.get("input") and _same_photo(photo_vec, vector, image is not None) and \
+                not req.session_drop and req.new_search is not True and \
+                {k: v for k, v in client.items() if k != "exclude"} == (standing.get("filters") or {}):
             state, changed = json.loads(json.dumps(standing)), []  # a page or a re-sort of the same query
             info.update(new_search=False, decided_by="same_query", p_refine=None, p_new_search=None)
             turn.record = req.offset == 0
+            photo_vec = None  # the standing photo vector serves
         else:
             feats = features(p, standing, photo=photo_vec is not None)
             try:
@@ -545,8 +558,8 @@ class Sessions:
                 state = json.loads(json.dumps(standing))
                 if req.session_drop:
                     drop(state, req.session_drop)
-                if client:
-                    state["filters"] = {k: v for k, v in client.items() if k != "exclude"}
+                # the request's filters are the storefront's current selection: they replace the session's
+                state["filters"] = {k: v for k, v in client.items() if k != "exclude"}
                 if photo_vec is not None and not p.refs:  # a photo dropped mid-session: its words' slots stay
                     state["words"] = []
                     state["image"] = True
@@ -566,16 +579,20 @@ class Sessions:
         if not state.get("image"):
             vector = None
         state["input"] = text
-        state["turn"] = int(state.get("turn", 0)) + 1
-        state["text"] = (p.positive or None) if info["new_search"] else compose_text(state)
-        if not state["text"] and not state.get("image") and text:  # nothing understood: the words as typed
-            state["text"] = p.positive or text
+        if info["decided_by"] == "same_query":  # a page or a sort of the standing query: run as it ran
+            plain = bool(state.get("plain"))
+        else:
+            plain = bool(info["new_search"])  # a new search runs as typed (its slots soft, as any search)
+            state["turn"] = int(state.get("turn", 0)) + 1
+            state["text"] = (p.positive or None) if plain else compose_text(state)
+            if not state["text"] and not state.get("image") and text:  # nothing understood: the words as typed
+                state["text"] = p.positive or text
+        state["plain"] = plain
         turn.state, turn.vector, turn.image = state, vector, None if vector is not None else image
         if vector is not None:
             turn.vectors = {"image": vector}
         turn.text = state["text"]
-        turn.req = req.model_copy(update={"text": turn.text, "filters": self.filters_of(state, info["new_search"],
-                                                                                          req.filters)})
+        turn.req = req.model_copy(update={"text": turn.text, "filters": self.filters_of(state, plain, req.filters)})
         info["changed"] = list(dict.fromkeys(changed))
         return turn
 

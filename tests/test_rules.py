@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from fastapi.testclient import TestClient
-
 from conftest import subset_engine_of
+from fastapi.testclient import TestClient
 
 KEY = {"X-API-Key": "rules-key"}
 QUERY = "men black shoes"

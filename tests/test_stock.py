@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
-
 from conftest import subset_engine_of
+from fastapi.testclient import TestClient
 from kafka_broker import broker  # noqa: F401  (fixture: a real Kafka-protocol broker for the patch event test)
 
 KEY = {"X-API-Key": "stock-key"}
@@ -121,6 +120,7 @@ def test_patch_events_through_kafka(eng, client, subset_rows, broker, settings_f
     """`{"op": "patch", "id", "fields"}` on the catalogue topic: applied by the worker as PATCH is,
     the stored vectors kept; an unknown product goes to the dead letters."""
     from kafka_broker import kafka_settings, unique
+
     from vitrine.ingest import events
     from vitrine.ingest.kafka import IngestWorker, Publisher
 

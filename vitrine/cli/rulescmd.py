@@ -54,9 +54,9 @@ def rules_group() -> None:
 @store_option
 def rules_list(data_dir: Path, store: str | None) -> None:
     """Every rule as JSON lines (id, conditions, consequences, enabled, updated, active)."""
-    from vitrine.search.rules import RuleBook
-
     from pydantic import ValidationError
+
+    from vitrine.search.rules import RuleBook
 
     with _stores(data_dir, store) as (_, _, rules):
         for s in rules.all():

@@ -12,7 +12,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from vitrine.errors import InvalidInput, MissingExtra, StorageError
-from vitrine.index.rulestore import StoredRule, body_json, check_id, stored_rule, too_many
+from vitrine.index.rulestore import (
+    StoredRule,
+    body_json,
+    check_id,
+    stored_rule,
+    too_many,
+)
 
 try:
     import psycopg

@@ -212,7 +212,7 @@ def open_rule_store(store: str | None, data_dir: str | os.PathLike[str]) -> Rule
     """The rule store beside a data dir's records: the SQLite file in it (``store`` empty), or the
     PostgreSQL database ``store`` names."""
     if is_database_url(store):
-        from vitrine.index.pgrules import PgRuleStore  # noqa: PLC0415 - psycopg is an extra
+        from vitrine.index.pgrules import PgRuleStore
 
         return PgRuleStore(str(store))
     if store:

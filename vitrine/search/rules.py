@@ -36,11 +36,18 @@ import time
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.rulestore import RuleStoreAPI, StoredRule
@@ -90,7 +97,7 @@ class QueryCondition(BaseModel):
                                                                     "(CJK: a substring)")
 
     @model_validator(mode="after")
-    def _one(self) -> "QueryCondition":
+    def _one(self) -> QueryCondition:
         if (self.is_ is None) == (self.contains is None):
             raise ValueError('give exactly one of "is" or "contains"')
         if not normalise(self.is_ if self.is_ is not None else self.contains):
@@ -115,7 +122,7 @@ class Conditions(BaseModel):
     @field_validator("from_", "until")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
-        return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
+        return v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v
 
     @field_validator("until")
     @classmethod
@@ -242,7 +249,7 @@ class Compiled:
     end: float | None = None
 
     @classmethod
-    def of(cls, rule_id: str, rule: Rule) -> "Compiled":
+    def of(cls, rule_id: str, rule: Rule) -> Compiled:
         c = rule.conditions
         kind, pattern = ANY, ""
         if c.query is not None:
@@ -257,7 +264,7 @@ class Compiled:
     def live(self, now: float) -> bool:
         return (self.start is None or now >= self.start) and (self.end is None or now < self.end)
 
-    def holds(self, q: "QueryFacts") -> bool:
+    def holds(self, q: QueryFacts) -> bool:
         if self.kind == EXACT and q.norm != self.pattern:
             return False
         if self.kind == CONTAINS and not (self.pattern in q.norm if self.cjk else f" {self.pattern} " in q.padded):
@@ -292,7 +299,7 @@ class QueryFacts:
         return f" {self.norm} "
 
     @classmethod
-    def of(cls, text: str | None, req: SearchRequest, plan: "Plan | None", variant: str | None) -> "QueryFacts":
+    def of(cls, text: str | None, req: SearchRequest, plan: Plan | None, variant: str | None) -> QueryFacts:
         cats: set[str] = set()
         for flt in (req.filters, plan.filters if plan is not None else None):
             if flt is not None and flt.category:
@@ -412,7 +419,7 @@ class _Actions:
 class RuleBook:
     """The rules of one record store, as one process serves them (see the module docstring)."""
 
-    def __init__(self, store: RuleStoreAPI, state: "IndexState", settings: "SearchSettings") -> None:
+    def __init__(self, store: RuleStoreAPI, state: IndexState, settings: SearchSettings) -> None:
         self.store, self.state, self.settings = store, state, settings
         self._compiled: dict[str, Compiled] = {}
         self._set = RuleSet()
@@ -517,11 +524,11 @@ class RuleBook:
     def out(stored: StoredRule) -> RuleOut:
         rule = Rule.model_validate({**stored.body, "enabled": stored.enabled})
         live = rule.enabled and Compiled.of(stored.id, rule).live(time.time())
-        return RuleOut(id=stored.id, updated=datetime.fromtimestamp(stored.updated, timezone.utc), active=live,
+        return RuleOut(id=stored.id, updated=datetime.fromtimestamp(stored.updated, UTC), active=live,
                        **rule.model_dump(by_alias=True))
 
     # -- applying them -----------------------------------------------------------------------------------
-    def apply(self, reader: "Reader", req: SearchRequest, text: str | None, plan: "Plan | None", ranked: Ranked,
+    def apply(self, reader: Reader, req: SearchRequest, text: str | None, plan: Plan | None, ranked: Ranked,
               variant: str | None = None, allowed: np.ndarray | None = None) -> Outcome:
         """The rules that hold for this search (``variant``: its experiment variant, None when
         none runs), applied to its whole ranked pool ``ranked``; ``allowed``: the ids the search's
@@ -607,7 +614,7 @@ class RuleBook:
         if cons.redirect is not None and acts.redirect is None:
             acts.redirect = (cons.redirect, c.id)
 
-    def _run(self, reader: "Reader", ranked: Ranked, acts: _Actions, out: Outcome,
+    def _run(self, reader: Reader, ranked: Ranked, acts: _Actions, out: Outcome,
              allowed: np.ndarray | None) -> Ranked:
         """The pool after the rules, matching products first; sets ``out.matching`` (how many).
 

@@ -95,6 +95,7 @@ function chip(c) {
 }
 
 export function renderChips(session) {
+  expose();
   const el = bar();
   if (!el) return;
   const chips = session.chips || [];
@@ -150,5 +151,9 @@ async function dropChip(key) {
   if (q && resp.session) q.value = resp.session.text || "";
 }
 
-window.vitrine = window.vitrine || {};
-window.vitrine.session = { id: sessionId, newSearch, renderChips };
+function expose() { // app.js sets window.vitrine afresh when it loads: (re)attach this module's handle
+  window.vitrine = window.vitrine || {};
+  window.vitrine.session = { id: sessionId, newSearch, renderChips };
+}
+
+expose();

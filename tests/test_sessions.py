@@ -250,3 +250,28 @@ def test_the_same_request_again_gives_the_same_results(client, subset_rows):
     p2 = search(client, image_b64=photo, session=s, k=5, offset=5)
     assert p2["session"]["decided_by"] == "same_query"
     assert not {h["id"] for h in p1["results"]} & {h["id"] for h in p2["results"]}
+
+
+def test_a_price_in_a_catalogue_without_prices_filters_nothing(client, subset_rows):
+    t, g, _ = common(subset_rows)
+    s = sid()
+    search(client, text=f"{g.lower()} {t.lower()}", session=s)
+    out = search(client, text="under 2000", session=s)
+    assert out["session"]["new_search"] is False and out["results"]
+    assert "price_max" not in out["session"]["filters"] and out["session"]["notes"]
+
+
+def test_a_session_facet_count_is_what_applying_it_gives(client, subset_rows):
+    t, _, colours = common(subset_rows)
+    s = sid()
+    search(client, text=t.lower(), session=s)
+    base = search(client, text=f"not {colours[0].lower()}", session=s, facets=["gender", "colour"])
+    assert base["session"]["new_search"] is False
+    tried = 0
+    for f in ("gender", "colour"):
+        for fv in base["facets"][f][:5]:
+            got = search(client, text=f"not {colours[0].lower()}", session=s, filters={f: fv["value"]})
+            assert got["session"]["new_search"] is False
+            assert got["total"] == fv["count"], (f, fv, got["total"])
+            tried += 1
+    assert tried >= 3

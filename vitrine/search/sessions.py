@@ -564,8 +564,9 @@ class Sessions:
                     state["words"] = []
                     state["image"] = True
                 changed = refine(state, p, shown_prices=self._shown_prices(state) if p.price_rel else ())
-                if p.price_rel and not self.reader.state.filters.has_prices():
-                    info["notes"] = ["the catalogue has no prices: a relative price changes nothing"]
+                if (p.price_rel or p.price_min is not None or p.price_max is not None) and \
+                        not self.reader.state.filters.has_prices():
+                    info["notes"] = ["the catalogue has no prices: a price changes nothing"]
                 if p.refs:
                     changed += self._reference(turn, state, p, vector)
                     vector = turn.vector if turn.vector is not None else vector
@@ -609,8 +610,8 @@ class Sessions:
                 known = [v for v in vals if v.casefold() in have]
                 if known:  # a brand the graph learned from titles stays in the words (slot filter)
                     merged[f] = known[0] if len(known) == 1 else known
-            for f in ("price_min", "price_max"):
-                if state.get(f) is not None and f not in merged:
+            for f in ("price_min", "price_max"):  # a catalogue without prices: a price bound filters nothing
+                if state.get(f) is not None and f not in merged and f_index.has_prices():
                     merged[f] = state[f]
         if state.get("exclude"):
             merged["exclude"] = {f: list(v) for f, v in state["exclude"].items() if v}

@@ -166,6 +166,9 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
         "text": lambda i: ("POST", "/v1/search", {"json": {"text": texts[i % len(texts)], "k": 10}}),
         # a storefront's text search: every facet counted and every hit highlighted
         "text+facets": lambda i: ("POST", "/v1/search", {"json": {"text": texts[i % len(texts)], "k": 10, **store}}),
+        # every request in one of 1,000 shopping sessions (a session row read and written per search)
+        "text+session": lambda i: ("POST", "/v1/search", {"json": {"text": texts[i % len(texts)], "k": 10,
+                                                                   "session": f"bench-{i % 1000}"}}),
         "photo": lambda i: ("POST", "/v1/search", {"json": {"image_b64": b64[i % len(b64)], "k": 10}}),
         "mixed": lambda i: ("POST", "/v1/search", {"json": (
             {"text": texts[i % len(texts)], "k": 10} if i % 2 else {"image_b64": b64[i % len(b64)], "k": 10})}),
@@ -225,7 +228,8 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
              "is the client-side round trip. `closed`: every client sends its next request as soon as the last "
              "one answers (saturation). `paced R/s`: requests due at a fixed total rate R over the clients, "
              "latency counted from when each was due (a server that falls behind pays for the queue). "
-             "`text+facets`: text searches asking for all five facet counts and highlights. The load generator is "
+             "`text+facets`: text searches asking for all five facet counts and highlights. `text+session`: text "
+             "searches each in one of 1,000 shopping sessions (docs/sessions.md). The load generator is "
              "aiohttp, not vitrine.client: a fifth of httpx's client CPU per request, on cores the server shares. "
              "Query-embedding cache: "
              f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "

@@ -267,6 +267,7 @@ class Engine:
         finally:
             self.index.close()
             self.reader.close()
+            self.reads.sessions.close()  # the session store's connection (vitrine/search/sessions.py)
             if self._feedback is not None:
                 self._feedback.log.close()
 

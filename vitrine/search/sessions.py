@@ -495,8 +495,10 @@ class Sessions:
         return self._store
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+        with self._lock:
+            store, self._store = self._store, None  # a later session search opens it again
+        if store is not None:
+            store.close()
 
     def extractor(self) -> "SlotExtractor":
         if self.understanding is not None:

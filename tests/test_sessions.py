@@ -7,9 +7,8 @@ import uuid
 from collections import Counter
 
 import pytest
-from fastapi.testclient import TestClient
-
 from conftest import SOURCE
+from fastapi.testclient import TestClient
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +80,7 @@ def test_exclusion_english_and_chinese(client, subset_rows):
 
 
 def test_chinese_attribute_change(client, subset_rows):
-    t, g, colours = common(subset_rows)
+    t, _, _ = common(subset_rows)
     s = sid()
     search(client, text=f"{t.lower()}", session=s)
     out = search(client, text="要男士的", session=s)

@@ -20,10 +20,10 @@ log = logging.getLogger("vitrine")
 
 def build_test_engine(settings: Any, work: Path, limit: int | None = None) -> Any:
     """A data dir of the bundled catalogue's test split (every product with its photo)."""
-    from vitrine.bundled import bundled_dir, read_splits, read_styles  # noqa: PLC0415
-    from vitrine.ingest.catalog import ingest_file  # noqa: PLC0415
-    from vitrine.ingest.fashion import to_record  # noqa: PLC0415
-    from vitrine.search.engine import Engine  # noqa: PLC0415
+    from vitrine.bundled import bundled_dir, read_splits, read_styles
+    from vitrine.ingest.catalog import ingest_file
+    from vitrine.ingest.fashion import to_record
+    from vitrine.search.engine import Engine
 
     source = bundled_dir()
     splits = read_splits(source)

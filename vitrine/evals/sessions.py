@@ -30,7 +30,14 @@ import numpy as np
 
 from vitrine.bundled import bundled_dir, read_splits, read_styles
 from vitrine.intent.slots import SlotExtractor, Vocabulary, learn_brands, lexicon
-from vitrine.search.sessions import DECIDER_PATH, FEATURES, Decider, features, new_state, parse
+from vitrine.search.sessions import (
+    DECIDER_PATH,
+    FEATURES,
+    Decider,
+    features,
+    new_state,
+    parse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +92,7 @@ class Catalogue:
 
     @classmethod
     def load(cls, split: str, source: Path | None = None, vocab_rows: Sequence[dict[str, str]] | None = None
-             ) -> "Catalogue":
+             ) -> Catalogue:
         source = source or bundled_dir()
         splits = read_splits(source)
         rows = [r for r in read_styles(source) if splits.get(r["id"]) == split]

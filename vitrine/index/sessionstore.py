@@ -190,7 +190,7 @@ def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_
     if kind == "memory":
         return MemorySessionStore(ttl_s, max_sessions)
     if database_url:
-        from vitrine.index.pgsessions import PgSessionStore  # noqa: PLC0415 - psycopg is an extra
+        from vitrine.index.pgsessions import PgSessionStore
 
         return PgSessionStore(database_url, ttl_s, max_sessions)
     return SqliteSessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)

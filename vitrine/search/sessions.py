@@ -43,7 +43,12 @@ import numpy as np
 from vitrine.errors import VitrineError
 from vitrine.index.sessionstore import SessionStoreAPI, open_session_store
 from vitrine.resources import resource_path
-from vitrine.search.models import CompareResponse, Filters, SearchRequest, SearchResponse
+from vitrine.search.models import (
+    CompareResponse,
+    Filters,
+    SearchRequest,
+    SearchResponse,
+)
 from vitrine.search.reader import Reader
 
 if TYPE_CHECKING:
@@ -60,38 +65,34 @@ PHOTO_VOTES = 5  # of a photo's 10 nearest products, how many must agree for a c
 # -- cue words: the language of refinement (English and Chinese), not a catalogue's vocabulary ------
 _NEG_EN = re.compile(
     r"\b(?:not|no|without|except|excluding|exclude|minus|non|nothing|anything but|but not|avoid)\s+"
-    r"((?:in |from |by |any )?[^,;.!?]+?)(?=\s+(?:but|and|in|for|with|only|please|instead)\b|[,;.!?]|$)", re.I)
+    r"((?:in |from |by |any )?[^,;.!?]+?)(?=\s+(?:but|and|in|for|with|only|please|instead)\b|[,;.!?]|$)", re.IGNORECASE)
 _NEG_ZH = re.compile(r"(?:不要|除了|别要|不想要|不是|别|不含|没有)([^,，。;；!！?？但要]+)")
 _CHEAPER = re.compile(r"\b(?:cheaper|less expensive|lower[- ]priced?|more affordable|lower cost|budget|inexpensive|"
-                      r"cheap|less pricey|less costly)\b|便宜|实惠|低价|划算|省钱", re.I)
+                      r"cheap|less pricey|less costly)\b|便宜|实惠|低价|划算|省钱", re.IGNORECASE)
 _PRICIER = re.compile(r"\b(?:more expensive|pricier|costlier|premium|high[- ]end|higher[- ]end|fancier|"
-                      r"luxur\w*|better quality)\b|贵一点|更贵|贵点|高档|高端", re.I)
-_LIKE = re.compile(r"\b(?:like|similar|same as|resembl\w*|more of)\b|类似|相似|像|差不多|一样", re.I)
-_COMPARE = re.compile(r"\b(?:compare|comparison|vs|versus|difference|differ)\b|比较|对比|区别", re.I)
+                      r"luxur\w*|better quality)\b|贵一点|更贵|贵点|高档|高端", re.IGNORECASE)
+_LIKE = re.compile(r"\b(?:like|similar|same as|resembl\w*|more of)\b|类似|相似|像|差不多|一样", re.IGNORECASE)
+_COMPARE = re.compile(r"\b(?:compare|comparison|vs|versus|difference|differ)\b|比较|对比|区别", re.IGNORECASE)
 _CONNECT = re.compile(r"^(?:in|for|with|but|and|only|just|show(?: me)?|make it|now|what about|how about|any|also|"
-                      r"maybe|same|then|instead|rather|prefer|the)\b|^(?:要|换|有没有|来|看看|还有|那)", re.I)
-_ANAPHORA = re.compile(r"\b(?:ones?|those|these|them|it|that|same)\b|的$|的吗|的呢", re.I)
+                      r"maybe|same|then|instead|rather|prefer|the)\b|^(?:要|换|有没有|来|看看|还有|那)", re.IGNORECASE)
+_ANAPHORA = re.compile(r"\b(?:ones?|those|these|them|it|that|same)\b|的$|的吗|的呢", re.IGNORECASE)
 _RESET = re.compile(r"\b(?:new search|start over|forget|never ?mind|something else|different thing)\b|换个|重新|算了",
-                    re.I)
+                    re.IGNORECASE)
 _ORD_EN = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "fourth": 3, "4th": 3, "fifth": 4,
            "5th": 4, "sixth": 5, "6th": 5, "last": -1}
 _NUM_EN = {"two": 2, "2": 2, "three": 3, "3": 3, "four": 4, "4": 4, "five": 5, "5": 5}
 _ORD_RE = re.compile(r"\b(first|1st|second|2nd|third|3rd|fourth|4th|fifth|5th|sixth|6th|last)\b"
                      r"(?:\s+(two|three|four|five|2|3|4|5)\b)?|\b(?:#|number|no\.?)\s*([1-6])\b|"
-                     r"\btop\s+(two|three|four|five|2|3|4|5)\b", re.I)
+                     r"\btop\s+(two|three|four|five|2|3|4|5)\b", re.IGNORECASE)
 _ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "1": 1, "2": 2, "3": 3, "4": 4, "5": 5,
               "6": 6}
 _ORD_ZH = re.compile(r"第([一二三四五六1-6])(?:个|款|件|双|条)?|前([两二三四五2-5])(?:个|款|件)?|最后一(?:个|款|件)")
 _STOP = frozenset(
-    "a an the in on of for with and or but to from by at as is are be do does did i me my we you it its this that "
-    "these those them they one ones some any show find get see look looking want need please just only also now "
-    "more less same other else than too bit little very maybe something anything what about how which there here "
-    "again instead rather prefer have has got option options version like similar similarly make let lets us "
-    "colour color shade kind type style pair pairs then thing things really lot much give".split())
+    ["a", "an", "the", "in", "on", "of", "for", "with", "and", "or", "but", "to", "from", "by", "at", "as", "is", "are", "be", "do", "does", "did", "i", "me", "my", "we", "you", "it", "its", "this", "that", "these", "those", "them", "they", "one", "ones", "some", "any", "show", "find", "get", "see", "look", "looking", "want", "need", "please", "just", "only", "also", "now", "more", "less", "same", "other", "else", "than", "too", "bit", "little", "very", "maybe", "something", "anything", "what", "about", "how", "which", "there", "here", "again", "instead", "rather", "prefer", "have", "has", "got", "option", "options", "version", "like", "similar", "similarly", "make", "let", "lets", "us", "colour", "color", "shade", "kind", "type", "style", "pair", "pairs", "then", "thing", "things", "really", "lot", "much", "give"])
 
 
 def _fold(text: str) -> str:
-    from vitrine.intent.slots import key_norm  # noqa: PLC0415 - light, but kept off the import path
+    from vitrine.intent.slots import key_norm
 
     return key_norm(text)
 
@@ -154,9 +155,9 @@ def _slot_lists(values: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def _residual(extractor: "SlotExtractor", text: str) -> list[str]:
+def _residual(extractor: SlotExtractor, text: str) -> list[str]:
     """The content words of ``text`` that name no slot, price, reference or cue."""
-    from vitrine.intent.slots import parse_prices  # noqa: PLC0415
+    from vitrine.intent.slots import parse_prices
 
     low = text.casefold()
     _, _, spans = parse_prices(low)
@@ -175,7 +176,7 @@ def _residual(extractor: "SlotExtractor", text: str) -> list[str]:
     return words
 
 
-def parse(extractor: "SlotExtractor", text: str | None) -> Parsed:
+def parse(extractor: SlotExtractor, text: str | None) -> Parsed:
     """Read ``text`` (a query in a session) against the catalogue's vocabulary."""
     text = " ".join((text or "").split())
     p = Parsed(text=text, cjk=_cjk(text))
@@ -269,7 +270,7 @@ class Decider:
                 "bias": round(self.bias, 6), **self.meta}
 
     @classmethod
-    def load(cls, path: Path = DECIDER_PATH) -> "Decider":
+    def load(cls, path: Path = DECIDER_PATH) -> Decider:
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls(d["weights"], d["bias"], {k: v for k, v in d.items() if k not in ("weights", "bias")})
@@ -278,7 +279,7 @@ class Decider:
 
     @classmethod
     def fit(cls, X: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, epochs: int = 3000, lr: float = 0.5,
-            meta: Mapping[str, Any] | None = None) -> "Decider":
+            meta: Mapping[str, Any] | None = None) -> Decider:
         """Fit by full-batch gradient descent on the log loss (rows of ``X`` in FEATURES order)."""
         w = np.zeros(X.shape[1])
         b = 0.0
@@ -474,7 +475,7 @@ class Turn:
 class Sessions:
     """The read path's sessions over ``reader``'s catalogue, the session store opened on first use."""
 
-    def __init__(self, reader: Reader, understanding: "QueryUnderstanding | None") -> None:
+    def __init__(self, reader: Reader, understanding: QueryUnderstanding | None) -> None:
         self.reader = reader
         self.understanding = understanding
         self.settings = reader.settings.search
@@ -500,14 +501,14 @@ class Sessions:
         if store is not None:
             store.close()
 
-    def extractor(self) -> "SlotExtractor":
+    def extractor(self) -> SlotExtractor:
         if self.understanding is not None:
             return self.understanding.extractor()
         if self._extractor is None:  # intent off: the same vocabulary, built here
-            from types import SimpleNamespace  # noqa: PLC0415
+            from types import SimpleNamespace
 
-            from vitrine.intent.slots import SlotExtractor  # noqa: PLC0415
-            from vitrine.search.understanding import QueryUnderstanding  # noqa: PLC0415
+            from vitrine.intent.slots import SlotExtractor
+            from vitrine.search.understanding import QueryUnderstanding
 
             vocab = QueryUnderstanding.vocabulary(SimpleNamespace(reader=self.reader))  # type: ignore[arg-type]
             self._extractor = SlotExtractor(vocab)

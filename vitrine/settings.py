@@ -374,6 +374,10 @@ class FeedbackSettings(_Section):
     learn_half_life_days: float = Field(30.0, gt=0, description="Evidence halves in weight every this many days.")
     learn_weight: float = Field(1.0, ge=0, description="How strongly learned per-query evidence re-ranks a logged "
                                 "query's results (0: off).")
+    learn_propensity: Literal["prior", "em"] = Field("prior", description="How likely shoppers examine each rank: "
+                                                     "prior = 1/(rank+1); em = fitted by EM where the log shows a "
+                                                     "product at several ranks for reasons of their own (interleaving, "
+                                                     "randomised pages; docs/learning.md).")
     learn_interval_s: float = Field(30.0, ge=0, description="The API learns from the search log this often when "
                                     "new events arrived (kept only if it beats what serves on a later slice of the "
                                     "log); 0: only `vitrine tune` learns.")

@@ -6,11 +6,15 @@ The click model is the position-based model (PBM): a shopper clicks a result whe
 its position (probability ``theta[rank]``, the same for every query) and find the product
 attractive (``gamma[query, product]``). Why this one: it is the simplest model that separates
 "shown high" from "chosen", its estimates are inverse-propensity weights (each click counts
-``1 / theta[rank]``), and it needs nothing the log lacks. ``theta`` is fitted by EM (the
-standard PBM updates, Chuklin et al., *Click Models for Web Search*, 2015) only when the log holds
-the same product for the same query at several ranks (paging, a re-ranking between tunes, an
-experiment); a log where every product always sat at one rank cannot tell the two apart, and
-then the curve is the usual prior ``theta[r] = 1 / (r + 1)``. The report says which was used.
+``1 / theta[rank]``), and it needs nothing the log lacks. ``theta`` is the usual prior
+``theta[r] = 1 / (r + 1)`` unless ``learn_propensity`` is ``em``: then it is fitted by EM (the
+standard PBM updates, Chuklin et al., *Click Models for Web Search*, 2015) when the log holds the
+same product for the same query at several ranks. Not by default: a log where every product sat
+at one rank cannot tell examination from attractiveness, and ranks that changed because learning
+moved the chosen products up are confounded with attractiveness (simulated shoppers who examine
+exactly ``1 / (r + 1)``: with EM, every re-learn after the first lost to what served; with the
+prior, each one won and the true nDCG@10 went on rising). Fit it where ranks vary for reasons of
+their own (interleaved experiments, randomised pages). The report says which was used.
 
 Bounded influence: evidence is counted per (query, product, user): a user who saw a product ten
 times is one exposure (at the best rank they saw it), a user who clicked it twenty times is one
@@ -101,7 +105,7 @@ def fit_theta(cells: dict[tuple[str, str, int], list[float]], *, iters: int = 50
 
 
 def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float = 30.0,
-           theta: np.ndarray | None = None) -> Evidence:
+           theta: np.ndarray | None = None, em: bool = False) -> Evidence:
     """Per (query, product, user) evidence from a slice of the log (see the module docstring)."""
     now = time.time() if now is None else now
     half = half_life_days * 86400.0
@@ -133,7 +137,7 @@ def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float
         cell[0] += 1
         cell[1] += 1.0 if (q, d, u) in won else 0.0
     ev = Evidence()
-    fitted = theta if theta is not None else fit_theta(cells)
+    fitted = theta if theta is not None else fit_theta(cells) if em else None
     if fitted is not None and theta is None:
         ev.propensity = "PBM by EM"
     th = fitted if fitted is not None else prior_theta()
@@ -182,25 +186,27 @@ def scores(ev: Evidence, *, min_users: int = 3, max_queries: int = 10_000) -> tu
 
 
 def labels(ev: Evidence) -> dict[str, dict[str, float]]:
-    """Per query: product -> posterior success rate (successes per examination under a Beta prior
-    of :data:`PRIOR_STRENGTH` examinations at the slice's mean), for judging a ranking on a
-    held-out slice of the log. The prior keeps a product seen a few times at a low rank from
-    a label of 0 (or 1) that one missing (or lucky) click would give it: a raw rate there
-    punished exactly the products a better ranking promotes."""
+    """Per query: product -> how much its posterior success rate (successes per examination under
+    a Beta prior of :data:`PRIOR_STRENGTH` examinations at the slice's mean ``p0``) exceeds
+    ``p0`` (0 when it does not), for judging a ranking on a held-out slice of the log. The prior
+    keeps a product seen a few times at a low rank from a label of 0 (or 1) that one missing (or
+    lucky) click would give it: a raw rate there punished exactly the products a better ranking
+    promotes. Gains above the mean only: a product chosen less often than average gains nothing
+    by being ranked, so a ranking that sinks it is not blamed for it."""
     tot_e = sum(ev.exposure.values())
     p0 = min(max((sum(ev.success.values()) / tot_e) if tot_e > 0 else 0.0, 1e-3), 0.9)
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for (q, d), e in ev.exposure.items():
         if e > 0:
-            out[q][d] = (ev.success.get((q, d), 0.0) + PRIOR_STRENGTH * p0) / (e + PRIOR_STRENGTH)
+            out[q][d] = max(0.0, (ev.success.get((q, d), 0.0) + PRIOR_STRENGTH * p0) / (e + PRIOR_STRENGTH) - p0)
     return dict(out)
 
 
 def learn(fb: FeedbackSlice, *, now: float | None = None, min_users: int = 3, half_life_days: float = 30.0,
-          max_queries: int = 10_000) -> LearnedTable:
+          max_queries: int = 10_000, em: bool = False) -> LearnedTable:
     """The learned table of a slice of the log."""
     now = time.time() if now is None else now
-    ev = gather(fb, now=now, half_life_days=half_life_days)
+    ev = gather(fb, now=now, half_life_days=half_life_days, em=em)
     queries, users, p0 = scores(ev, min_users=min_users, max_queries=max_queries)
     report: dict[str, Any] = {
         "searches": len(fb.searches), "events": len(fb.events), "queries_logged": len(ev.queries),

@@ -68,11 +68,17 @@ def split_in_time(fb: FeedbackSlice, heldout: float) -> tuple[FeedbackSlice, Fee
 def judge(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable | None,
           gains: dict[str, dict[str, float]], texts: dict[str, str]) -> dict[str, float]:
     """nDCG@10 per judged query of the engine's ranking with ``table`` serving, over the products
-    the judging slice showed (its ranking of them, the others skipped): a ranking is judged on how
-    it orders what has evidence, neither credited nor blamed for what no one was shown."""
+    the judging slice showed (its ranking of them, those it ranks past its first :data:`POOL` last;
+    the others skipped): a ranking is judged on how it orders what has evidence, neither credited
+    nor blamed for what no one was shown."""
     learned.pin(table)
     try:
-        return {q: clicks.ndcg([p for p in search_ids(texts.get(q, q)) if p in g], g, K) for q, g in gains.items()}
+        out = {}
+        for q, g in gains.items():
+            ranked = [p for p in search_ids(texts.get(q, q)) if p in g]
+            seen = set(ranked)
+            out[q] = clicks.ndcg(ranked + [p for p in g if p not in seen], g, K)  # past the pool: last
+        return out
     finally:
         learned.unpin()
 
@@ -89,7 +95,7 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         report["outcome"] = "no events in the log: nothing learned"
         return LearnResult(None, None, texts, report)
     kw = {"min_users": settings.learn_min_users, "half_life_days": settings.learn_half_life_days,
-          "max_queries": settings.learn_max_queries}
+          "max_queries": settings.learn_max_queries, "em": settings.learn_propensity == "em"}
     early, late = split_in_time(fb, heldout)
     serving = learned.table()
     if serving is not None:  # judge only on what the serving table did not learn from
@@ -97,9 +103,9 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         late = FeedbackSlice([s for s in late.searches if s.query_id in fresh],
                              [e for e in late.events if e.query_id in fresh])
     candidate = clicks.learn(early, now=now, **kw)
-    late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days)
+    late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days, em=kw["em"])
     gains = {q: g for q, g in clicks.labels(late_ev).items()
-             if q in candidate.queries and any(v > 0 for v in g.values())}
+             if q in candidate.queries and any(v > 0 for v in g.values())}  # some product above the mean
     report.update({"learn": {"searches": len(early.searches), "events": len(early.events), **candidate.report},
                    "judge": {"searches": len(late.searches), "events": len(late.events), "queries": len(gains)}})
     accepted = False

@@ -238,6 +238,7 @@ def batching_ab(catalogue: Path, *, n: int = 768, rounds: int = 5) -> dict[str, 
     towers = MultimodalEncoder.create(features_only=True).towers
     recs = [json.loads(x) for x in catalogue.read_text().splitlines()[:n]]
     texts = [product_text(Product.model_validate({k: v for k, v in r.items() if k != "image"})) for r in recs]
+    n = len(texts)
     lengths = towers.token_lengths(texts) if hasattr(towers, "token_lengths") else None
     ways: dict[str, list[list[str]]] = {
         "catalogue order, 64": [texts[s:s + 64] for s in range(0, n, 64)],

@@ -6,16 +6,16 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
-from vitrine.errors import MissingExtra, StorageError
+from vitrine.errors import StorageError
 from vitrine.index.eventlog import (
     EVENT_COLUMNS,
-    POPULAR_SQL,
-    EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
     EXPERIMENT_UNITS_SQL,
+    EXPERIMENTS_SCHEMA,
+    POPULAR_SQL,
     SEARCH_COLUMNS,
     EventRecord,
     FeedbackSlice,
@@ -29,12 +29,13 @@ from vitrine.index.eventlog import (
     search_from_row,
     search_row,
 )
-
-try:
-    import psycopg
-    from psycopg_pool import ConnectionPool, PoolTimeout
-except ImportError as e:  # pragma: no cover - the `postgres` extra is not installed
-    raise MissingExtra("a postgresql:// store needs psycopg 3 and psycopg_pool: pip install 'vitrine[postgres]'") from e
+from vitrine.index.pgpool import (
+    ConnectionPool,
+    connection,
+    ensure_schema,
+    open_pool,
+    psycopg,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,39 +65,19 @@ class PgEventLog:
 
     def __init__(self, url: str, *, pool: object | None = None, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
-        self._own = pool is None
-        if isinstance(pool, ConnectionPool):
-            self.pool = pool
-        else:
-            self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False, name="vitrine-events",
-                                       kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
-                                       check=ConnectionPool.check_connection, timeout=timeout_s)
-            try:
-                self.pool.open(wait=True, timeout=timeout_s * 2)
-            except PoolTimeout as e:
-                self.pool.close()
-                raise StorageError(f"cannot reach the event log's database: {e}") from e
+        self._own = not isinstance(pool, ConnectionPool)
+        self.pool = pool if isinstance(pool, ConnectionPool) else \
+            open_pool(url, name="vitrine-events", max_size=4, timeout_s=timeout_s, what="event log's database")
         with self._conn() as c:
-            if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
-                with c.transaction():
-                    c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
-                    c.execute(_SCHEMA)
-                    c.execute(f"INSERT INTO {M} VALUES ('user_key', %s) ON CONFLICT DO NOTHING",
-                              (secrets.token_hex(32),))
+            if ensure_schema(c, _LOCK_ID, _SCHEMA):
+                c.execute(f"INSERT INTO {M} VALUES ('user_key', %s) ON CONFLICT DO NOTHING", (secrets.token_hex(32),))
             key = c.execute(f"SELECT value FROM {M} WHERE key='user_key'").fetchone()
         if key is None:
             raise StorageError("the event log's database (a read-only standby) has no feedback tables yet")
         self.hash_user = UserHasher(bytes.fromhex(key[0]))
 
-    @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection]:
-        try:
-            with self.pool.connection(timeout=self.timeout_s) as c:
-                yield c
-        except (psycopg.OperationalError, PoolTimeout) as e:
-            raise StorageError(f"event log unavailable: {str(e).strip()}") from e
-        except psycopg.Error as e:
-            raise StorageError(f"event log refused: {str(e).strip()}") from e
+    def _conn(self) -> AbstractContextManager[psycopg.Connection]:
+        return connection(self.pool, self.timeout_s, "event log")
 
     def close(self) -> None:
         if self._own:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from vitrine.errors import InvalidInput, MissingExtra, StorageError
+from vitrine.errors import InvalidInput
+from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg
 from vitrine.index.rulestore import (
     StoredRule,
     body_json,
@@ -19,13 +20,6 @@ from vitrine.index.rulestore import (
     stored_rule,
     too_many,
 )
-
-try:
-    import psycopg
-    from psycopg_pool import ConnectionPool, PoolTimeout
-except ImportError as e:  # pragma: no cover - the `postgres` extra is not installed
-    raise MissingExtra("a postgresql:// rule store needs psycopg 3 and psycopg_pool: "
-                       "pip install 'vitrine[postgres]'") from e
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +57,11 @@ class PgRuleStore:
     def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
         self.location = _redact(url)
         self.timeout_s = timeout_s
-        self.pool = ConnectionPool(url, min_size=1, max_size=2, open=False, name="vitrine-rules",
-                                   kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
-                                   check=ConnectionPool.check_connection, timeout=timeout_s)
-        try:
-            self.pool.open(wait=True, timeout=timeout_s * 2)
-        except PoolTimeout as e:
-            self.pool.close()
-            raise StorageError(f"cannot reach the rule store {self.location}: {e}") from e
+        self.pool = open_pool(url, name="vitrine-rules", max_size=2, timeout_s=timeout_s,
+                              what=f"rule store {self.location}")
         try:
             with self._conn() as c:
-                if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
-                    with c.transaction():
-                        c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
-                        c.execute(_SCHEMA)
+                ensure_schema(c, _LOCK_ID, _SCHEMA)
         except BaseException:
             self.pool.close()
             raise
@@ -84,15 +69,8 @@ class PgRuleStore:
     def close(self) -> None:
         self.pool.close()
 
-    @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection]:
-        try:
-            with self.pool.connection(timeout=self.timeout_s) as c:
-                yield c
-        except (psycopg.OperationalError, PoolTimeout) as e:
-            raise StorageError(f"rule store {self.location} unavailable: {str(e).strip()}") from e
-        except psycopg.Error as e:
-            raise StorageError(f"rule store {self.location} refused: {str(e).strip()}") from e
+    def _conn(self) -> AbstractContextManager[psycopg.Connection]:
+        return connection(self.pool, self.timeout_s, f"rule store {self.location}")
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:

@@ -7,18 +7,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from vitrine.errors import MissingExtra, StorageError
+from vitrine.errors import StorageError
+from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg
 from vitrine.index.sessionstore import PURGE_EVERY, StoredSession
-
-try:
-    import psycopg
-    from psycopg_pool import ConnectionPool, PoolTimeout
-except ImportError as e:  # pragma: no cover - the `postgres` extra is not installed
-    raise MissingExtra("PostgreSQL sessions need psycopg 3 and psycopg_pool: pip install 'vitrine[postgres]'") from e
 
 log = logging.getLogger(__name__)
 
@@ -41,30 +35,16 @@ class PgSessionStore:
         self.ttl_s, self.max_sessions, self.timeout_s = ttl_s, max_sessions, timeout_s
         self._writes = 0
         self._lock = threading.Lock()
-        self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False, name="vitrine-sessions",
-                                   kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
-                                   check=ConnectionPool.check_connection, timeout=timeout_s)
+        self.pool = open_pool(url, name="vitrine-sessions", max_size=4, timeout_s=timeout_s, what="session store")
         try:
-            self.pool.open(wait=True, timeout=timeout_s * 2)
             with self._conn() as c:
-                if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
-                    with c.transaction():
-                        c.execute("SELECT pg_advisory_xact_lock(%s)", (0x76736573,))
-                        c.execute(_SCHEMA)
-        except PoolTimeout as e:
-            self.pool.close()
-            raise StorageError(f"cannot reach the session store: {e}") from e
+                ensure_schema(c, 0x76736573, _SCHEMA)
         except BaseException:
             self.pool.close()
             raise
 
-    @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection]:
-        try:
-            with self.pool.connection(timeout=self.timeout_s) as c:
-                yield c
-        except (psycopg.Error, PoolTimeout) as e:
-            raise StorageError(f"session store unavailable: {str(e).strip()}") from e
+    def _conn(self) -> AbstractContextManager[psycopg.Connection]:
+        return connection(self.pool, self.timeout_s, "session store")
 
     def get(self, sid: str) -> StoredSession | None:
         with self._conn() as c:

@@ -28,21 +28,22 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from vitrine.errors import MissingExtra, StorageError
+from vitrine.errors import StorageError
 from vitrine.index import pgtext
-from vitrine.index.records import (SCHEMA_VERSION, ImageStore, RecordRow, doc_json, keyset_pages, row_from_tuple,
-                                   vector_blob)
-
-try:
-    import psycopg
-    from psycopg_pool import ConnectionPool, PoolTimeout
-except ImportError as e:  # pragma: no cover - the `postgres` extra is not installed
-    raise MissingExtra("a postgresql:// record store needs psycopg 3 and psycopg_pool: "
-                       "pip install 'vitrine[postgres]'") from e
+from vitrine.index.pgpool import connection, open_pool, psycopg
+from vitrine.index.records import (
+    SCHEMA_VERSION,
+    ImageStore,
+    RecordRow,
+    doc_json,
+    keyset_pages,
+    row_from_tuple,
+    vector_blob,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +111,8 @@ class PgRecordStore:
         self._idf_seq, self._live = -1, None
         self._idf_lock = threading.Lock()
         self._has_native = False  # vec_native: the text tower's own vectors (a standby may lack the column)
-        self.pool = ConnectionPool(url, min_size=1, max_size=max(2, pool_size), open=False, name="vitrine",
-                                   kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
-                                   check=ConnectionPool.check_connection, timeout=timeout_s)
-        try:
-            self.pool.open(wait=True, timeout=timeout_s * 2)
-        except PoolTimeout as e:
-            self.pool.close()
-            raise StorageError(f"cannot reach the record store {self.location}: {e}") from e
+        self.pool = open_pool(url, name="vitrine", max_size=max(2, pool_size), timeout_s=timeout_s,
+                              what=f"record store {self.location}")
         try:
             self._ensure_schema()
         except BaseException:
@@ -145,15 +140,8 @@ class PgRecordStore:
     def close(self) -> None:
         self.pool.close()
 
-    @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection]:
-        try:
-            with self.pool.connection(timeout=self.timeout_s) as c:
-                yield c
-        except (psycopg.OperationalError, PoolTimeout) as e:
-            raise StorageError(f"record store {self.location} unavailable: {str(e).strip()}") from e
-        except psycopg.Error as e:
-            raise StorageError(f"record store {self.location} refused: {str(e).strip()}") from e
+    def _conn(self) -> AbstractContextManager[psycopg.Connection]:
+        return connection(self.pool, self.timeout_s, f"record store {self.location}")
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:

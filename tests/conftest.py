@@ -54,6 +54,19 @@ def settings_maker(cache_dir: Path, **defaults):
     return make
 
 
+def engine_copy(engine, settings_factory, encoder, dst: Path, **settings_kw):
+    """An engine of its own over a copy of ``engine``'s data dir (the shared subset: nothing is
+    ingested again), without its feedback log or learned re-ranking: for tests that write, log
+    or learn. ``settings_kw``: settings of the copy (an API key ...)."""
+    from vitrine.search.engine import Engine
+
+    engine.save()
+    shutil.copytree(engine.data_dir, dst)
+    for f in [*dst.glob("events.sqlite*"), *dst.glob("sessions.sqlite*"), dst / "learned.json"]:
+        f.unlink(missing_ok=True)
+    return Engine(settings_factory(dst, **settings_kw), encoder)
+
+
 def subset_engine_of(settings, encoder, catalog_dir: Path):
     """An engine over the subset catalogue, ingested."""
     from vitrine.ingest.catalog import ingest_file
@@ -105,3 +118,11 @@ def fresh_engine(settings_factory, encoder, tmp_path):
     eng = Engine(settings_factory(tmp_path / "data"), encoder)
     yield eng
     eng.records.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for every UI test module (tests/test_ui.py launches it)."""
+    from test_ui import chromium_session
+
+    yield from chromium_session()

@@ -7,13 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
-import shutil
 import time
 from collections import defaultdict
 
 import pytest
+from conftest import engine_copy
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 if importlib.util.find_spec("psycopg") is not None:
     from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
@@ -183,14 +182,8 @@ def test_postgres_and_sqlite_give_the_same_figures(tmp_path, pg_url):
 # -- through the HTTP API and the CLI ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def own_engine(engine, settings_factory, encoder, tmp_path_factory):
-    from vitrine.search.engine import Engine
-
-    dst = tmp_path_factory.mktemp("analytics") / "data"
-    shutil.copytree(engine.data_dir, dst)
-    for f in dst.glob("events.sqlite*"):
-        f.unlink()
-    eng = Engine(settings_factory(dst), encoder)
-    eng.settings.web.api_key = SecretStr("s3cret")
+    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("analytics") / "data",
+                      api_key="s3cret")
     yield eng
     eng.close()
 

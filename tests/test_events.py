@@ -3,27 +3,21 @@ from the log (vitrine/search/feedback.py, vitrine/search/clicks.py, vitrine/sear
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
+from conftest import engine_copy
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 KEY = {"X-API-Key": "s3cret"}
 
 
 @pytest.fixture(scope="module")
 def own_engine(engine, settings_factory, encoder, tmp_path_factory):
-    """A copy of the subset's data dir with an engine of its own (these tests log and learn)."""
-    from vitrine.search.engine import Engine
-
-    dst = tmp_path_factory.mktemp("events") / "data"
-    shutil.copytree(engine.data_dir, dst)
-    eng = Engine(settings_factory(dst), encoder)
-    eng.settings.web.api_key = SecretStr("s3cret")
-    eng.settings.web.events_key = SecretStr("browser-key")
-    eng.settings.feedback.learn_interval_s = 0  # these tests learn when they say so (test_online_learning: the loop)
+    """A copy of the subset's data dir with an engine of its own (these tests log and learn);
+    they learn when they say so (test_online_learning: the loop)."""
+    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("events") / "data",
+                      api_key="s3cret", events_key="browser-key", learn_interval_s=0)
     yield eng
     eng.close()
 

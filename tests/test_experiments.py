@@ -8,13 +8,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import engine_copy
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 if importlib.util.find_spec("psycopg") is not None:
     from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
@@ -141,14 +140,8 @@ def test_assignment_is_sticky_and_widening_only_moves_users_into_the_new_variant
 # -- through the HTTP API -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def own_engine(engine, settings_factory, encoder, tmp_path_factory):
-    from vitrine.search.engine import Engine
-
-    dst = tmp_path_factory.mktemp("experiments") / "data"
-    shutil.copytree(engine.data_dir, dst)
-    for f in dst.glob("events.sqlite*"):
-        f.unlink()
-    eng = Engine(settings_factory(dst), encoder)
-    eng.settings.web.api_key = SecretStr("s3cret")
+    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("experiments") / "data",
+                      api_key="s3cret")
     yield eng
     eng.close()
 

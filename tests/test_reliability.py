@@ -173,8 +173,7 @@ def test_a_snapshot_ahead_of_the_records_is_refused(subset_engine, settings_fact
     with eng.records._lock, sqlite3.connect(old) as out:
         eng.records._conn.backup(out)
     eng.upsert([ProductInput(product(subset_rows[3], "newer"), image=photo(subset_rows[3]["id"]))])
-    eng.save()
-    eng.records.close()
+    eng.close()  # every connection to the data dir's files (records, rules) closed before the restore
     for suffix in ("-wal", "-shm"):
         (eng.data_dir / f"records.sqlite{suffix}").unlink(missing_ok=True)
     shutil.copy(old, eng.data_dir / "records.sqlite")

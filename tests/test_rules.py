@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import subset_engine_of
+from conftest import engine_copy
 from fastapi.testclient import TestClient
 
 KEY = {"X-API-Key": "rules-key"}
@@ -15,9 +15,8 @@ QUERY = "men black shoes"
 
 
 @pytest.fixture(scope="module")
-def eng(settings_factory, encoder, catalog_dir, tmp_path_factory):
-    e = subset_engine_of(settings_factory(tmp_path_factory.mktemp("rules"), api_key="rules-key"), encoder,
-                         catalog_dir)
+def eng(engine, settings_factory, encoder, tmp_path_factory):
+    e = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("rules") / "data", api_key="rules-key")
     yield e
     e.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import subset_engine_of
+from conftest import engine_copy
 from fastapi.testclient import TestClient
 from kafka_broker import broker  # noqa: F401  (fixture: a real Kafka-protocol broker for the patch event test)
 
@@ -15,9 +15,8 @@ QUERY = "women blue tops"
 
 
 @pytest.fixture(scope="module")
-def eng(settings_factory, encoder, catalog_dir, tmp_path_factory):
-    e = subset_engine_of(settings_factory(tmp_path_factory.mktemp("stock"), api_key="stock-key"), encoder,
-                         catalog_dir)
+def eng(engine, settings_factory, encoder, tmp_path_factory):
+    e = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("stock") / "data", api_key="stock-key")
     yield e
     e.close()
 

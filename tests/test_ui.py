@@ -86,9 +86,10 @@ def api(base_url):
         yield c
 
 
-@pytest.fixture(scope="session")
-def browser():
-    """One headless Chromium for the session (Playwright gives each launch a fresh profile dir)."""
+def chromium_session():  # noqa: ANN201 - a generator of one Browser
+    """One headless Chromium for the test session (Playwright gives each launch a fresh profile
+    dir): conftest.py's ``browser`` fixture, the one every UI test module shares (a second
+    sync_playwright while one runs fails)."""
     exe = _chromium()
     if exe is None:
         _unavailable("Debian's chromium is not installed")

@@ -5,7 +5,7 @@ and "New search" makes the next search start over."""
 from __future__ import annotations
 
 import pytest
-from test_ui import api, base_url, browser, page, renders, type_query, wait_render  # noqa: F401  (fixtures)
+from test_ui import api, base_url, page, renders, type_query, wait_render  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from test_ui import ARTIFACTS, LAUNCH_ARGS, TIMEOUT_MS, _chromium, _unavailable
+from test_ui import ARTIFACTS, TIMEOUT_MS
 
 pytestmark = pytest.mark.slow
 
@@ -82,22 +82,6 @@ def text_url(text_engine):
     url, stop = serve(text_engine)
     yield url
     stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    exe = _chromium()
-    if exe is None:
-        _unavailable("Debian's chromium is not installed")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the Python package playwright is not installed (it is in the `test` extra)")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, headless=True, args=LAUNCH_ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, url):

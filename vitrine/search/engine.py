@@ -268,6 +268,7 @@ class Engine:
             self.index.close()
             self.reader.close()
             self.reads.sessions.close()  # the session store's connection (vitrine/search/sessions.py)
+            self.reads.rules.store.close()  # the rule store's connection (vitrine/index/rulestore.py)
             if self._feedback is not None:
                 self._feedback.log.close()
 

@@ -65,9 +65,11 @@ class Evidence:
     propensity: str = "prior 1/(rank+1)"
 
 
-def user_of(s: SearchLog) -> str:
-    """Who a search's evidence is capped by: the hashed user, else the session, else the search."""
-    return s.user or (f"s:{s.session}" if s.session else f"q:{s.query_id}")
+def user_of(s: SearchLog, event_user: str | None = None) -> str:
+    """Who a search's evidence is capped by: the hashed user of the search, else of its events,
+    else the session, else the search itself (exposures and successes of one search always count
+    for the same one)."""
+    return s.user or event_user or (f"s:{s.session}" if s.session else f"q:{s.query_id}")
 
 
 def prior_theta(n: int = MAX_RANK) -> np.ndarray:
@@ -110,11 +112,12 @@ def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float
     now = time.time() if now is None else now
     half = half_life_days * 86400.0
     by_id = {s.query_id: s for s in fb.searches if s.norm and not s.image}
+    event_user = {e.query_id: e.user for e in fb.events if e.user}
     # best rank each user saw each (query, product) at, and when
     seen: dict[tuple[str, str, str], tuple[int, float]] = {}
     cells: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for s in by_id.values():
-        u = user_of(s)
+        u = user_of(s, event_user.get(s.query_id))
         for i, pid in enumerate(s.ids):
             r = s.offset + i
             key = (s.norm, pid, u)
@@ -125,7 +128,7 @@ def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float
         s = by_id.get(e.query_id)
         if s is None:
             continue
-        u = e.user or user_of(s)
+        u = user_of(s, event_user.get(s.query_id))
         key = (s.norm, e.product_id, u)
         w = EVENT_WEIGHT.get(e.type, 0.0)
         if key not in won or w > won[key][0]:

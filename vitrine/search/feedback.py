@@ -249,7 +249,9 @@ def rerank(scored: Ranked, boosts: Mapping[int, float], weight: float) -> Ranked
 
 class LearnedQueries:
     """The data dir's learned table, re-read when its file changes (checked at most once a second),
-    resolved to index ids on first use of each query."""
+    resolved to index ids on first use of each query. A thread may :meth:`pin` another table for
+    its own searches (learning compares a candidate with what serves); other threads' searches
+    keep the file's."""
 
     def __init__(self, data_dir: Path, settings: FeedbackSettings) -> None:
         self.path = Path(data_dir) / LEARNED_FILE
@@ -259,21 +261,24 @@ class LearnedQueries:
         self._table: LearnedTable | None = None
         self._stamp: tuple[float, int] | None = None
         self._checked = 0.0
-        self._resolved: dict[str, dict[int, float]] = {}
-        self._pinned: tuple[LearnedTable | None] | None = None
+        self._resolved: dict[str, dict[int, float]] = {}  # the file's table, resolved per query
+        self._local = threading.local()  # .pinned: (table,) while this thread judges one
 
     def pin(self, table: LearnedTable | None) -> None:
-        """Serve ``table`` (None: no learning) instead of the file, until :meth:`unpin` (tuning
-        compares a candidate with what serves)."""
-        with self._lock:
-            self._pinned, self._resolved = (table,), {}
+        """Serve ``table`` (None: no learning) to this thread's searches until :meth:`unpin`."""
+        self._local.pinned = (table,)
 
     def unpin(self) -> None:
+        self._local.pinned = None
+
+    def reload(self) -> None:
+        """Read the file again at the next search (after writing it)."""
         with self._lock:
-            self._pinned, self._stamp, self._checked, self._resolved = None, None, 0.0, {}
+            self._stamp, self._checked = None, 0.0
 
     def table(self) -> LearnedTable | None:
-        pinned = self._pinned
+        """The table this thread's searches use: its pinned one, else the file's."""
+        pinned = getattr(self._local, "pinned", None)
         if pinned is not None:
             return pinned[0]
         now = time.monotonic()
@@ -296,6 +301,7 @@ class LearnedQueries:
         """Index id -> evidence for this query's products (empty: not a learned head query)."""
         if not text or self.settings.learn_weight <= 0:
             return {}
+        pinned = getattr(self._local, "pinned", None) is not None
         table = self.table()
         if table is None:
             return {}
@@ -303,12 +309,16 @@ class LearnedQueries:
         got = table.queries.get(norm)
         if not got:
             return {}
-        with self._lock:
-            cached = self._resolved.get(norm)
+        cached = None
+        if not pinned:
+            with self._lock:
+                cached = self._resolved.get(norm) if table is self._table else None
         if cached is None:
             iids = resolve(list(got))
             cached = {iids[p]: v for p, v in got.items() if p in iids}
-            with self._lock:
-                self._resolved[norm] = cached
+            if not pinned:
+                with self._lock:
+                    if table is self._table:
+                        self._resolved[norm] = cached
         fade = table.decay()
         return {i: v * fade for i, v in cached.items()}

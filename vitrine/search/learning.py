@@ -126,7 +126,7 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         table.report = {**table.report, "judge": report["judge"], "accepted": True}
         if save:
             report["path"] = str(save_learned(data_dir, table))
-            learned.unpin()
+            learned.reload()
         report["outcome"] = (f"learned re-ranking of {len(table.queries)} head queries kept: later-slice nDCG@10 "
                              f"{report['judge']['nDCG@10_serving']:.4f} -> {report['judge']['nDCG@10_learned']:.4f}")
     else:

@@ -1,7 +1,7 @@
 """The one place configuration comes from: ``Settings``, one section per layer.
 
 ``Settings`` holds a section per layer (``settings.encoders``, ``.index``, ``.intent``,
-``.search``, ``.swap``, ``.ingest``, ``.web``, and ``.storage`` for where data lives), each a
+``.search``, ``.swap``, ``.ingest``, ``.web``, ``.feedback``, and ``.storage`` for where data lives), each a
 pydantic-settings class of its own. Every field can be set by an environment variable
 ``VITRINE_<FIELD>`` (e.g. ``VITRINE_INDEX_FACTORY=HNSW32``; field names are unique across the
 sections), by a ``.env`` file, or by keyword: ``Settings(index_factory="HNSW32")`` routes each

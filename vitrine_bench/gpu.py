@@ -227,8 +227,8 @@ def faiss_gpu(base: np.ndarray, queries: np.ndarray, n_large: int, log) -> dict[
         for v in values:
             if v is not None:
                 params.set_index_parameter(gpu, "nprobe", v)
-            q1, _ = time_single(lambda q: gpu.search(q, 10), queries, 3.0, len(queries))
-            qb, (_, found) = time_batch(lambda q: gpu.search(q, 10), queries)
+            q1, _ = time_single(lambda q, g=gpu: g.search(q, 10), queries, 3.0, len(queries))
+            qb, (_, found) = time_batch(lambda q, g=gpu: g.search(q, 10), queries)
             rows.append({"factory": factory, "nprobe": v, "recall@10": recall_at_k(found, gt),
                          "qps_single": q1, "qps_batch": qb, "build_s": build})
             log(f"  GPU {factory} nprobe={v}: R@10 {rows[-1]['recall@10']:.3f} single {q1:,.0f}/s batch {qb:,.0f}/s")

@@ -220,9 +220,9 @@ def bench_set(name: str, base: np.ndarray, queries: np.ndarray, factories: list[
         for v in sweep_values(factory):
             if v is not None:
                 set_param(raw, factory, v)
-            qps1, _ = time_single(lambda q: raw.search(q, K), queries, single_budget_s,
+            qps1, _ = time_single(lambda q, r=raw: r.search(q, K), queries, single_budget_s,
                                   max_n=len(queries) if factory != "Flat" else 60)
-            qpsb, (_, found) = time_batch(lambda q: raw.search(q, K), qb, reps=1 if factory == "Flat" else 2)
+            qpsb, (_, found) = time_batch(lambda q, r=raw: r.search(q, K), qb, reps=1 if factory == "Flat" else 2)
             rec = recall_at_k(found, gt[:batch_size])
             param = ("nprobe" if factory.startswith("IVF") else "efSearch" if factory.startswith("HNSW") else None)
             row = {"set": name, "factory": factory, "param": param, "value": v, "recall@10": rec,

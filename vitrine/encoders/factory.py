@@ -393,7 +393,6 @@ def create_towers(
     overrides: dict[str, Any] = {}
 
     text_cfg = model_cfg["text_cfg"]
-    hf_tokenizer = None
     if "hf_model_name" in text_cfg:
         text_cfg = dict(text_cfg)
         text_cfg["hf_model_name"] = str(resolve_package_path(text_cfg["hf_model_name"]))

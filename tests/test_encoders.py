@@ -189,11 +189,21 @@ def test_encoder_aligns_titles_with_their_photos(encoder, subset_rows):
     assert np.allclose(np.linalg.norm(emb.fused, axis=1), 1.0, atol=1e-4)
 
 
-def test_feature_cache_reuses_features(encoder, subset_rows):
+def test_feature_cache_reuses_features(encoder, subset_rows, monkeypatch):
+    """The second encode of a photo comes from the cache: the image tower does not run again."""
+    assert encoder.cache is not None
     photo = (SOURCE / "images" / f"{subset_rows[0]['id']}.jpg").read_bytes()
     a = encoder.image_features([photo])
+    forwards: list[int] = []
+    tower = encoder.pixel_features
+    monkeypatch.setattr(encoder, "pixel_features", lambda px: forwards.append(len(px)) or tower(px))
     b = encoder.image_features([photo])
+    assert forwards == []  # nothing to compute
     np.testing.assert_allclose(a, b, atol=1e-2)  # float16 in the cache
+    fresh = io.BytesIO()  # the same picture as new bytes (a PNG of a flipped copy): a key never cached
+    Image.open(io.BytesIO(photo)).transpose(Image.Transpose.FLIP_TOP_BOTTOM).save(fresh, format="PNG")
+    encoder.image_features([fresh.getvalue()])
+    assert forwards == [1]  # a photo not seen before does run the tower (the counter counts)
 
 
 def test_augmented_views_are_deterministic_and_keep_colours():

@@ -648,7 +648,10 @@ def test_searches_during_upserts_and_deletes_never_see_a_torn_state(subset_engin
     threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(n,)) for n in range(3)]
     for t in threads:
         t.start()
-    time.sleep(8)
+    # run until enough of both interleaved (a count, not a time: a slow machine just takes longer)
+    deadline = time.monotonic() + 180
+    while (counts["writes"] <= 50 or counts["searches"] <= 50) and not errors and time.monotonic() < deadline:
+        time.sleep(0.1)
     stop.set()
     for t in threads:
         t.join(30)

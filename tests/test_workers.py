@@ -62,14 +62,17 @@ def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(catalog_dir, 
                 pass
             assert time.monotonic() < t_end, "the workers did not come up"
             time.sleep(0.5)
-        # two worker processes under the supervisor, each with the data dir's products
-        time.sleep(2.0)  # the second worker may finish loading a moment later
-        workers = _children(proc.pid)
-        assert len(workers) >= 2, workers
-
         def health(_: int) -> dict:
             with httpx.Client(timeout=30) as c:  # a new connection each time: any worker may answer
                 return c.get(url + "/health").json()
+
+        # two worker processes under the supervisor, each with the data dir's products (the second
+        # may finish loading a moment after the first answers: wait until both answer, not a fixed time)
+        with ThreadPoolExecutor(8) as pool:
+            while len({h["pid"] for h in pool.map(health, range(16))}) < 2 and time.monotonic() < t_end:
+                time.sleep(0.2)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2, workers
 
         with ThreadPoolExecutor(8) as pool:
             seen = list(pool.map(health, range(48)))

@@ -26,7 +26,6 @@ import hmac
 import json
 import logging
 import os
-import re
 import secrets
 import sqlite3
 import threading
@@ -43,13 +42,6 @@ log = logging.getLogger(__name__)
 
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 FILE = "events.sqlite"
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def normalise_query(text: str | None) -> str:
-    """A query as feedback groups it: casefolded words joined by one space ("Red  Shoes!" and
-    "red shoes" are one query). Chinese runs stay whole words."""
-    return " ".join(_WORD.findall((text or "").casefold()))
 
 
 def new_query_id(now: float | None = None) -> str:

@@ -36,9 +36,9 @@ from vitrine.index.eventlog import (
     SearchLog,
     event_key,
     new_query_id,
-    normalise_query,
     query_id_time,
 )
+from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked, SearchRequest, SearchResponse
 from vitrine.settings import FeedbackSettings
 

@@ -33,7 +33,6 @@ import logging
 import re
 import threading
 import time
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,6 +49,7 @@ from pydantic import (
 )
 
 from vitrine.errors import InvalidInput, NotFound
+from vitrine.index.querytext import CJK, normalise_query
 from vitrine.index.rulestore import RuleStoreAPI, StoredRule
 from vitrine.index.store import RecordStoreAPI
 from vitrine.search import stock, storefront
@@ -67,19 +67,12 @@ IntentLabel = Literal["search", "compare", "recommend", "purchase_intent", "afte
 OutOfStock = Literal["last", "hide", "show"]
 
 # -- normalised words ---------------------------------------------------------------------------------
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_CJK_CHAR = re.compile(f"[{_CJK}]")
-_CJK_GAP = re.compile(f"(?<=[{_CJK}]) (?=[{_CJK}])")
-_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_CJK_CHAR = re.compile(f"[{CJK}]")
 
 
 def normalise(text: str | None) -> str:
-    """A query as rules compare it: NFKC, casefolded, punctuation and whitespace collapsed to one
-    space, no space between two CJK characters ("夏季 连衣裙" and "夏季连衣裙" are one query)."""
-    if not text:
-        return ""
-    t = _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
-    return _CJK_GAP.sub("", t)
+    """A query as rules compare it: the one normal form of a query (vitrine/index/querytext.py)."""
+    return normalise_query(text)
 
 
 def has_cjk(text: str) -> bool:

@@ -1,4 +1,4 @@
-"""The front door stays true: the README's configuration table is the generator's output, every
+"""The front door stays true: docs/configuration.md's settings table is the generator's output, every
 setting is described, relative links in the docs resolve, every report is in the measurements
 index, and docstrings cite the design page that exists."""
 
@@ -15,11 +15,11 @@ DOCS = [REPO / "README.md", REPO / "bench-results" / "README.md", *sorted((REPO 
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
-def test_readme_settings_table_is_generated_from_settings() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_settings_table_is_generated_from_settings() -> None:
+    readme = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     block = readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)].strip("\n")
     assert block == settings_markdown().strip("\n"), \
-        "README.md's configuration table is stale: run `vitrine settings --update README.md`"
+        "docs/configuration.md's settings table is stale: run `vitrine settings --update docs/configuration.md`"
     assert replace_block(readme, settings_markdown()) == readme
 
 
@@ -28,7 +28,7 @@ def test_every_setting_has_a_description_and_a_row() -> None:
     for section, cls in SECTIONS.items():
         assert f"(`settings.{section}`)" in table
         for name, field in cls.model_fields.items():
-            assert field.description, f"settings.{section}.{name} has no description= (the README's table shows it)"
+            assert field.description, f"settings.{section}.{name} has no description= (docs/configuration.md's table shows it)"
             assert f"| `{name.upper()}` |" in table
 
 

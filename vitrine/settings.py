@@ -379,10 +379,8 @@ class FeedbackSettings(_Section):
                                                      "product at several ranks for reasons of their own (interleaving, "
                                                      "randomised pages; docs/learning.md).")
     learn_interval_s: float = Field(0.0, ge=0, description="The API learns from the search log this often when "
-                                    "new events arrived (kept only if it beats what serves on a later slice of the "
-                                    "log). 0 (default): only `vitrine tune` learns (run `vitrine tune --logs-only` on "
-                                    "a schedule): a learn reads the whole log in the API process and, with 10^4-10^5 "
-                                    "events, held searches up for seconds (bench-results/events-load.md).")
+                                    "new events arrived; 0 (default): only `vitrine tune` learns, outside the API "
+                                    "(docs/learning.md says why).")
     learn_max_queries: int = Field(10_000, ge=0, description="Most head queries that keep a learned re-ranking.")
 
 

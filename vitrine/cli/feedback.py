@@ -12,7 +12,19 @@ from typing import Any
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, store_option
+from vitrine.cli import main, make_settings, store_option
+
+
+def _default_data_dir(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path:
+    return value if value is not None else Path(make_settings().storage.data_dir)
+
+
+def feedback_data_option(f):  # noqa: ANN001, ANN201
+    """``--data``, optional here: the event log of the configured data dir (``VITRINE_DATA_DIR``, else
+    .vitrine/data), so `vitrine experiment start --name N --variant ...` runs where the API serves."""
+    return click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
+                        callback=_default_data_dir,
+                        help="Data dir (default: VITRINE_DATA_DIR, else .vitrine/data)")(f)
 
 
 @contextmanager
@@ -32,7 +44,7 @@ def _pct(v: float | None) -> str:
 
 
 @main.command("analytics")
-@data_option
+@feedback_data_option
 @store_option
 @click.option("--since", default=None, help="Start: Unix seconds, ISO date (2025-01-31) or a span back (7d, 12h); "
                                             "default 30 days before --until")
@@ -107,7 +119,7 @@ def _show(exp: Any) -> None:
 
 
 @experiment_group.command("start")
-@data_option
+@feedback_data_option
 @store_option
 @click.option("--name", required=True, help="Unique experiment name")
 @click.option("--variant", "variant_args", multiple=True, required=True, metavar="NAME=SETTINGS",
@@ -129,7 +141,7 @@ def experiment_start(data_dir: Path, store: str | None, name: str, variant_args:
 
 
 @experiment_group.command("split")
-@data_option
+@feedback_data_option
 @store_option
 @click.option("--name", required=True)
 @click.option("--split", required=True, help="New percentages, in the experiment's variant order (e.g. 50,50)")
@@ -140,7 +152,7 @@ def experiment_split(data_dir: Path, store: str | None, name: str, split: str) -
 
 
 @experiment_group.command("stop")
-@data_option
+@feedback_data_option
 @store_option
 @click.option("--name", required=True)
 def experiment_stop(data_dir: Path, store: str | None, name: str) -> None:
@@ -150,7 +162,7 @@ def experiment_stop(data_dir: Path, store: str | None, name: str) -> None:
 
 
 @experiment_group.command("list")
-@data_option
+@feedback_data_option
 @store_option
 def experiment_list(data_dir: Path, store: str | None) -> None:
     """Every experiment, running and stopped."""
@@ -160,7 +172,7 @@ def experiment_list(data_dir: Path, store: str | None) -> None:
 
 
 @experiment_group.command("status")
-@data_option
+@feedback_data_option
 @store_option
 @click.option("--name", required=True)
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (as GET /v1/experiments/{name})")

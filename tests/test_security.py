@@ -79,15 +79,17 @@ def test_content_types_are_checked(client):
 def test_a_request_past_its_time_limit_gets_504(fresh_engine, monkeypatch):
     from vitrine.web.app import create_app
 
-    fresh_engine.settings.web.request_timeout_s = 0.2
+    # the limit holds for every request of the app: 0.5 s leaves the /metrics and /health reads below
+    # room on a loaded machine (at 0.2 s a busy run timed /metrics out too)
+    fresh_engine.settings.web.request_timeout_s = 0.5
     with TestClient(create_app(engine=fresh_engine)) as c:
         def stuck(*a, **kw):  # noqa: ANN002, ANN003
-            time.sleep(2)
+            time.sleep(3)
 
         monkeypatch.setattr(fresh_engine, "facets", stuck)
         t0 = time.perf_counter()
-        assert_error(c.get("/facets"), 504, "timeout", "longer than 0.2 s")
-        assert time.perf_counter() - t0 < 1.5
+        assert_error(c.get("/facets"), 504, "timeout", "longer than 0.5 s")
+        assert time.perf_counter() - t0 < 2.0
         assert 'route="/facets",status="504"' in c.get("/metrics").text
         assert c.get("/health").status_code == 200  # the server keeps answering
 

@@ -215,6 +215,22 @@ def test_tuning_metrics_match_brute_force(engine):
         assert got["MRR@10"][i] == pytest.approx(mrr_at_k(ranked, q.relevant, 10), abs=1e-9)
 
 
+def test_robust_objective_measures_each_pool_against_its_own_floor(engine):
+    """The robust objective caches each pool's floor; a subset made, used and freed in a loop (as
+    one fit per sample does) must never get another subset's floor through a reused array id."""
+    from vitrine.evals.tuning import Robust, build_pools, kind_means, weights_vec
+
+    queries = [q for q in pq.generate(_docs(engine), counts={"title": 12, "category": 6, "attributes": 6}) if q.text]
+    pools = build_pools(engine, queries)
+    floor_w = weights_vec(calibration.FLOOR_WEIGHTS)
+    robust = Robust(floor_w, 3.0)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        sub = pools.subset(np.sort(rng.choice(len(queries), size=len(queries) // 2, replace=False)))
+        assert robust.floor_of(sub) == kind_means(sub, floor_w)
+        del sub
+
+
 def test_shop_queries_join_the_fit_with_their_share(engine, tmp_path):
     """`vitrine tune --queries FILE`: the shop's judged queries (eval JSONL) fit beside the
     pseudo-queries as one kind per file, split by text, with LABELLED_SHARE of the objective

@@ -135,13 +135,16 @@ class Robust:
 
     def __init__(self, floor_w: np.ndarray, penalty: float) -> None:
         self.floor_w, self.penalty = floor_w, penalty
-        self._floors: dict[int, dict[str, float]] = {}
+        # id(pools.x) -> (pools.x, its floors): the array is held so that its id cannot be reused by
+        # another pool's (a freed subset's id went to the next sample's, which got the wrong floors)
+        self._floors: dict[int, tuple[np.ndarray, dict[str, float]]] = {}
 
     def floor_of(self, pools: Pools) -> dict[str, float]:
         key = id(pools.x)
-        if key not in self._floors:
-            self._floors[key] = kind_means(pools, self.floor_w)
-        return self._floors[key]
+        hit = self._floors.get(key)
+        if hit is None or hit[0] is not pools.x:
+            hit = self._floors[key] = (pools.x, kind_means(pools, self.floor_w))
+        return hit[1]
 
     def __call__(self, pools: Pools, w: np.ndarray) -> float:
         base = objective(pools, w)

@@ -237,7 +237,7 @@ def test_api_analytics_match_a_brute_force_count_of_the_logged_searches(client, 
 def test_cli_analytics_json_is_the_api_report(client, own_engine):
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
 
     until = time.time() + 5
     out = CliRunner().invoke(main, ["analytics", "--data", str(own_engine.data_dir), "--json", "--until", str(until)])

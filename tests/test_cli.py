@@ -7,7 +7,7 @@ import json
 import numpy as np
 from click.testing import CliRunner
 
-from vitrine.cli import main
+from vitrine.cli.app import main
 from vitrine.evals import protocols as P
 from vitrine.evals.datasets import Catalog, load_qrels
 

@@ -132,7 +132,7 @@ def test_every_event_answered_202_survives_a_kill_9(catalog_dir, tmp_path):
 def test_purge_forgets_what_is_older_than_the_retention(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
     from vitrine.errors import InvalidInput
     from vitrine.index.eventlog import EventLog, EventRecord, SearchLog
     from vitrine.search.feedback import EventIn, Feedback

@@ -305,7 +305,7 @@ def _team_of(engine, query_id, pid):
 def test_cli_start_split_status_stop(tmp_path):
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
 
     d = str(tmp_path / "data")
     run = CliRunner().invoke

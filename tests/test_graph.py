@@ -425,7 +425,7 @@ def test_filters_still_bind_hybrid_search(engine):
 def test_cli_graph_check_and_make_queries(tmp_path, all_rows, data):
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
 
     r = CliRunner().invoke(main, ["graph", "check"])
     assert r.exit_code == 0, r.output

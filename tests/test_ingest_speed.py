@@ -81,7 +81,7 @@ def test_pipelined_ingest_and_jobs_build_the_same_index(settings_factory, encode
     records and vectors as reading in turn on one thread; a bad record is still reported by its line."""
     import torch
 
-    from vitrine.cli import make_settings
+    from vitrine.cli.base import make_settings
     from vitrine.encoders.encoder import FeatureCache
     from vitrine.search.engine import Engine
 

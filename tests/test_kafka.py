@@ -265,7 +265,7 @@ def test_bad_messages_go_to_dead_letters(stream, settings_factory, encoder, cata
         # status: the file `vitrine consume --status` reads, and /metrics of an API serving this engine
         from click.testing import CliRunner
 
-        from vitrine.cli import main
+        from vitrine.cli.app import main
 
         res = CliRunner().invoke(main, ["consume", "--status", "--data", str(s.storage.data_dir), "--bootstrap",
                                         s.ingest.kafka_bootstrap, "--topic", s.ingest.kafka_topic, "--group", s.ingest.kafka_group])
@@ -625,7 +625,7 @@ def test_cli_publish_serve_consume_follow_and_status(broker, catalog_dir, tmp_pa
     as a batch job; `vitrine consume --status`."""
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
     from vitrine_bench.common import free_port
 
     env = _cli_env(tmp_path)
@@ -692,7 +692,7 @@ def test_cli_consume_batch_job_fails_when_it_cannot_catch_up_in_time(tmp_path, m
     says why, instead of waiting forever."""
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
     from vitrine_bench.common import free_port
 
     for k, v in _cli_env(tmp_path).items():

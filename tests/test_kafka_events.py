@@ -45,7 +45,7 @@ def events_engine(engine, settings_factory, encoder, stream, tmp_path):  # noqa:
 def test_events_from_kafka_stored_once_bad_ones_dead_lettered(events_engine, tmp_path):
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
     from vitrine.ingest.kafka import IngestWorker, Publisher, group_lag, iter_dead_letters, publish_events
 
     eng = events_engine

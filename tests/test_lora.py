@@ -178,7 +178,7 @@ def test_lora_refuses_other_towers_and_tampered_weights(mini_source, towers, tmp
 def test_cli_refuses_lora_without_the_gate():
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
 
     res = CliRunner().invoke(main, ["train", "gate", "--kind", "mlp", "--lora", "text", "--out", "/tmp/never"])
     assert res.exit_code != 0 and "MoE gate only" in res.output

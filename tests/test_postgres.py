@@ -320,7 +320,7 @@ def test_store_copy_moves_a_sqlite_data_dir_without_re_embedding(pg_url, setting
     again changes nothing."""
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
     from vitrine.search.engine import Engine
 
     lite = Engine(settings_factory(tmp_path / "lite", intent=False), encoder)

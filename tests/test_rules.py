@@ -317,7 +317,7 @@ def test_cli_rules_put_list_export_import_delete(eng, client, subset_rows, tmp_p
 
     from click.testing import CliRunner
 
-    from vitrine.cli import main
+    from vitrine.cli.app import main
 
     data = str(eng.settings.storage.data_dir)
     run = CliRunner().invoke

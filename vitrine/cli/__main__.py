@@ -1,6 +1,6 @@
 """``python -m vitrine.cli`` runs the ``vitrine`` command."""
 
-from vitrine.cli import main
+from vitrine.cli.app import main
 
 if __name__ == "__main__":
     main()

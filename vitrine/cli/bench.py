@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from vitrine.cli import main, make_settings
+from vitrine.cli.base import main, make_settings
 
 OUT = Path("bench-results")
 
@@ -182,7 +182,7 @@ def bench_fusion(data_dir: Path, queries: tuple[Path, ...], limit: int | None, o
 def bench_intent(n: int, weights: str | None, runtimes: str, out: Path) -> None:
     """Intent classifier + slot extraction latency per query on CPU at batch 1 (p50/p95/p99)."""
     _bench()
-    from vitrine.cli import make_settings
+    from vitrine.cli.base import make_settings
     from vitrine_bench import intent
 
     settings = make_settings()

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, model_options, store_option
+from vitrine.cli.base import data_option, main, make_settings, model_options, store_option
 from vitrine.cli.kafka import serve_options  # also registers publish/consume
 
 log = logging.getLogger("vitrine")
@@ -240,9 +240,3 @@ def info(data_dir: Path) -> None:
     }, indent=2))
 
 
-from vitrine.cli import bench, evalcmd, train  # noqa: E402,F401
-from vitrine.cli import graphcmd  # noqa: E402,F401
-from vitrine.cli import tune  # noqa: E402,F401
-from vitrine.cli import reliability  # noqa: E402,F401
-from vitrine.cli import settingscmd  # noqa: E402,F401
-from vitrine.cli import feedback  # noqa: E402,F401  (registers `vitrine analytics` and `vitrine experiment`)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, model_options, store_option
+from vitrine.cli.base import emit_json, main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
@@ -17,13 +16,6 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
              "domain-shift", "composed", "degraded", "sessions"]
 
 
-def emit_json(result: Any, json_out: Path | None) -> None:
-    """Print an eval's result as JSON and, with ``--json``, write the same text to that file."""
-    text = json.dumps(result, indent=2, ensure_ascii=False)
-    click.echo(text)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
 
 
 @main.command("eval")

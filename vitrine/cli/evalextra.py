@@ -10,7 +10,7 @@ import click
 
 def composed_or_degraded(protocol: str, settings: Any, *, split: str, n: int | None, adapters: list[str],
                          json_out: Path | None, report_dir: Path | None) -> None:
-    from vitrine.cli.evalcmd import emit_json
+    from vitrine.cli.base import emit_json
     from vitrine.errors import VitrineError
     from vitrine.evals.datasets import Catalog
     from vitrine.search.engine import build_encoder

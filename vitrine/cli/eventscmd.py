@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, store_option
+from vitrine.cli.base import data_option, main, make_settings, store_option
 
 
 @main.group("events")

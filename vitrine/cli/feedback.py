@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, store_option
+from vitrine.cli.base import main, make_settings, store_option
 
 
 def _default_data_dir(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitrine.cli import main, make_settings
+from vitrine.cli.base import main, make_settings
 
 
 @main.group()

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings, model_options, store_option
+from vitrine.cli.base import main, make_settings, model_options, store_option
 
 log = logging.getLogger("vitrine")
 
@@ -300,4 +300,3 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
         engine.close()
 
 
-from vitrine.cli import eventscmd  # noqa: E402,F401  (registers `vitrine events purge|count`)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings
+from vitrine.cli.base import main, make_settings
 
 
 @main.command()

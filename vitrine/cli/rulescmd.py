@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, store_option
+from vitrine.cli.base import data_option, main, make_settings, store_option
 from vitrine.errors import InvalidInput, NotFound
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import main, make_settings
+from vitrine.cli.base import main, make_settings
 
 log = logging.getLogger("vitrine")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vitrine.cli import main
+from vitrine.cli.base import main
 
 
 @main.group("store")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from vitrine.cli import main, make_settings
+from vitrine.cli.base import main, make_settings
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from vitrine.cli import data_option, main, make_settings, model_options
+from vitrine.cli.base import data_option, main, make_settings, model_options
 
 log = logging.getLogger("vitrine")
 

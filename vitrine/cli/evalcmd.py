@@ -16,8 +16,6 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
              "domain-shift", "composed", "degraded", "sessions"]
 
 
-
-
 @main.command("eval")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
               help="Data dir to search (qrels and photo-self protocols)")
@@ -53,15 +51,7 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
              json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
              use_intent: bool | None, adapters: str | None, report_dir: Path | None, **model: Any) -> None:
     """Measure retrieval quality: Recall@K, MRR, nDCG (and the KAGL protocols)."""
-    from vitrine.evals.datasets import Catalog, load_qrels
-    from vitrine.evals import protocols as P
-
-    try:
-        cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
-    except ValueError as e:
-        raise click.BadParameter(f"--k must be integers like 1,5,10: {e}") from e
-    if not cutoffs or cutoffs[0] < 1:
-        raise click.BadParameter("--k needs positive cut-offs")
+    cutoffs = _cutoffs(ks)
     protocol = protocol or ("qrels" if queries else None)
     if protocol is None:
         raise click.UsageError("give --queries QRELS (with --data) or --protocol")
@@ -100,47 +90,69 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     if protocol in ("qrels", "photo-self", "attr", "complements"):
         if data_dir is None:
             raise click.UsageError(f"--protocol {protocol} searches a data dir: give --data")
-        from vitrine.search.engine import Engine
-
-        engine = Engine.open(settings)
-        if protocol == "qrels":
-            if queries is None:
-                raise click.UsageError("--protocol qrels needs --queries")
-            result = P.run_qrels(engine, load_qrels(queries), cutoffs)
-        elif protocol == "complements":
-            from vitrine.evals.recommend_eval import complements_check
-
-            catalog = Catalog.load()
-            split_ids = [pid for pid, m in zip(catalog.ids, catalog.split_mask(split)) if m]
-            result = complements_check(engine, split_ids, n=n_queries or 200, k=cutoffs[-1])
-            result["split"] = split
-        elif protocol == "attr":
-            from vitrine.evals.datasets import EvalQuery
-
-            qs = attribute_queries(settings, split, n_queries or 500)
-            present = set(engine.records.ids())
-            evq = [EvalQuery(qid=q["qid"], text=q["text"], image=None,
-                             relevant={i: 1.0 for i in q["relevant"] if i in present}) for q in qs]
-            result = P.run_qrels(engine, [q for q in evq if q.relevant], cutoffs)
-            result["protocol"], result["split"] = "attr", split
-        else:
-            result = P.photo_self(engine, Catalog.load(), split=split)
+        result = _data_dir_protocol(protocol, settings, queries, cutoffs, split, n_queries)
     else:
-        from vitrine.search.engine import build_encoder
-
-        encoder = build_encoder(settings)
-        catalog = Catalog.load()
-        if protocol == "kagl-t2i":
-            result = P.kagl_t2i(encoder, catalog, split=split)
-        else:
-            result = P.kagl_subcat(encoder, catalog)
-        result["model"] = encoder.model_key
-        if hasattr(encoder.adapter, "routing_stats"):
-            result["routing"] = P.routing_report(encoder, catalog, split=split)
+        result = _tower_protocol(protocol, settings, split)
     result["adapter"] = settings.encoders.adapter
     if protocol in ("qrels", "attr"):
         result["fusion"] = {"method": settings.search.fusion, "signals": settings.search.fusion_signals}
     emit_json(result, json_out)
+
+
+def _cutoffs(ks: str) -> list[int]:
+    try:
+        cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
+    except ValueError as e:
+        raise click.BadParameter(f"--k must be integers like 1,5,10: {e}") from e
+    if not cutoffs or cutoffs[0] < 1:
+        raise click.BadParameter("--k needs positive cut-offs")
+    return cutoffs
+
+
+def _data_dir_protocol(protocol: str, settings: Any, queries: Path | None, cutoffs: list[int], split: str,
+                       n_queries: int | None) -> dict[str, Any]:
+    """The protocols that search a data dir through the engine: qrels, complements, attr, photo-self."""
+    from vitrine.evals import protocols as P
+    from vitrine.evals.datasets import Catalog, EvalQuery, load_qrels
+    from vitrine.search.engine import Engine
+
+    engine = Engine.open(settings)
+    if protocol == "qrels":
+        if queries is None:
+            raise click.UsageError("--protocol qrels needs --queries")
+        return P.run_qrels(engine, load_qrels(queries), cutoffs)
+    if protocol == "complements":
+        from vitrine.evals.recommend_eval import complements_check
+
+        catalog = Catalog.load()
+        split_ids = [pid for pid, m in zip(catalog.ids, catalog.split_mask(split)) if m]
+        result = complements_check(engine, split_ids, n=n_queries or 200, k=cutoffs[-1])
+        result["split"] = split
+        return result
+    if protocol == "attr":
+        qs = attribute_queries(settings, split, n_queries or 500)
+        present = set(engine.records.ids())
+        evq = [EvalQuery(qid=q["qid"], text=q["text"], image=None,
+                         relevant={i: 1.0 for i in q["relevant"] if i in present}) for q in qs]
+        result = P.run_qrels(engine, [q for q in evq if q.relevant], cutoffs)
+        result["protocol"], result["split"] = "attr", split
+        return result
+    return P.photo_self(engine, Catalog.load(), split=split)
+
+
+def _tower_protocol(protocol: str, settings: Any, split: str) -> dict[str, Any]:
+    """The KAGL protocols: the towers and the adapter on the bundled catalogue, no data dir."""
+    from vitrine.evals import protocols as P
+    from vitrine.evals.datasets import Catalog
+    from vitrine.search.engine import build_encoder
+
+    encoder = build_encoder(settings)
+    catalog = Catalog.load()
+    result = P.kagl_t2i(encoder, catalog, split=split) if protocol == "kagl-t2i" else P.kagl_subcat(encoder, catalog)
+    result["model"] = encoder.model_key
+    if hasattr(encoder.adapter, "routing_stats"):
+        result["routing"] = P.routing_report(encoder, catalog, split=split)
+    return result
 
 
 def _adapter_list(text: str) -> list[str]:
@@ -207,7 +219,7 @@ def _ablation(settings: Any, adapters: list[str], split: str, n_attr: int, json_
 def _intent_eval(json_out: Path | None) -> None:
     """``--protocol intent``: accuracy, macro-F1 and slot exact-match of the shipped intent
     classifier on its held-out queries (held-out templates and brand/type vocabulary)."""
-    from vitrine.intent.training import evaluate_heldout
+    from vitrine.training.intent import evaluate_heldout
 
     settings = make_settings()
     result = evaluate_heldout(settings.intent.intent_model, cache_dir=settings.storage.cache_dir / "intent",

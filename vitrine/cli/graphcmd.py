@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -209,8 +210,6 @@ def map_report(out: Path, threshold: float | None) -> None:
     """Measure the automatic category mapping against reviewed ones: the bundled fashion
     catalogue's article types against category_map.csv, and data/home-electronics against its
     categories.csv. Writes taxonomy_map.md/.json/.png."""
-    import csv
-
     from importlib.util import find_spec
 
     from vitrine.cli.bench import BENCH_EXTRA
@@ -233,18 +232,7 @@ def map_report(out: Path, threshold: float | None) -> None:
         f"node's lineage. Operating threshold {th}: below it a category stays unmapped. Accuracy = the "
         "automatic node is the reviewed node; near = the reviewed node, its parent or its child. "
         "Command: `vitrine graph map-report --out bench-results`. docs/graph.md.")
-    paths = _leaf_paths(_catalogue_docs(None))
-    reviewed = {k: tid for k, (tid, _name) in data.category_map.items()}
-    sets = {"fashion-small (89 article types) vs category_map.csv": (mapper.map_paths(paths), reviewed)}
-    from vitrine.ingest.fashion import bundled_dir
-
-    he = bundled_dir().parent / "home-electronics"  # the repo's catalogue from another domain
-    if (he / "catalog.jsonl").is_file():
-        docs = _catalogue_docs(he / "catalog.jsonl")
-        hpaths = _leaf_paths(docs)
-        with open(he / "categories.csv", encoding="utf-8") as f:
-            ref = {norm_key(r["category_path"].split(" > ")[-1]): int(r["taxonomy_id"]) for r in csv.DictReader(f)}
-        sets["home-electronics (16 shop categories) vs categories.csv"] = (mapper.map_paths(hpaths), ref)
+    sets = _reviewed_mappings(data, mapper)
     rep.data["threshold"] = th
     rep.data["sets"] = {}
     for name, (maps, ref) in sets.items():
@@ -257,17 +245,41 @@ def map_report(out: Path, threshold: float | None) -> None:
         rep.table(r["rows"], ["category", "confidence", "auto_path", "reviewed_path", "exact", "near"],
                   f"{name}: every category (best first)")
 
-    def draw(ax):  # noqa: ANN001, ANN202
-        for name, d in rep.data["sets"].items():
-            xs = [c["coverage"] for c in d["curve"]]
-            ax.plot(xs, [c["accuracy"] for c in d["curve"]], marker="o", label=f"{name.split(' ')[0]} exact")
-            ax.plot(xs, [c["accuracy_near"] for c in d["curve"]], marker=".", ls="--",
-                    label=f"{name.split(' ')[0]} near")
-        ax.set_xlabel("coverage (share of categories mapped)")
-        ax.set_ylabel("accuracy of those mapped")
-        ax.set_title("Automatic taxonomy mapping: thresholds 0.0 ... 0.9")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-
-    rep.plot("taxonomy_map.png", draw)
+    rep.plot("taxonomy_map.png", lambda ax: _draw_map_report(ax, rep.data["sets"]))
     click.echo(f"-> {rep.write()}")
+
+
+def _reviewed_mappings(data: Any, mapper: Any) -> dict[str, tuple[Any, dict[str, int]]]:
+    """The automatic mapping of each catalogue with reviewed categories, and the reviewed one: the
+    bundled fashion catalogue's article types (category_map.csv) and data/home-electronics."""
+    import csv
+
+    from vitrine.index.vocabulary import norm_key
+    from vitrine.ingest.fashion import bundled_dir
+
+    paths = _leaf_paths(_catalogue_docs(None))
+    reviewed = {k: tid for k, (tid, _name) in data.category_map.items()}
+    sets = {"fashion-small (89 article types) vs category_map.csv": (mapper.map_paths(paths), reviewed)}
+
+    he = bundled_dir().parent / "home-electronics"  # the repo's catalogue from another domain
+    if (he / "catalog.jsonl").is_file():
+        docs = _catalogue_docs(he / "catalog.jsonl")
+        hpaths = _leaf_paths(docs)
+        with open(he / "categories.csv", encoding="utf-8") as f:
+            ref = {norm_key(r["category_path"].split(" > ")[-1]): int(r["taxonomy_id"]) for r in csv.DictReader(f)}
+        sets["home-electronics (16 shop categories) vs categories.csv"] = (mapper.map_paths(hpaths), ref)
+    return sets
+
+
+def _draw_map_report(ax: Any, sets: dict[str, Any]) -> None:
+    for name, d in sets.items():
+        xs = [c["coverage"] for c in d["curve"]]
+        ax.plot(xs, [c["accuracy"] for c in d["curve"]], marker="o", label=f"{name.split(' ')[0]} exact")
+        ax.plot(xs, [c["accuracy_near"] for c in d["curve"]], marker=".", ls="--",
+                label=f"{name.split(' ')[0]} near")
+    ax.set_xlabel("coverage (share of categories mapped)")
+    ax.set_ylabel("accuracy of those mapped")
+    ax.set_title("Automatic taxonomy mapping: thresholds 0.0 ... 0.9")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+

@@ -285,7 +285,7 @@ def test_a_rule_that_cannot_be_read_is_skipped_not_fatal(eng, client, caplog):
 
 def test_another_process_sees_a_change_within_the_refresh_interval(eng, client):
     """A second rule book over the same store, as another worker process has."""
-    from vitrine.index.rulestore import open_rule_store
+    from vitrine.index.backends import open_rule_store
     from vitrine.search.models import SearchRequest
     from vitrine.search.rules import RuleBook
 

@@ -29,7 +29,7 @@ def feedback_data_option(f):  # noqa: ANN001, ANN201
 
 @contextmanager
 def _event_log(data_dir: Path, store: str | None) -> Iterator[Any]:
-    from vitrine.index.eventlog import open_event_log  # noqa: PLC0415
+    from vitrine.index.backends import open_event_log  # noqa: PLC0415
 
     settings = make_settings(data_dir=data_dir, store=store)
     log = open_event_log(settings.storage.store, settings.storage.data_dir)

@@ -19,7 +19,7 @@ from vitrine.errors import InvalidInput, NotFound
 
 @contextmanager
 def _stores(data_dir: Path, store: str | None) -> Iterator[tuple[Any, Any, Any]]:
-    from vitrine.index.rulestore import open_rule_store
+    from vitrine.index.backends import open_rule_store
     from vitrine.index.store import open_stores
 
     settings = make_settings(data_dir=data_dir, store=store)

@@ -482,15 +482,3 @@ class EventLog(SqliteAnalytics):
             rows = self._searches.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
                                           (since, min_users, limit)).fetchall()
         return [(str(t), float(n)) for t, n in rows]
-
-
-def open_event_log(store: str | None, data_dir: str | os.PathLike[str], *, pool: object | None = None) -> EventLogAPI:
-    """The feedback log beside a record store: ``events.sqlite`` in the data dir (SQLite), or
-    tables in the PostgreSQL database (``pool``: the record store's connection pool)."""
-    if store and str(store).split("://", 1)[0] in ("postgresql", "postgres"):
-        from vitrine.index.pgevents import PgEventLog  # noqa: PLC0415 - psycopg is an extra
-
-        return PgEventLog(str(store), pool=pool)
-    return EventLog(Path(data_dir) / FILE)
-
-

@@ -202,19 +202,3 @@ class SqliteRuleStore:
 
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM rules WHERE deleted=0")[0][0])
-
-
-def is_database_url(store: str | None) -> bool:
-    return bool(store) and str(store).split("://", 1)[0] in ("postgresql", "postgres")
-
-
-def open_rule_store(store: str | None, data_dir: str | os.PathLike[str]) -> RuleStoreAPI:
-    """The rule store beside a data dir's records: the SQLite file in it (``store`` empty), or the
-    PostgreSQL database ``store`` names."""
-    if is_database_url(store):
-        from vitrine.index.pgrules import PgRuleStore
-
-        return PgRuleStore(str(store))
-    if store:
-        raise InvalidInput(f"unknown record store {store!r}: give a postgresql://... URL, or none for SQLite")
-    return SqliteRuleStore(Path(data_dir) / "records.sqlite")

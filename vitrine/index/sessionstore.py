@@ -181,16 +181,3 @@ class SqliteSessionStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_url: str | None,
-                       ttl_s: float, max_sessions: int) -> SessionStoreAPI:
-    """The session store of a data dir: ``kind`` "memory" (this process), else the record store's
-    home: PostgreSQL when ``database_url`` is given, else ``sessions.sqlite`` in ``data_dir``."""
-    if kind == "memory":
-        return MemorySessionStore(ttl_s, max_sessions)
-    if database_url:
-        from vitrine.index.pgsessions import PgSessionStore
-
-        return PgSessionStore(database_url, ttl_s, max_sessions)
-    return SqliteSessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)

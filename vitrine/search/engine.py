@@ -29,7 +29,7 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.errors import NotFound, VitrineError
 from vitrine.index.bm25 import MemoryBM25
-from vitrine.index.eventlog import open_event_log
+from vitrine.index.backends import open_event_log
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
 from vitrine.index.records import RecordRow

@@ -22,7 +22,7 @@ import numpy as np
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.graph import QueryTerms
-from vitrine.index.rulestore import open_rule_store
+from vitrine.index.backends import open_rule_store
 from vitrine.search import fallback, feedback, fusion, recommend, storefront, understanding, variants
 from vitrine.search import rules as merchandising
 from vitrine.search.models import (

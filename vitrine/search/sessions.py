@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitrine.errors import VitrineError
-from vitrine.index.sessionstore import SessionStoreAPI, open_session_store
+from vitrine.index.backends import open_session_store
+from vitrine.index.sessionstore import SessionStoreAPI
 from vitrine.resources import resource_path
 from vitrine.search.models import (
     CompareResponse,

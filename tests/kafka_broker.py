@@ -75,7 +75,7 @@ def child_runtime(encoder) -> None:  # noqa: ANN001
 
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
-    from vitrine.encoders.encoder import FeatureCache
+    from vitrine.encoders.feature_cache import FeatureCache
 
     if encoder.cache is not None:  # never share the parent's SQLite connection
         encoder.cache = FeatureCache(encoder.cache.path)

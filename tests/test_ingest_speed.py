@@ -82,7 +82,7 @@ def test_pipelined_ingest_and_jobs_build_the_same_index(settings_factory, encode
     import torch
 
     from vitrine.cli.base import make_settings
-    from vitrine.encoders.encoder import FeatureCache
+    from vitrine.encoders.feature_cache import FeatureCache
     from vitrine.search.engine import Engine
 
     assert make_settings(data_dir=tmp_path, torch_threads=2).encoders.torch_threads == 2  # what --jobs sets

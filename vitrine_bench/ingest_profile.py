@@ -112,7 +112,7 @@ class _Tok:
 
 def instrument(engine: Any, timer: StageTimer) -> Callable[[], None]:
     """Wrap every ingest stage of ``engine``'s write path; returns the undo."""
-    from vitrine.encoders import encoder as enc_mod
+    from vitrine.encoders.feature_cache import FeatureCache
     from vitrine.index import records as rec_mod
     from vitrine.index.filters import FilterIndex
     from vitrine.index.graph import ProductGraph
@@ -129,8 +129,8 @@ def instrument(engine: Any, timer: StageTimer) -> Callable[[], None]:
     timer.wrap(st.records, "get_many", "upsert prep (lookups, hashes)")
     timer.wrap(Product, "content_hash", "upsert prep (lookups, hashes)")
     timer.wrap(writes, "product_text", "product texts")
-    timer.wrap(enc_mod.FeatureCache, "get_many", "feature cache")
-    timer.wrap(enc_mod.FeatureCache, "put_many", "feature cache")
+    timer.wrap(FeatureCache, "get_many", "feature cache")
+    timer.wrap(FeatureCache, "put_many", "feature cache")
     if towers.hf_tokenizer is not None:
         tok = towers.hf_tokenizer
         towers.hf_tokenizer = _Tok(tok, timer)

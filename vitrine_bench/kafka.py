@@ -71,7 +71,7 @@ def _throughput(name: str, settings: Any, encoder: Any, records: list[dict[str, 
 
 def run(out: Path, *, n: int, source: Path, freshness_events: int = 100, rate: float = 5.0,
         batch_size: int = 64) -> Path:
-    from vitrine.encoders.encoder import FeatureCache
+    from vitrine.encoders.feature_cache import FeatureCache
     from vitrine.ingest import events as ev
     from vitrine.ingest.fashion import demo_subset
     from vitrine.ingest.kafka import IngestWorker, Publisher

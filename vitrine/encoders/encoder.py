@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,10 +16,10 @@ import torch
 
 from vitrine.encoders.adapters import Adapter, load_adapter
 from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
+from vitrine.encoders.feature_cache import FeatureCache
 from vitrine.encoders.images import augment_view, check_view, decode_image
 from vitrine.errors import InvalidImage, InvalidInput, ModelError
 from vitrine.progress import progress_bar
-from vitrine.sqlite import connect_wal
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.encoders.lora import TowerLora
@@ -31,45 +30,6 @@ log = logging.getLogger(__name__)
 # 8 photos at 128x96 stay in cache, 32 do not (2 cores: 120 photos/s at 8 vs 75 at 32 and 48 at
 # 128; bench-results/encoders.md). Ingest batches stay large; only the forward is split.
 IMAGE_FORWARD_BATCH = 8
-
-
-class FeatureCache:
-    """Backbone features keyed by (towers key, content hash), in one SQLite file.
-
-    Re-ingesting a catalogue, retraining an adapter or re-running an eval never re-runs the
-    towers on the same photo or text. Values are float16 arrays stored as raw bytes.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        with self._conn() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS feats (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect_wal(self.path)
-            self._local.conn = conn
-        return conn
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        conn = self._conn()
-        for i in range(0, len(keys), 500):
-            chunk = list(keys[i:i + 500])
-            q = f"SELECT key, dim, vec FROM feats WHERE key IN ({','.join('?' * len(chunk))})"
-            for key, dim, blob in conn.execute(q, chunk):
-                out[key] = np.frombuffer(blob, dtype=np.float16, count=dim).astype(np.float32)
-        return out
-
-    def put_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        rows = [(k, int(v.shape[-1]), np.asarray(v, dtype=np.float16).tobytes()) for k, v in items]
-        if rows:
-            conn = self._conn()
-            with conn:
-                conn.executemany("INSERT OR REPLACE INTO feats (key, dim, vec) VALUES (?, ?, ?)", rows)
 
 
 @dataclass

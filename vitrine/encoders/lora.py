@@ -34,7 +34,7 @@ from torch import nn
 from vitrine.errors import MissingExtra, ModelError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.encoders.encoder import FeatureCache
+    from vitrine.encoders.feature_cache import FeatureCache
     from vitrine.encoders.factory import Towers
 
 log = logging.getLogger(__name__)

@@ -27,17 +27,18 @@ def run(data_dir: Path, out: Path, *, queries: int = 300, k: int = 10, ef_search
     from vitrine_bench.pgserver import PostgresServer
 
     rs = RecordStore(Path(data_dir) / "records.sqlite")
-    rows = [r for r in rs.iter_rows(with_vectors=True) if r.vectors and r.vectors.get("fused") is not None]
+    rows = [r for r in rs.iter_rows(with_vectors=True) if r.vectors.get("fused") is not None]
     rs.close()
     ids = np.array([r.iid for r in rows], dtype=np.int64)
-    base = np.stack([r.vectors["fused"] for r in rows]).astype(np.float32)  # type: ignore[index]
+    fused = [r.vectors["fused"] for r in rows]
+    base = np.stack([v for v in fused if v is not None]).astype(np.float32)
     rng = np.random.default_rng(0)
     pick = rng.choice(len(rows), size=min(queries, len(rows)), replace=False)
-    qs = np.stack([rows[i].vectors["text"] if rows[i].vectors.get("text") is not None  # type: ignore[union-attr,index]
-                   else rows[i].vectors["fused"] for i in pick]).astype(np.float32)  # type: ignore[index]
+    qs = np.stack([rows[i].vectors.get("text") if rows[i].vectors.get("text") is not None
+                   else fused[i] for i in pick]).astype(np.float32)
     by_cat: dict[str, list[int]] = defaultdict(list)
     for r in rows:
-        by_cat[(r.doc.get("category") or ["?"])[-1]].append(int(r.iid))  # type: ignore[arg-type]
+        by_cat[(r.doc.get("category") or ["?"])[-1]].append(int(r.iid))
     cats = sorted(by_cat.items(), key=lambda kv: -len(kv[1]))
     broad = cats[0]
     small = next((c for c in cats if len(c[1]) <= max(k * 2, len(rows) // 100) and len(c[1]) >= k), cats[-1])

@@ -68,7 +68,7 @@ def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 6
     shared = np.concatenate([engine.query_encoder.text(texts[s:s + batch]) for s in range(0, len(texts), batch)]) \
         if texts else np.zeros((0, engine.encoder.dim), np.float32)
     native = np.stack([engine.query_encoder.native(t) for t in texts]) if texts else None
-    id_to_iid = {r.id: int(r.iid) for r in engine.records.iter_rows(with_vectors=False)}  # type: ignore[arg-type]
+    id_to_iid = {r.id: int(r.iid) for r in engine.records.iter_rows(with_vectors=False)}
     rows: list[tuple[np.ndarray, np.ndarray]] = []
     n_rel = np.zeros(len(queries))
     for i, q in enumerate(queries):
@@ -288,7 +288,7 @@ def catalogue_docs(engine: Engine) -> list[dict[str, Any]]:
     for r in engine.records.iter_rows(with_vectors=False):
         doc = {**r.doc, "id": r.id}
         if not doc.get("brand"):
-            facts = engine.graph.facts(int(r.iid))  # type: ignore[arg-type]
+            facts = engine.graph.facts(int(r.iid))
             if facts is not None and facts.brand:
                 doc["brand"] = facts.brand
         out.append(doc)

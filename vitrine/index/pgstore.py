@@ -39,6 +39,7 @@ from vitrine.index.records import (
     SCHEMA_VERSION,
     ImageStore,
     RecordRow,
+    StoredRow,
     doc_json,
     keyset_pages,
     row_from_tuple,
@@ -189,7 +190,7 @@ class PgRecordStore:
             seq = self._next_seq(c)
             params = []
             for r in rows:
-                v = r.vectors or {}
+                v = r.vectors
                 params.append((r.id, doc_json(r.doc), r.content_hash, r.version, r.image_key, seq, r.model_key,
                                vector_blob(v.get("fused")), vector_blob(v.get("image")), vector_blob(v.get("text")),
                                vector_blob(v.get("native")), *pgtext.tsv_args(r.doc)))
@@ -234,34 +235,34 @@ class PgRecordStore:
         return seq, deleted
 
     # -- reads ------------------------------------------------------------------------------------
-    def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[RecordRow]:
+    def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[StoredRow]:
         native = "vec_native" if self._has_native else "NULL"  # a standby of a primary not yet upgraded
         cols = _COLS + (f", vec_fused, vec_image, vec_text, {native}" if with_vectors else ", NULL, NULL, NULL")
         with self._conn() as c:
             rows = c.execute(f"SELECT {cols} FROM {P} WHERE {where}", args).fetchall()
         return [row_from_tuple(tuple(r), with_vectors) for r in rows]
 
-    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> RecordRow | None:
+    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> StoredRow | None:
         rows = self._select("id=%s", (pid,), with_vectors)
         if not rows or (rows[0].deleted and not include_deleted):
             return None
         return rows[0]
 
     def get_many(self, pids: Sequence[str], *, with_vectors: bool = False,
-                 include_deleted: bool = False) -> dict[str, RecordRow]:
+                 include_deleted: bool = False) -> dict[str, StoredRow]:
         if not pids:
             return {}
         rows = self._select("id = ANY(%s)", (list(pids),), with_vectors)
         return {r.id: r for r in rows if include_deleted or not r.deleted}
 
-    def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, RecordRow]:
+    def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, StoredRow]:
         if not len(iids):
             return {}
         rows = self._select("iid = ANY(%s) AND NOT deleted", ([int(x) for x in iids],), with_vectors)
-        return {r.iid: r for r in rows}  # type: ignore[misc]
+        return {r.iid: r for r in rows}
 
     def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
-                  batch: int = 2000) -> Iterator[RecordRow]:
+                  batch: int = 2000) -> Iterator[StoredRow]:
         """Rows changed after ``since_seq`` (all live rows when 0), in iid order, streamed."""
         where = "iid > %s AND seq > %s" + ("" if include_deleted else " AND NOT deleted")
         return keyset_pages(lambda last: self._select(f"{where} ORDER BY iid LIMIT {int(batch)}",

@@ -9,7 +9,7 @@ has ``k`` rows that pass the filter (up to ``hnsw.max_scan_tuples``), instead of
 than ``k`` as a plain HNSW scan followed by a filter does; the ``k`` results are then sorted
 exactly by score. A filter of at most ``exact_max`` ids is scored exactly (no index).
 
-The same methods as :class:`~vitrine.index.vectors.VectorIndex` that the engine uses. Writes
+It satisfies :class:`~vitrine.index.vectors.VectorIndexAPI`, as the FAISS index does. Writes
 are idempotent (an unchanged vector is not rewritten), so every replica replaying the change
 sequence costs the database a read per product, not a write; on a read-only standby they are
 skipped (the primary's writer wrote them). bench-results/pgvector.md measures recall@10

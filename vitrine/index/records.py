@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,10 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 @dataclass
 class RecordRow:
-    """One product as stored: its document, vectors and bookkeeping."""
+    """One product to write: its document, vectors and the model that made them.
+
+    ``vectors`` maps an index field (:data:`VECTOR_FIELDS`) to its vector, or None where the
+    product has none (no photo: no image vector)."""
 
     id: str
     doc: dict[str, Any]
@@ -68,10 +71,26 @@ class RecordRow:
     version: int | None = None
     image_key: str | None = None
     model_key: str | None = None
-    vectors: dict[str, np.ndarray | None] | None = None
-    iid: int | None = None
-    seq: int | None = None
+    vectors: dict[str, np.ndarray | None] = field(default_factory=dict)
+
+
+@dataclass
+class StoredRow(RecordRow):
+    """One product as stored: a :class:`RecordRow` with the store's bookkeeping, its integer id
+    for the indexes (``iid``) and the change sequence number that last wrote it (``seq``).
+    ``vectors`` is empty when it was read without them (``with_vectors=False``), and so is a
+    tombstone's (``deleted``). A stored row can be written again (copied to another store)."""
+
+    _: KW_ONLY
+    iid: int
+    seq: int
     deleted: bool = False
+
+    @classmethod
+    def written(cls, row: RecordRow, iid: int, seq: int) -> StoredRow:
+        """``row`` as a store holds it once written at change ``seq`` under ``iid``."""
+        return cls(id=row.id, doc=row.doc, content_hash=row.content_hash, version=row.version,
+                   image_key=row.image_key, model_key=row.model_key, vectors=row.vectors, iid=iid, seq=seq)
 
 
 def vector_blob(v: np.ndarray | None) -> bytes | None:
@@ -88,7 +107,7 @@ def doc_json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def keyset_pages(page_after: Callable[[int], list[RecordRow]]) -> Iterator[RecordRow]:
+def keyset_pages(page_after: Callable[[int], list[StoredRow]]) -> Iterator[StoredRow]:
     """Rows streamed page by page in iid order: ``page_after(iid)`` is the next page of rows
     after ``iid`` (keyset pagination: no OFFSET, and writes meanwhile never repeat a row)."""
     last = 0
@@ -97,19 +116,19 @@ def keyset_pages(page_after: Callable[[int], list[RecordRow]]) -> Iterator[Recor
         if not rows:
             return
         yield from rows
-        last = rows[-1].iid  # type: ignore[assignment]
+        last = rows[-1].iid
 
 
-def row_from_tuple(r: tuple, with_vectors: bool) -> RecordRow:
-    """A RecordRow from ``iid, id, doc, content_hash, version, image_key, seq, deleted, model_key,
+def row_from_tuple(r: Sequence[Any], with_vectors: bool) -> StoredRow:
+    """A StoredRow from ``iid, id, doc, content_hash, version, image_key, seq, deleted, model_key,
     vec_fused, vec_image, vec_text[, vec_native]`` (the column order both record stores select)."""
     iid, pid, doc, h, ver, img, seq, deleted, mk, vf, vi, vt, *rest = r
     vn = rest[0] if rest else None  # vec_native: the SQLite store keeps it; without it the engine recomputes
-    return RecordRow(
+    return StoredRow(
         id=pid, doc=json.loads(doc) if doc else {}, content_hash=h, version=ver, image_key=img,
         model_key=mk, iid=iid, seq=seq, deleted=bool(deleted),
         vectors={"fused": blob_vector(vf), "image": blob_vector(vi), "text": blob_vector(vt),
-                 "native": blob_vector(vn)} if with_vectors else None,
+                 "native": blob_vector(vn)} if with_vectors else {},
     )
 
 
@@ -193,7 +212,7 @@ class RecordStore:
         with self._tx() as c:
             seq = int((c.execute("SELECT value FROM meta WHERE key='seq'").fetchone() or [0])[0]) + 1
             for r in rows:
-                v = r.vectors or {}
+                v = r.vectors
                 c.execute(
                     """INSERT INTO products (id, doc, content_hash, version, image_key, seq, deleted, model_key,
                                              vec_fused, vec_image, vec_text, vec_native)
@@ -256,22 +275,22 @@ class RecordStore:
     # -- reads ------------------------------------------------------------------------------------
     _COLS = "iid, id, doc, content_hash, version, image_key, seq, deleted, model_key"
 
-    def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[RecordRow]:
+    def _select(self, where: str, args: Sequence[Any], with_vectors: bool) -> list[StoredRow]:
         cols = self._COLS + (", vec_fused, vec_image, vec_text, vec_native" if with_vectors
                              else ", NULL, NULL, NULL, NULL")
         with self._lock:
             rows = self._conn.execute(f"SELECT {cols} FROM products WHERE {where}", args).fetchall()
         return [row_from_tuple(r, with_vectors) for r in rows]
 
-    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> RecordRow | None:
+    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> StoredRow | None:
         rows = self._select("id=?", (pid,), with_vectors)
         if not rows or (rows[0].deleted and not include_deleted):
             return None
         return rows[0]
 
     def get_many(self, pids: Sequence[str], *, with_vectors: bool = False,
-                 include_deleted: bool = False) -> dict[str, RecordRow]:
-        out: dict[str, RecordRow] = {}
+                 include_deleted: bool = False) -> dict[str, StoredRow]:
+        out: dict[str, StoredRow] = {}
         for i in range(0, len(pids), 500):
             chunk = list(pids[i:i + 500])
             for r in self._select(f"id IN ({','.join('?' * len(chunk))})", chunk, with_vectors):
@@ -279,16 +298,16 @@ class RecordStore:
                     out[r.id] = r
         return out
 
-    def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, RecordRow]:
-        out: dict[int, RecordRow] = {}
+    def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, StoredRow]:
+        out: dict[int, StoredRow] = {}
         for i in range(0, len(iids), 500):
             chunk = [int(x) for x in iids[i:i + 500]]
             for r in self._select(f"iid IN ({','.join('?' * len(chunk))}) AND deleted=0", chunk, with_vectors):
-                out[r.iid] = r  # type: ignore[index]
+                out[r.iid] = r
         return out
 
     def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
-                  batch: int = 2000) -> Iterator[RecordRow]:
+                  batch: int = 2000) -> Iterator[StoredRow]:
         """Rows changed after ``since_seq`` (all live rows when 0), in iid order, streamed."""
         where = "iid > ? AND seq > ?" + ("" if include_deleted else " AND deleted=0")
         return keyset_pages(lambda last: self._select(f"{where} ORDER BY iid LIMIT {int(batch)}",

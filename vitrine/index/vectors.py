@@ -29,6 +29,7 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -98,6 +99,32 @@ def gpu_count() -> int:
         return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
     except Exception:  # noqa: BLE001 - a broken GPU runtime means CPU
         return 0
+
+
+@runtime_checkable
+class VectorIndexAPI(Protocol):
+    """What the engine needs from a vector index of one space, keyed by integer product id
+    (``iid``): :class:`VectorIndex` (FAISS, in process, snapshotted to the data dir) and
+    :class:`~vitrine.index.pgvectors.PgVectorIndex` (pgvector, in the shared database)."""
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, id_: int) -> bool: ...
+
+    def ids(self) -> np.ndarray: ...
+
+    def get(self, ids: np.ndarray | list[int]) -> np.ndarray: ...
+
+    def get_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def upsert(self, ids: np.ndarray | list[int], vectors: np.ndarray) -> None: ...
+
+    def delete(self, ids: np.ndarray | list[int]) -> int: ...
+
+    def search(self, queries: np.ndarray, k: int,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def save(self, path: str | os.PathLike[str]) -> str: ...
 
 
 class VectorIndex:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitrine.encoders.queries import unit_rows
-from vitrine.index.records import RecordRow
+from vitrine.index.records import StoredRow
 from vitrine.index.store import RecordStoreAPI
 from vitrine.index.vectors import VectorIndex
 from vitrine.search.models import Product, product_text
@@ -43,23 +43,24 @@ class NativeSpace:
         """Whether queries embedded by ``towers_key`` may be compared with these vectors."""
         return towers_key == self.towers_key
 
-    def apply(self, rows: Sequence[RecordRow]) -> list[RecordRow]:
+    def apply(self, rows: Sequence[StoredRow]) -> list[StoredRow]:
         """Apply written rows; returns the live ones that came without a native vector of these
         towers (their vectors are to be computed from their texts)."""
-        dead = [int(r.iid) for r in rows if r.deleted]  # type: ignore[arg-type]
+        dead = [int(r.iid) for r in rows if r.deleted]
         if dead:
             self.index.delete(dead)
-        have, lacking = [], []
+        have: list[tuple[int, np.ndarray]] = []
+        lacking: list[StoredRow] = []
         for r in rows:
             if r.deleted:
                 continue
-            v = (r.vectors or {}).get("native")
+            v = r.vectors.get("native")
             if v is not None and (r.model_key or "").startswith(self.towers_key + "+"):
-                have.append(r)
+                have.append((int(r.iid), v))
             else:
                 lacking.append(r)
         if have:
-            self.index.upsert([int(r.iid) for r in have], np.stack([r.vectors["native"] for r in have]))  # type: ignore[index, misc]
+            self.index.upsert([i for i, _ in have], np.stack([v for _, v in have]))
         return lacking
 
     def delete(self, iids: Iterable[int]) -> None:
@@ -67,7 +68,7 @@ class NativeSpace:
         if iids:
             self.index.delete(iids)
 
-    def fill(self, text_features: Callable[[list[str]], np.ndarray], rows: Sequence[RecordRow],
+    def fill(self, text_features: Callable[[list[str]], np.ndarray], rows: Sequence[StoredRow],
              batch: int = 2048) -> int:
         """Native vectors of ``rows`` computed from their texts by ``text_features`` (the text
         tower; the feature cache usually holds its output already: ingest computed it)."""
@@ -76,7 +77,7 @@ class NativeSpace:
             part = rows[s:s + batch]
             texts = [product_text(Product.model_validate(r.doc)) for r in part]
             vecs = unit_rows(text_features(texts))
-            self.index.upsert([int(r.iid) for r in part], vecs)  # type: ignore[arg-type]
+            self.index.upsert([int(r.iid) for r in part], vecs)
             done += len(part)
         return done
 
@@ -86,7 +87,7 @@ class NativeSpace:
         if not missing:
             return 0
         log.info("%d products lack a native text vector: filling them in", len(missing))
-        rows = list(records.get_by_iids(missing, with_vectors=True).values())  # type: ignore[arg-type]
+        rows = list(records.get_by_iids(missing, with_vectors=True).values())
         lacking = self.apply(rows)
         if lacking:
             self.fill(text_features, lacking)

@@ -91,7 +91,7 @@ def patch_product(writes: WritePath, pid: str, fields: Mapping[str, Any]) -> Pat
         if product.version is not None and old.version is not None and product.version < old.version:
             return PatchReport(id=pid, patched=False, stale=True)
         sha = old.image_key.split(".", 1)[0] if old.image_key else None
-        vectors = old.vectors or {}
+        vectors = old.vectors
         keep = (product.image_b64 is None and product_text(product) == product_text(before)
                 and old.model_key == st.model_key and vectors.get("fused") is not None)
         if keep:

@@ -38,7 +38,7 @@ from vitrine.search.models import (
 from vitrine.search.reader import Reader
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.index.records import RecordRow
+    from vitrine.index.records import StoredRow
 
 KINDS = ("similar", "complementary")
 MAX_COMPARE = 5
@@ -58,7 +58,7 @@ def _cos(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     return round(float(a @ b) / (na * nb), 6)
 
 
-def _hit(row: "RecordRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
+def _hit(row: "StoredRow", score: float, relation: str, signals: dict[str, float]) -> RecommendHit:
     p = product_out(row)
     return RecommendHit(score=round(float(score), 6), relation=relation,
                         explanation=Explanation(vector_score=round(float(signals.get("vector", score)), 6),
@@ -67,10 +67,10 @@ def _hit(row: "RecordRow", score: float, relation: str, signals: dict[str, float
                         **p.model_dump(exclude={"version"}))
 
 
-def _facts(reader: Reader, row: "RecordRow") -> ProductFacts:
-    f = reader.state.graph.facts(row.iid)  # type: ignore[arg-type]
+def _facts(reader: Reader, row: "StoredRow") -> ProductFacts:
+    f = reader.state.graph.facts(row.iid)
     if f is None:
-        f, _ = reader.state.graph.facts_from_doc(row.iid, row.id, row.doc)  # type: ignore[arg-type]
+        f, _ = reader.state.graph.facts_from_doc(row.iid, row.id, row.doc)
     return f
 
 
@@ -107,7 +107,7 @@ def recommend(reader: Reader, pid: str, kind: str = "similar", k: int = 10) -> R
     if row.iid not in fused:  # embedded by another model: nothing to compare it with yet
         return RecommendResponse(anchor=anchor, kind=kind, results=[],
                                  took_ms=round((time.perf_counter() - t0) * 1000, 3))
-    av = fused.get([row.iid])[0]  # type: ignore[list-item]
+    av = fused.get([row.iid])[0]
     facts = _facts(reader, row)
     if kind == "similar":
         results = _similar(reader, row, av, facts, k)
@@ -117,7 +117,7 @@ def recommend(reader: Reader, pid: str, kind: str = "similar", k: int = 10) -> R
                              took_ms=round((time.perf_counter() - t0) * 1000, 3))
 
 
-def _similar(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFacts, k: int) -> list[RecommendHit]:
+def _similar(reader: Reader, row: "StoredRow", av: np.ndarray, facts: ProductFacts, k: int) -> list[RecommendHit]:
     g = reader.state.graph
     fused = reader.state.vectors["fused"]
     allowed = None
@@ -125,7 +125,7 @@ def _similar(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFac
     if facts.category:
         with g.lock:
             members = g.products_of_category(facts.category)
-            members.discard(row.iid)  # type: ignore[arg-type]
+            members.discard(row.iid)
             if facts.gender:  # a shopper's "similar" keeps to the anchor's gender (unisex fits both)
                 compat = [facts.gender] + (["Unisex"] if facts.gender in _ADULT else
                                            list(_ADULT) if facts.gender == "Unisex" else [])
@@ -154,7 +154,7 @@ def _similar(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFac
     return out
 
 
-def _complementary(reader: Reader, row: "RecordRow", av: np.ndarray, facts: ProductFacts,
+def _complementary(reader: Reader, row: "StoredRow", av: np.ndarray, facts: ProductFacts,
                    k: int) -> list[RecommendHit]:
     g = reader.state.graph
     fused = reader.state.vectors["fused"]
@@ -173,7 +173,7 @@ def _complementary(reader: Reader, row: "RecordRow", av: np.ndarray, facts: Prod
         per_cat: list[tuple[str, list[str], set[int], set[int]]] = []
         for cat, outfits in comps.items():
             members = g.products_of_category(cat)
-            members.discard(row.iid)  # type: ignore[arg-type]
+            members.discard(row.iid)
             main = members & exact if exact is not None else members
             per_cat.append((cat, outfits, main, (members & fill) - main))
         colour_ok: dict[int, str] = {}
@@ -288,7 +288,7 @@ def compare(reader: Reader, ids: list[str]) -> CompareResponse:
     image_idx, fused_idx = reader.state.vectors["image"], reader.state.vectors["fused"]
     pairwise = []
     for (ra, fa), (rb, fb) in itertools.combinations(list(zip(ordered, facts)), 2):
-        va, vb = ra.vectors or {}, rb.vectors or {}
+        va, vb = ra.vectors, rb.vectors
         photo = _cos(image_idx.get([ra.iid])[0], image_idx.get([rb.iid])[0]) \
             if ra.iid in image_idx and rb.iid in image_idx else None
         fused = _cos(fused_idx.get([ra.iid])[0], fused_idx.get([rb.iid])[0]) \
@@ -296,7 +296,7 @@ def compare(reader: Reader, ids: list[str]) -> CompareResponse:
         with reader.state.graph.lock:
             rel = reader.state.graph.relation(fa.category, fb.category, fa.gender)
         pairwise.append(PairwiseSimilarity(a=ra.id, b=rb.id, photo=photo, text=_cos(va.get("text"), vb.get("text")),
-                                           fused=fused, relation=rel))  # type: ignore[arg-type]
+                                           fused=fused, relation=rel))
     prices = [p.price for p in products if p.price is not None]
     price_difference = round(max(prices) - min(prices), 2) if len(prices) >= 2 else None
     summary = _summary(products, shared, differing, pairwise, price_difference)
@@ -317,8 +317,7 @@ def _summary(products: list[ProductOut], shared: dict[str, Any], differing: list
     key_diff = [d for d in differing if d in _ORDER or d == "price"]
     if key_diff:
         parts.append("differ in " + ", ".join(key_diff[:5]))
-    sims = [(p.photo if p.photo is not None else p.fused, p) for p in pairwise]
-    sims = [(s, p) for s, p in sims if s is not None]
+    sims = [(s, p) for p in pairwise if (s := p.photo if p.photo is not None else p.fused) is not None]
     if sims:
         s, p = max(sims, key=lambda t: t[0])
         what = "photo" if p.photo is not None else "overall"

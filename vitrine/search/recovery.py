@@ -16,7 +16,7 @@ from typing import Any
 from vitrine.errors import StorageError
 from vitrine.index.graph import ProductGraph
 from vitrine.index.snapshots import Snapshot
-from vitrine.index.vectors import VectorIndex
+from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native
 from vitrine.search.state import GRAPH_FILE, INDEX_FIELDS, IndexState
 
@@ -97,9 +97,9 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
     if store and store != state.store_id:
         return "it belongs to another record store", True, False
     try:
-        vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
-                                       nprobe=s.nprobe, ef_search=s.ef_search)
-                   for f in INDEX_FIELDS}
+        vectors: dict[str, VectorIndexAPI] = {
+            f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"), nprobe=s.nprobe, ef_search=s.ef_search)
+            for f in INDEX_FIELDS}
         graph = None
         same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
         if GRAPH_FILE in (m.get("files") or {}) and same_graph:

@@ -37,10 +37,10 @@ from vitrine.errors import InvalidInput, NotFound
 from vitrine.index import taxonomy_map
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import GraphData, ProductGraph
-from vitrine.index.records import SCHEMA_VERSION, RecordRow
+from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
-from vitrine.index.vectors import VectorIndex
+from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native, stock
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
@@ -112,7 +112,7 @@ class IndexState:
             options.taxonomy_vectors_file, options.taxonomy_map_threshold)
         self.graph_data.use_mapper(mapper, mapper.identity)
         self.graph = ProductGraph(self.graph_data)
-        self.vectors: dict[str, VectorIndex] = {}
+        self.vectors: dict[str, VectorIndexAPI] = {}
         self.native = self.new_native()  # the text tower's own space (vitrine/search/native.py)
         self.write_lock = threading.Lock()
         self.lock = StateLock()  # searches read together; the visible step of a write is exclusive
@@ -128,7 +128,7 @@ class IndexState:
         return self.encoder.text_features(texts)
 
     # -- construction ------------------------------------------------------------------------------
-    def new_index(self, field: str = "fused") -> VectorIndex:
+    def new_index(self, field: str = "fused") -> VectorIndexAPI:
         """An empty vector index of the shared space, as configured."""
         s, store = self.options, self.storage.store
         if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
@@ -136,7 +136,7 @@ class IndexState:
                 raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
             from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
 
-            return PgVectorIndex(store, field, self.dim, ef_search=s.ef_search)  # type: ignore[return-value]
+            return PgVectorIndex(store, field, self.dim, ef_search=s.ef_search)
         return VectorIndex(self.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)
 
     def new_native(self) -> native.NativeSpace:
@@ -154,7 +154,7 @@ class IndexState:
             sid = self.records.get_meta("store_id")
         return str(sid)
 
-    def restore(self, vectors: dict[str, VectorIndex], nat: native.NativeSpace, graph: ProductGraph | None,
+    def restore(self, vectors: dict[str, VectorIndexAPI], nat: native.NativeSpace, graph: ProductGraph | None,
                 seq: int, version: str | None) -> None:
         """Take indexes loaded from a snapshot version (or fresh ones: ``version`` None, ``seq`` 0)
         as they were at change ``seq``; a None ``graph`` keeps the current one."""
@@ -167,7 +167,7 @@ class IndexState:
     def rebuild_graph(self) -> None:
         """The product graph built again from every record."""
         self.graph = ProductGraph(self.graph_data)
-        if self.graph.upsert_many((r.iid, r.id, r.doc) for r in self.records.iter_rows(with_vectors=False)):  # type: ignore[misc]
+        if self.graph.upsert_many((r.iid, r.id, r.doc) for r in self.records.iter_rows(with_vectors=False)):
             self._dirty = True
 
     def replay(self, target: int) -> tuple[int, int]:
@@ -178,7 +178,7 @@ class IndexState:
         stale_model = 0
         for row in self.records.iter_rows(with_vectors=False):
             values, price = filter_values(row.doc)
-            self.filters.upsert(row.iid, values, price)  # type: ignore[arg-type]
+            self.filters.upsert(row.iid, values, price)
             if row.model_key != self.model_key:
                 stale_model += 1
         replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
@@ -194,14 +194,14 @@ class IndexState:
         self._dirty = True
 
     # -- applying changes --------------------------------------------------------------------------
-    def apply_rows(self, rows: Sequence[RecordRow]) -> int:
+    def apply_rows(self, rows: Sequence[StoredRow]) -> int:
         """Apply written rows to the vector indexes, native space and graph (not the filters)."""
         if not rows:
             return 0
         # the graph holds every live product, whichever model embedded it (a batch: its new
         # categories are mapped and its titles' brands learned together)
         self.graph.delete([r.id for r in rows if r.deleted])
-        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)  # type: ignore[misc]
+        self.graph.upsert_many((r.iid, r.id, r.doc) for r in rows if not r.deleted)
         lacking = self.native.apply(rows)
         if lacking:  # written by another model or before native vectors were kept
             self.native.fill(self.text_features, lacking)
@@ -209,24 +209,23 @@ class IndexState:
         for f in INDEX_FIELDS:
             if dead:
                 self.vectors[f].delete(dead)
-            live = [r for r in rows if not r.deleted and r.model_key == self.model_key
-                    and r.vectors and r.vectors.get(f) is not None]
+            live = [(r.iid, v) for r in rows if not r.deleted and r.model_key == self.model_key
+                    and (v := r.vectors.get(f)) is not None]
             if live:
-                self.vectors[f].upsert([r.iid for r in live], np.stack([r.vectors[f] for r in live]))  # type: ignore[index]
+                self.vectors[f].upsert([i for i, _ in live], np.stack([v for _, v in live]))
         return len(rows)
 
     def commit(self, rows: list[RecordRow]) -> int:
         """The visible step of a write of encoded rows (``write_lock`` held): one record-store
-        transaction, then every index, all in one exclusive step. Sets each row's ``iid`` and
-        ``seq``; returns the change sequence number."""
+        transaction, then every index, all in one exclusive step. Returns the change sequence
+        number."""
         with self.lock.write():  # searches see all of this write or none of it
             seq, iids = self.records.upsert_many(rows)
-            for r, iid in zip(rows, iids):
-                r.iid, r.seq = iid, seq
-            self.apply_rows(rows)
-            for r in rows:
+            stored = [StoredRow.written(r, iid, seq) for r, iid in zip(rows, iids)]
+            self.apply_rows(stored)
+            for r in stored:
                 values, price = filter_values(r.doc)
-                self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+                self.filters.upsert(r.iid, values, price)
             self._advance_seq(seq)
         return seq
 
@@ -255,7 +254,7 @@ class IndexState:
                     self._advance_seq(seq)
             return len(iids)
 
-    def swap_in(self, vectors: dict[str, VectorIndex], encoder: MultimodalEncoder, spec: ModelSpec,
+    def swap_in(self, vectors: dict[str, VectorIndexAPI], encoder: MultimodalEncoder, spec: ModelSpec,
                 model_key: str, seq: int) -> None:
         """Serve a hot-swapped model and its vectors (``write_lock`` and ``lock.write()`` held)."""
         self.vectors, self.model_key = vectors, model_key
@@ -279,9 +278,9 @@ class IndexState:
         self._seq = max(self._seq, target)
         return applied
 
-    def changes_since(self, seq: int, size: int) -> Iterator[list[RecordRow]]:
+    def changes_since(self, seq: int, size: int) -> Iterator[list[StoredRow]]:
         """Record-store rows changed after ``seq`` (deletions included), in batches of ``size``."""
-        batch: list[RecordRow] = []
+        batch: list[StoredRow] = []
         for row in self.records.iter_rows(since_seq=seq, include_deleted=True):
             batch.append(row)
             if len(batch) >= size:
@@ -289,14 +288,14 @@ class IndexState:
                 batch = []
         yield batch
 
-    def _apply_changed_rows(self, rows: Sequence[RecordRow]) -> int:
+    def _apply_changed_rows(self, rows: Sequence[StoredRow]) -> int:
         self.apply_rows(rows)
         for r in rows:
             if r.deleted:
-                self.filters.delete(r.iid)  # type: ignore[arg-type]
+                self.filters.delete(r.iid)
             else:
                 values, price = filter_values(r.doc)
-                self.filters.upsert(r.iid, values, price)  # type: ignore[arg-type]
+                self.filters.upsert(r.iid, values, price)
         return len(rows)
 
     def refresh(self) -> int:
@@ -382,7 +381,7 @@ class IndexState:
         row = self.records.get(pid)
         if row is None:
             raise NotFound("product", pid)
-        return self.vectors[field].get([row.iid])[0]  # type: ignore[list-item]
+        return self.vectors[field].get([row.iid])[0]
 
     def facets(self, fields: Sequence[str] | None = None, limit: int = 50) -> FacetsResponse:
         """Filter values per field, most common first (at most ``limit`` each)."""

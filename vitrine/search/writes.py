@@ -160,8 +160,8 @@ class WritePath:
             report = UpsertReport()
             rows = self.encode_rows(todo, report, progress=progress)
             versions = {s.id: s.version for s in stale}
-            for r in rows:  # (rows skip products whose photo failed: match by id, not position)
-                r.version = versions.get(r.id)
+            for row in rows:  # (rows skip products whose photo failed: match by id, not position)
+                row.version = versions.get(row.id)
             if not rows:
                 return 0
             st.commit(rows)

@@ -36,7 +36,9 @@ def _engine(settings_factory, encoder, catalog_dir, tmp_path, name, limit=None):
 
 @pytest.mark.slow
 def test_text_only_catalogue_trains_the_text_side_and_installs(settings_factory, encoder, catalog_dir, tmp_path):
-    from vitrine.evals.gate_training import catalogue_pairs, train_on_data
+    from vitrine.training.gate_data import train_on_data
+    from vitrine.training.pairs import catalogue_pairs
+    from vitrine.training.recipe import GateRecipe
     from vitrine.evals.tuning import tune
 
     eng = _engine(settings_factory, encoder, catalog_dir, tmp_path, "textonly")
@@ -50,8 +52,9 @@ def test_text_only_catalogue_trains_the_text_side_and_installs(settings_factory,
         assert train.text_only and val.text_only and len(train.variant) == info["train_products"]
         assert (train.product_keys[train.query_subset, train.query_rows] == train.query_key).all()
         out = tmp_path / "adapter"
-        summary = train_on_data(eng, out, kind="moe", epochs=12, patience=3, dim=64, overrides=TINY_MOE,
-                                counts=COUNTS, lr=5e-3, batch_size=64, init="fresh")
+        recipe = GateRecipe(kind="moe", epochs=12, patience=3, dim=64, overrides=TINY_MOE, lr=5e-3, batch_size=64,
+                            init="fresh")
+        summary = train_on_data(eng, out, recipe, counts=COUNTS)
         log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
         scores = [r["score"] for r in log]
         # early-stopped on the held-out pseudo title queries: the kept weights are the best epoch's
@@ -94,7 +97,7 @@ def test_text_only_catalogue_trains_the_text_side_and_installs(settings_factory,
 
 
 def test_too_small_a_text_only_catalogue_is_refused_clearly(settings_factory, encoder, catalog_dir, tmp_path):
-    from vitrine.evals.gate_training import MIN_PRODUCTS, catalogue_pairs
+    from vitrine.training.pairs import MIN_PRODUCTS, catalogue_pairs
 
     eng = _engine(settings_factory, encoder, catalog_dir, tmp_path, "tiny", limit=30)
     try:
@@ -105,7 +108,7 @@ def test_too_small_a_text_only_catalogue_is_refused_clearly(settings_factory, en
 
 
 def test_auto_init_fine_tunes_the_served_aligner_only_for_text_only_catalogues():
-    from vitrine.evals.gate_training import resolve_init
+    from vitrine.training.gate_data import resolve_init
 
     assert resolve_init("auto", text_only=True, served_kind="moe", kind="moe", overrides=False) == "live"
     assert resolve_init("auto", text_only=False, served_kind="moe", kind="moe", overrides=False) == "fresh"

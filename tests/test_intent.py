@@ -14,9 +14,8 @@ import pytest
 
 from vitrine.errors import InvalidInput, MissingExtra, ModelError
 from vitrine.intent import tokenizer as qtok
-from vitrine.intent.generator import (
+from vitrine.training.intent_queries import (
     GENERATOR_VERSION,
-    LABELS,
     QueryGenerator,
     catalogue_terms,
     held_out,
@@ -24,6 +23,7 @@ from vitrine.intent.generator import (
     template_literal_slots,
     template_overlap,
 )
+from vitrine.intent.templates import LABELS
 from vitrine.intent.slots import SlotExtractor, Vocabulary, key_norm, learn_brands, parse_prices, fold, slots_equal
 from vitrine.search.models import Filters, SearchRequest
 
@@ -156,23 +156,24 @@ def test_generator_has_no_leakage(terms, splits):
 
 
 def test_validation_templates_are_disjoint_from_train_and_test(terms):
-    from vitrine.intent.generator import VAL_PERCENT, _norm_tpl, compositional_templates, make_val, template_sets
+    from vitrine.intent.templates import VAL_PERCENT, compositional_templates, norm_template, template_sets
+    from vitrine.training.intent_queries import make_val
 
     sets = {split: template_sets(split) for split in ("train", "val", "test")}
     for label in LABELS:
         for lang in ("en", "zh"):
-            tr, va, te = ({_norm_tpl(t) for t in sets[split][label][lang]} for split in ("train", "val", "test"))
+            tr, va, te = ({norm_template(t) for t in sets[split][label][lang]} for split in ("train", "val", "test"))
             assert va and tr and te
             assert not tr & va and not va & te and not tr & te
             # a fixed share of each intent's train templates per language is kept for validation
             assert 0.5 * VAL_PERCENT / 100 <= len(va) / (len(tr) + len(va)) <= 2 * VAL_PERCENT / 100
-    val_all = {_norm_tpl(t) for by_lang in sets["val"].values() for ts in by_lang.values() for t in ts}
-    test_all = {_norm_tpl(t) for by_lang in sets["test"].values() for ts in by_lang.values() for t in ts}
+    val_all = {norm_template(t) for by_lang in sets["val"].values() for ts in by_lang.values() for t in ts}
+    test_all = {norm_template(t) for by_lang in sets["test"].values() for ts in by_lang.values() for t in ts}
     for made in compositional_templates().values():
-        assert not {_norm_tpl(t) for t in made} & (val_all | test_all)
+        assert not {norm_template(t) for t in made} & (val_all | test_all)
     val = make_val(terms, per_label=30, seed=0)
     assert {e.label for e in val} == set(LABELS)
-    assert all(e.template.startswith("val:") and _norm_tpl(e.template.split(":", 3)[3]) in val_all for e in val)
+    assert all(e.template.startswith("val:") and norm_template(e.template.split(":", 3)[3]) in val_all for e in val)
     # validation uses the training vocabulary only: no held-out brand or article type
     held = {b for b in terms.brands if held_out(b)} | {t for t in terms.types if held_out(t)}
     for e in val:
@@ -201,7 +202,7 @@ def test_bare_phrases_titles_and_invented_brands_in_training(splits, terms):
     """A fifth of the training searches are a product phrase or a catalogue title alone (the
     commonest real query); some titles carry an invented brand, as shoppers type brands the
     vocabulary lacks. Held-out titles (held-out brands or types) never reach training."""
-    from vitrine.intent.generator import BARE_SEARCH_SHARE, BARE_TITLE_SHARE, heldout_titles, pseudo_brand
+    from vitrine.training.intent_queries import BARE_SEARCH_SHARE, BARE_TITLE_SHARE, heldout_titles, pseudo_brand
 
     train, _ = splits
     search = [e for e in train if e.label == "search"]
@@ -223,7 +224,7 @@ def test_taxonomy_products_of_every_domain_in_training(splits, terms):
     """Google's taxonomy names products of every domain: bare ones are searches, and the same
     phrases sit inside every other intent's templates (the model learns the template, not the
     domain). Its held-out leaves (half of them, by a salted hash) are in no training query."""
-    from vitrine.intent.generator import BARE_SEARCH_SHARE, BARE_TAXONOMY_SHARE
+    from vitrine.training.intent_queries import BARE_SEARCH_SHARE, BARE_TAXONOMY_SHARE
     from vitrine.intent.taxonomy import heldout_leaf_queries, taxonomy_names, taxonomy_paths
 
     names = taxonomy_names()
@@ -262,7 +263,7 @@ def test_taxonomy_products_of_every_domain_in_training(splits, terms):
 
 def test_catalogue_titles_join_the_training_queries(terms):
     """The tune-time hook: another catalogue's titles become bare searches and template products."""
-    from vitrine.intent.tuning import catalogue_titles
+    from vitrine.training.intent_tuning import catalogue_titles
 
     titles = catalogue_titles([{"title": "Oakridge 3-Seater Linen Sofa"}, {"title": "oakridge 3-seater  linen sofa"},
                                {"title": "Brava Cordless Drill 20V"}, {"title": ""}, {}])
@@ -339,7 +340,7 @@ def test_slots_come_from_any_catalogues_facets():
 
 # -- the shipped classifier ---------------------------------------------------------------------------------------
 def test_shipped_classifier_on_heldout_queries(classifier, splits, extractor):
-    from vitrine.intent.training import evaluate
+    from vitrine.training.intent import evaluate
 
     _, test = splits
     m = evaluate(classifier, test, extractor)
@@ -381,8 +382,8 @@ def test_bare_product_phrases_are_searches(classifier):
 def test_heldout_catalogue_titles_are_searches(classifier, terms):
     """Real product titles of brands and article types no training query had, typed as queries:
     each is a search (the deployed rule: not confident means search)."""
-    from vitrine.intent.generator import heldout_titles
-    from vitrine.intent.training import title_search_rate
+    from vitrine.training.intent_queries import heldout_titles
+    from vitrine.training.intent import title_search_rate
 
     r = title_search_rate(classifier, heldout_titles(terms))
     assert r["n"] == 600 and r["search_rate"] >= 0.97, r["errors_sample"]
@@ -395,7 +396,7 @@ def test_cue_words_come_from_training_templates_not_products_or_tests():
     """The lexical prior's cue words: words of non-search training (and validation) templates,
     none a product word, none read from the test templates; typos of a cue forgiven."""
     from vitrine.intent import cues
-    from vitrine.intent.generator import template_sets
+    from vitrine.intent.templates import template_sets
 
     cw = cues.default_cues()
     assert {"compare", "return", "cart", "forget", "recommend"} <= cw.cues
@@ -493,7 +494,7 @@ def test_catalogue_words_reach_the_intent_rule_through_the_engine(fresh_engine):
 def test_heldout_leaves_read_as_search_with_the_rule(classifier):
     """The issue's bar on the held-out half of the taxonomy's leaves (measured by `vitrine eval
     --protocol intent`); the rule must not cost held-out accuracy (checked there too)."""
-    from vitrine.intent.training import leaf_search_rate
+    from vitrine.training.intent import leaf_search_rate
 
     assert leaf_search_rate(classifier)["search_rate"] >= 0.98
 
@@ -557,7 +558,7 @@ def test_weights_are_checked_on_load(tmp_path):
 # -- training (tiny smoke run) and --init-from -------------------------------------------------------------------
 def test_training_smoke(tmp_path, tok_cache):
     from vitrine.intent.classifier import IntentClassifier
-    from vitrine.intent.training import train_intent
+    from vitrine.training.intent import train_intent
 
     out = tmp_path / "w"
     s = train_intent(out, seed=3, epochs=1, cache_dir=tok_cache, train_per_label=20, test_per_label=5,
@@ -585,7 +586,7 @@ def test_training_smoke(tmp_path, tok_cache):
         assert np.allclose([[r.scores[lab] for lab in LABELS] for r in fast.predict_batch(texts)], got, atol=1e-5)
     assert not np.allclose(alone[0], alone[1], atol=1e-3)  # members differ (own seed, own queries)
     # members drew different training queries; none of them is a held-out query
-    from vitrine.intent.generator import make_member_splits
+    from vitrine.training.intent_queries import make_member_splits
 
     trains, test = make_member_splits(catalogue_terms(SOURCE), train_per_label=20, test_per_label=5, seed=3,
                                       members=3)
@@ -638,7 +639,7 @@ def synthetic_price(rows, r) -> float:
 
 def test_minilm_embedding_init_option():
     """The optional embedding initialisation (configs: embedding_init=minilm) gives synonyms nearby rows."""
-    from vitrine.intent.embed_init import english_word_ids, init_embeddings
+    from vitrine.training.embed_init import english_word_ids, init_embeddings
     from vitrine.intent.model import EOS, PAD, UNK, IntentModel, load_arch_config
 
     ranks = qtok.load_ranks()

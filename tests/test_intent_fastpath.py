@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vitrine.intent.generator import catalogue_terms, make_splits
+from vitrine.training.intent_queries import catalogue_terms, make_splits
 from vitrine.intent.model import PAD
 from vitrine.intent.slots import SlotExtractor, key_norm, fold
 

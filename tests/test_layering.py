@@ -1,8 +1,11 @@
 """House rule: the layers import one way (docs/design.md, "Layers").
 
-``encoders``, ``index`` and ``intent`` never import ``search``, ``ingest``, ``web``, ``evals`` or
-``cli``; ``ingest``, ``web`` and ``evals`` never import each other (nor ``cli``, the composition
-root). Checked on every import statement of every module, lazy ones inside functions included.
+``encoders``, ``index`` and ``intent`` never import ``search``, ``ingest``, ``web``, ``evals``,
+``training`` or ``cli``; ``ingest``, ``web`` and ``evals`` never import each other (nor ``cli``, the
+composition root). ``training`` (recipes, pairs, the training loops; docs/design.md, "Training")
+sits beside the runtime: it may import ``encoders``, ``intent``, ``index``, ``search``, ``evals``
+and the top-level modules, and nothing but ``cli`` imports it (``search``, ``ingest``, ``web`` and
+``evals`` never do). Checked on every import statement of every module, lazy ones inside functions included.
 ``vitrine/settings.py``, which every layer reads, imports no layer.
 
 Inside ``search`` the engine is the top: a facade over the read path and the write path. Every
@@ -21,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[1] / "vitrine"
 LOWER = ("encoders", "index", "intent")
 UPPER = ("ingest", "web", "evals")
 FORBIDDEN = {
-    **{low: {"search", "ingest", "web", "evals", "cli"} for low in LOWER},
-    **{up: ({"cli"} | set(UPPER)) - {up} for up in UPPER},
+    **{low: {"search", "ingest", "web", "evals", "training", "cli"} for low in LOWER},
+    **{up: ({"cli", "training"} | set(UPPER)) - {up} for up in UPPER},
+    "search": {"training"},
+    "training": {"cli", "ingest", "web"},
 }
-LEAVES = {"settings.py": {"encoders", "index", "intent", "search", "ingest", "web", "evals", "cli"}}
+LEAVES = {"settings.py": {"encoders", "index", "intent", "search", "ingest", "web", "evals", "training", "cli"}}
 
 
 def _imported_layers(path: Path) -> list[tuple[int, str]]:

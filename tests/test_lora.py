@@ -80,15 +80,16 @@ def test_top_layers_only_and_image_targets(towers):
 @pytest.fixture(scope="module")
 def lora_gate(mini_source, tmp_path_factory, cache_dir) -> tuple[Path, dict]:
     """A short joint run of the gate with both towers' deltas on the real subset."""
-    from vitrine.cli.train import train_gate_command
     from vitrine.settings import Settings
+    from vitrine.training.gate import train_gate
+    from vitrine.training.recipe import GateRecipe
 
     tmp = tmp_path_factory.mktemp("lora-gate")
     settings = Settings(data_dir=tmp / "data", cache_dir=cache_dir, _env_file=None, torch_threads=1)
-    summary = train_gate_command(
-        settings, kind="moe", out=tmp / "gate", source=mini_source, epochs=2, batch_size=64, lr=2e-3, dim=64,
-        hidden=64, experts=4, top_k=2, dynamic_k=False, queries=True, seed=0, patience=3, name="moe-lora-test",
-        views=(), lora="both", lora_rank=4, lora_text_layers=[5], lora_lr_scale=1.0)
+    recipe = GateRecipe(kind="moe", source=str(mini_source), epochs=2, batch_size=64, lr=2e-3, dim=64, hidden=64,
+                        experts=4, top_k=2, queries=True, seed=0, patience=3, name="moe-lora-test", views=(),
+                        lora="both", lora_rank=4, lora_text_layers=(5,), lora_lr_scale=1.0)
+    summary = train_gate(settings, recipe, tmp / "gate")
     return tmp / "gate", summary
 
 

@@ -258,7 +258,8 @@ def test_moe_roundtrip_through_the_adapter_factory(tmp_path):
 def trained_moe(encoder, subset_rows):
     """A small MoE trained for a few epochs on real backbone features of the subset (180 products
     to train, 60 to validate)."""
-    from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, train_adapter
+    from vitrine.training.adapter import TrainConfig, evaluate_pairs, train_adapter
+    from vitrine.training.pairs import PairSet
 
     rows = subset_rows[:240]
     photos = [(SOURCE / "images" / f"{r['id']}.jpg").read_bytes() for r in rows]
@@ -277,7 +278,7 @@ def trained_moe(encoder, subset_rows):
 
 def test_moe_learns_to_align_real_catalogue_features(trained_moe):
     """Titles find their photos far above chance, and every expert is used."""
-    from vitrine.encoders.train import evaluate_pairs
+    from vitrine.training.adapter import evaluate_pairs
 
     m, before, res, img, txt, val = trained_moe
     after = evaluate_pairs(m, val)
@@ -391,7 +392,8 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
 def test_ema_training_validates_and_keeps_the_averaged_weights():
     """With a decay so close to 1 that the average never leaves the start, the kept weights are
     the starting ones (the live weights did move), and validation saw them."""
-    from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, train_adapter
+    from vitrine.training.adapter import TrainConfig, evaluate_pairs, train_adapter
+    from vitrine.training.pairs import PairSet
 
     rng = np.random.default_rng(0)
     img, txt = rng.normal(size=(64, 12)).astype(np.float32), rng.normal(size=(64, 8)).astype(np.float32)
@@ -432,7 +434,8 @@ def test_adapter_specs_label_path_and_inference_options(tmp_path):
 def test_training_on_augmented_views_uses_them():
     """With views given, rows train on them at the configured rate: a view set that is pure noise
     drags training down against the same run without views; a PairSet with misshapen views is refused."""
-    from vitrine.encoders.train import PairSet, TrainConfig, evaluate_pairs, train_adapter
+    from vitrine.training.adapter import TrainConfig, evaluate_pairs, train_adapter
+    from vitrine.training.pairs import PairSet
 
     rng = np.random.default_rng(0)
     txt = rng.normal(size=(128, 8)).astype(np.float32)

@@ -343,7 +343,9 @@ def test_stale_tuning_is_ignored(tuned_dir, settings_factory, encoder, tmp_path)
 def test_train_gate_on_data_installs_by_hot_swap(tuned_dir, settings_factory, encoder, tmp_path):
     import shutil
 
-    from vitrine.evals.gate_training import catalogue_pairs, train_on_data
+    from vitrine.training.gate_data import train_on_data
+    from vitrine.training.pairs import catalogue_pairs
+    from vitrine.training.recipe import GateRecipe
 
     d, _ = tuned_dir
     copy = tmp_path / "gate"
@@ -356,7 +358,7 @@ def test_train_gate_on_data_installs_by_hot_swap(tuned_dir, settings_factory, en
         # every pseudo-query's own product carries its key: it is a positive of its query
         assert (train.product_keys[train.query_subset, train.query_rows] == train.query_key).all()
         before = eng.model_key
-        summary = train_on_data(eng, tmp_path / "adapter", epochs=2, patience=1, retune=True)
+        summary = train_on_data(eng, tmp_path / "adapter", GateRecipe(kind="mlp", epochs=2, patience=1), retune=True)
         assert (tmp_path / "adapter" / "config.json").is_file()
         if summary["swap"]["switched"]:  # installed: the catalogue was re-tuned for the new shared space
             assert eng.model_key != before and summary["tune"]

@@ -2,7 +2,7 @@
 
 One master category of the bundled catalogue (all its products, no photos) is ingested as a new
 shop's catalogue (vitrine/evals/domain_shift.py's helpers), tuned (`vitrine tune`), then the
-aligner is trained on it text-only (`train gate --data`: vitrine/evals/gate_training.py), installed
+aligner is trained on it text-only (`train gate --data`: vitrine/training/gate_data.py), installed
 by the canary-checked hot swap and the catalogue re-tuned. Measured before and after, with the
 text tower's own cosine ranking (the floor) and BM25 beside it:
 
@@ -27,9 +27,10 @@ from typing import Any
 from vitrine.evals import pseudo_queries as pq
 from vitrine.evals.datasets import Catalog
 from vitrine.evals.domain_shift import domain_queries, evaluate_catalogue, ingest_rows
-from vitrine.evals.gate_training import train_on_data
+from vitrine.training.gate_data import train_on_data
+from vitrine.training.recipe import GateRecipe
 from vitrine.evals.tuning import tune
-from vitrine.index.graph import GraphData
+from vitrine.index.vocabulary import GraphData
 from vitrine.search.engine import Engine, build_encoder
 from vitrine.settings import Settings
 from vitrine_bench.common import machine
@@ -98,8 +99,8 @@ def main() -> None:
             ingest_rows(engine, rows, None)
         result["shipped"] = measure(engine, queries, tune(engine))
         log.info("shipped aligner + tune: %s", {k: result["shipped"][k]["nDCG@10"] for k in SYSTEMS})
-        result["train"] = train_on_data(engine, args.work / "adapter", kind=args.kind, epochs=args.epochs,
-                                        init=args.init, lr=args.lr)
+        result["train"] = train_on_data(engine, args.work / "adapter",
+                                        GateRecipe(kind=args.kind, epochs=args.epochs, init=args.init, lr=args.lr))
         result["trained"] = measure(engine, queries, tune(engine)) if result["train"]["swap"]["switched"] else None
     finally:
         engine.close()

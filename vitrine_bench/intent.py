@@ -32,7 +32,7 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
     from vitrine.intent.classifier import IntentClassifier
     from vitrine.intent.slots import SlotExtractor
     from vitrine.intent.taxonomy import heldout_leaf_queries
-    from vitrine.intent.training import heldout_examples
+    from vitrine.training.intent import heldout_examples
 
     from vitrine import onnxrt
     from vitrine_bench.encoders import matmul_flops

@@ -6,7 +6,7 @@ they learned. Each member's embedding table grows by the token ids the new queri
 lacked (new rows start at its unknown-token row); everything else continues from the trained
 weights, at a lower learning rate with warm-up and cosine decay, with token dropout as in
 training. Each fine-tuned member is written to ``out/parts/<i>``;
-:func:`vitrine.intent.training.assemble_members` then measures the ensemble on the usual
+:func:`vitrine.training.intent.assemble_members` then measures the ensemble on the usual
 validation and held-out sets and ships it.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import IntentClassifier
-from vitrine.intent.generator import QueryGenerator, catalogue_terms, make_val
+from vitrine.training.intent_queries import QueryGenerator, catalogue_terms, make_val
 from vitrine.intent.model import EOS, MEMBERS_DIR, UNK, Encoded, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def finetune_members(base: str | Path, out: Path, *, only: Sequence[int] | None 
     draw of the generator (its seed offset, so the draw is new) and save them under ``out/parts``."""
     import torch  # noqa: PLC0415
 
-    from vitrine.intent.training import PARTS_DIR, _length_batches, default_source, evaluate  # noqa: PLC0415
+    from vitrine.training.intent import PARTS_DIR, _length_batches, default_source, evaluate  # noqa: PLC0415
 
     hp = dict(FINETUNE_DEFAULTS, **overrides)
     base_dir = resolve_weights(base)

@@ -1,6 +1,6 @@
 """``vitrine train intent``: generate queries from the catalogue, train the Qwen2 classifier,
 keep the epoch that does best on the validation queries (templates kept out of training, see
-``generator.py``), measure it on the held-out queries, ship it (config.json + model.safetensors).
+vitrine/training/intent_queries.py), measure it on the held-out queries, ship it (config.json + model.safetensors).
 
 Reproducible: the generator, the vocabulary split, the initialisation and the batch order all
 follow ``seed``; the shipped weights are what ``vitrine train intent`` writes.
@@ -25,7 +25,7 @@ from vitrine.bundled import bundled_dir
 from vitrine.errors import InvalidInput
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
-from vitrine.intent.generator import (
+from vitrine.training.intent_queries import (
     GENERATOR_VERSION,
     Example,
     QueryGenerator,
@@ -217,7 +217,7 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
     ``threads``: torch threads while training (1 by default: as fast for a model this small, the
     same result on any machine, and kind to a shared CPU).
     ``extra_titles``: a catalogue's own product titles, added to the training queries as bare
-    searches and as the product inside every intent's templates (see :func:`vitrine.intent.tuning.tune_intent`).
+    searches and as the product inside every intent's templates (see :func:`vitrine.training.intent_tuning.tune_intent`).
     ``only``: train just these members into ``out/parts/<i>`` (several processes can share the
     members of one ensemble); :func:`assemble_members` then measures and ships the ensemble."""
     import torch  # noqa: PLC0415
@@ -277,7 +277,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     extra_rank = int(arch.get("extra_english_max_rank", 0) or 0)
     extra_ids: set[int] = set()
     if extra_rank and init_from is None:
-        from vitrine.intent.embed_init import english_word_ids  # noqa: PLC0415
+        from vitrine.training.embed_init import english_word_ids  # noqa: PLC0415
 
         extra_ids = set(english_word_ids(ranks, extra_rank))
     todo = sorted(set(only)) if only is not None else list(range(members))
@@ -306,7 +306,7 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
         else:
             model = IntentModel(dict(arch, labels=labels, tokenizer=tok_info), keep)
         if init_from is None and arch.get("embedding_init") == "minilm":
-            from vitrine.intent.embed_init import init_embeddings  # noqa: PLC0415
+            from vitrine.training.embed_init import init_embeddings  # noqa: PLC0415
 
             log.info("initialising %d token embeddings from MiniLM word vectors", len(keep))
             model.config.update(init_embeddings(model.model, keep, ranks, n_special=3, pad=PAD, unk=UNK, eos=EOS,
@@ -523,7 +523,7 @@ def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], tes
 def _distill_targets(trains: Sequence[Sequence[Example]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per member given: MiniLM sentence embeddings of its English training queries (zero rows and
     ``False`` for the others: MiniLM is an English model). One MiniLM pass over the distinct texts."""
-    from vitrine.intent.embed_init import minilm_vectors  # noqa: PLC0415
+    from vitrine.training.embed_init import minilm_vectors  # noqa: PLC0415
 
     texts = sorted({e.text for train in trains for e in train if e.lang == "en"})
     vecs = minilm_vectors(texts, max_length=64)

@@ -30,53 +30,12 @@ import torch.nn.functional as F
 
 from vitrine.encoders.adapters import Adapter
 from vitrine.progress import progress_bar
+from vitrine.training.pairs import PairSet
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.encoders.lora_train import JointTowers
+    from vitrine.training.lora import JointTowers
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PairSet:
-    """Aligned backbone features: row i of ``image`` and ``text`` describe the same product.
-
-    ``group`` labels rows that are interchangeable (identical titles). Optional pseudo-queries:
-    ``query_text[j]`` was made from product ``query_rows[j]`` naming the attribute subset
-    ``query_subset[j]`` with value key ``query_key[j]``; ``product_keys[s, i]`` is product i's
-    key under subset s (-1 if it lacks one), so every product matching a query counts as its
-    positive. ``hard_negatives[i]`` lists rows that look alike but differ (-1 pads).
-
-    Text-only (``image`` None): ``variant[i]`` holds the text features of a variant of product
-    i's title (words dropped), the product's second view in place of a photo.
-    """
-
-    image: np.ndarray | None
-    text: np.ndarray
-    group: np.ndarray
-    query_rows: np.ndarray | None = None
-    query_text: np.ndarray | None = None
-    query_subset: np.ndarray | None = None
-    query_key: np.ndarray | None = None
-    product_keys: np.ndarray | None = None
-    hard_negatives: np.ndarray | None = None
-    image_views: np.ndarray | None = None  # (V, N, image_dim): features of augmented photos (NaN rows: none)
-    variant: np.ndarray | None = None  # text-only: a title variant's text features per row
-
-    @property
-    def text_only(self) -> bool:
-        return self.image is None
-
-    def __post_init__(self) -> None:
-        other = self.variant if self.image is None else self.image
-        if other is None:
-            raise ValueError("a text-only PairSet (no image) needs variant: a title variant per row")
-        if not (len(other) == len(self.text) == len(self.group)):
-            raise ValueError("image (or variant), text and group must have the same number of rows")
-        if self.image is None and (self.image_views is not None or self.hard_negatives is not None):
-            raise ValueError("a text-only PairSet has no photo views or hard negatives")
-        if self.image_views is not None and self.image_views.shape[1:] != self.image.shape:
-            raise ValueError("image_views must be (views, rows, image_dim) over the same rows")
 
 
 @dataclass
@@ -182,7 +141,7 @@ def train_adapter(
 ) -> TrainResult:
     """Train ``adapter`` in place; keeps the weights of the best validation epoch.
 
-    ``towers``: LoRA deltas of the towers trained jointly (vitrine/encoders/lora_train.py): a
+    ``towers``: LoRA deltas of the towers trained jointly (vitrine/training/lora.py): a
     step's titles, pseudo-queries and photos go through them instead of the cached features, at
     ``towers.lr_scale`` times the learning rate; validation re-embeds val through them.
 

@@ -25,7 +25,6 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,21 @@ from vitrine.bundled import read_styles
 from vitrine.intent.slots import SLOT_FIELDS, SlotExtractor, Vocabulary, key_norm, learn_brands, lexicon
 from vitrine.intent.taxonomy import OTHER_BRANDS as OTHER_BRANDS_POOL
 from vitrine.intent.taxonomy import shopper_form, taxonomy_names, taxonomy_phrase
+from vitrine.intent.templates import (
+    DETERMINERS,
+    LABELS,
+    SPLITS,
+    compositional_templates,
+    norm_template,
+    template_sets,
+    templates,
+)
 from vitrine.intent.typos import typo
 
 # Bumped whenever the generated queries change: held-out figures recorded by weights trained
 # under another version cannot be reproduced by generating the held-out set again.
 GENERATOR_VERSION = 2  # 2: Google's taxonomy (every domain), more bare phrases
-LABELS: tuple[str, ...] = ("search", "compare", "recommend", "purchase_intent", "after_sales", "abandon")
-TEMPLATES_PATH = Path(__file__).with_name("data") / "templates.json"
 HOLDOUT_SALT = "vitrine-intent-holdout-v1"
-VAL_SALT = "vitrine-intent-val-v1"
-VAL_PERCENT = 18  # share (in percent) of the train templates / compositional frames kept for validation
-SPLITS = ("train", "val", "test")
 # Share of the training search queries that are a product phrase alone ("red heels", a catalogue
 # title): the commonest real shopper query, which the templates alone under-represent; without
 # them a model learns that product words inside a sentence mean search and sends a bare phrase
@@ -208,61 +211,6 @@ def held_out(value: str, fraction_denominator: int = 5) -> bool:
     return int.from_bytes(h[:4], "big") % fraction_denominator == 0
 
 
-@lru_cache(maxsize=1)
-def templates() -> dict[str, Any]:
-    data = json.loads(TEMPLATES_PATH.read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if not k.startswith("_")}
-
-
-def _norm_tpl(t: str) -> str:
-    return " ".join(t.split()).casefold()
-
-
-def is_val_template(key: str, template: str) -> bool:
-    """Whether a ``train`` template (or compositional frame) is kept for validation: a stable salted
-    hash of ``key`` (label and language, or "frame") and the normalised text."""
-    h = hashlib.sha256(f"{VAL_SALT}:{key}:{_norm_tpl(template)}".encode()).digest()
-    return int.from_bytes(h[:4], "big") % 100 < VAL_PERCENT
-
-
-@lru_cache(maxsize=1)
-def compositional_templates() -> dict[str, list[str]]:
-    """English training templates: shared frames x each intent's cue verbs (see templates.json).
-    Frames kept for validation are left out, and a filled frame that equals any test or validation
-    template is dropped (no test or validation template leaks into training)."""
-    comp = templates().get("compositional") or {}
-    test = {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in templates()[lab]["test"][lang]}
-    test |= {_norm_tpl(t) for lab in LABELS for lang in ("en", "zh") for t in template_sets("val")[lab][lang]}
-    out: dict[str, list[str]] = {}
-    for label in LABELS:
-        made: list[str] = []
-        for frame in comp.get("frames", []):
-            if is_val_template("frame", frame):
-                continue
-            for base, ing in comp.get("verbs", {}).get(label, []):
-                t = frame.replace("{VING}", ing).replace("{V}", base)
-                if label == "compare":
-                    t = t.replace("{P}", "{PA} and {PB}")
-                if _norm_tpl(t) not in test and t not in made:
-                    made.append(t)
-        out[label] = made
-    return out
-
-
-@lru_cache(maxsize=3)
-def template_sets(split: str) -> dict[str, dict[str, list[str]]]:
-    """The templates of ``split`` per label and language: "test" is the held-out set; "train" and
-    "val" partition the ``train`` lists of templates.json (see :func:`is_val_template`)."""
-    if split == "test":
-        return {label: templates()[label]["test"] for label in LABELS}
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be one of {SPLITS}")
-    want_val = split == "val"
-    return {label: {lang: [t for t in tpls if is_val_template(f"{label}:{lang}", t) == want_val]
-                    for lang, tpls in templates()[label]["train"].items()} for label in LABELS}
-
-
-DETERMINERS = ["a", "the", "some", "a pair of", "two", "these", "this", "my"]
 
 
 def _forms(lex_forms: dict[str, list[str]], value: str) -> tuple[list[str], list[str]]:
@@ -664,12 +612,12 @@ def template_overlap() -> set[str]:
     """Templates shared by two of the train / val / test sets (should be empty): the template
     lists and the filled compositional frames, compared after normalising space and case."""
     shared: set[str] = set()
-    norm = {split: {lab: {lang: {_norm_tpl(t) for t in tpls} for lang, tpls in by_lang.items()}
+    norm = {split: {lab: {lang: {norm_template(t) for t in tpls} for lang, tpls in by_lang.items()}
                     for lab, by_lang in template_sets(split).items()} for split in SPLITS}
     every = {split: set().union(*(s for by_lang in norm[split].values() for s in by_lang.values()))
              for split in SPLITS}
     for made in compositional_templates().values():
-        shared |= {t for t in made if _norm_tpl(t) in every["test"] | every["val"]}
+        shared |= {t for t in made if norm_template(t) in every["test"] | every["val"]}
     for label in LABELS:
         for lang in ("en", "zh"):
             a, v, b = (norm[split][label].get(lang, set()) for split in SPLITS)

@@ -47,8 +47,8 @@ def tune_intent(titles: Iterable[str], out: Path, *, base: str | Path = "default
     leaves read as search).
 
     By default the members of ``base`` are fine-tuned on a fresh draw of the generator with the
-    titles in it (:mod:`vitrine.intent.finetune`, a few core-minutes per member), then measured and
-    shipped together (:func:`vitrine.intent.training.assemble_members`). ``retrain=True`` trains
+    titles in it (:mod:`vitrine.training.intent_finetune`, a few core-minutes per member), then measured and
+    shipped together (:func:`vitrine.training.intent.assemble_members`). ``retrain=True`` trains
     ``members`` new members from scratch instead (about six core-minutes per member)."""
     extra = [t for t in (" ".join(str(t).split()) for t in titles) if t][:MAX_TITLES]
     if not extra:
@@ -56,15 +56,15 @@ def tune_intent(titles: Iterable[str], out: Path, *, base: str | Path = "default
     log.info("teaching the intent classifier %d catalogue titles (%s)", len(extra),
              "retraining" if retrain else f"fine-tuning {base}")
     if retrain:
-        from vitrine.intent.training import DEFAULTS, train_intent  # noqa: PLC0415 - torch only when called
+        from vitrine.training.intent import DEFAULTS, train_intent  # noqa: PLC0415 - torch only when called
 
         return train_intent(Path(out), seed=seed, epochs=epochs or DEFAULTS["epochs"], cache_dir=cache_dir,
                             train_per_label=train_per_label or DEFAULTS["train_per_label"], members=members,
                             extra_titles=extra, threads=threads, progress=False)
     import torch  # noqa: PLC0415
 
-    from vitrine.intent.finetune import FINETUNE_DEFAULTS, finetune_members  # noqa: PLC0415
-    from vitrine.intent.training import assemble_members  # noqa: PLC0415
+    from vitrine.training.intent_finetune import FINETUNE_DEFAULTS, finetune_members  # noqa: PLC0415
+    from vitrine.training.intent import assemble_members  # noqa: PLC0415
 
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))

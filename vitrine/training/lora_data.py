@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitrine.encoders.adapters import Adapter
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.encoders.lora import LoraSpec
-    from vitrine.encoders.lora_train import JointTowers
-    from vitrine.encoders.train import PairSet
+    from vitrine.training.lora import JointTowers
+    from vitrine.training.pairs import PairSet
     from vitrine.evals.datasets import Catalog
 
 log = logging.getLogger("vitrine.train")
@@ -44,7 +44,7 @@ def joint_towers(catalog: Catalog, encoder: MultimodalEncoder, spec: LoraSpec, *
                  progress: bool = True) -> JointTowers:
     """The deltas and what they read for this split of the catalogue."""
     from vitrine.encoders.lora import TowerLora, photo_activations
-    from vitrine.encoders.lora_train import JointTowers
+    from vitrine.training.lora import JointTowers
     from vitrine.evals import attribute_queries as aq
     from vitrine.progress import progress_bar
 
@@ -72,7 +72,7 @@ def val_figures(adapter: Adapter, val: PairSet, catalog: Catalog, encoder: Multi
     import numpy as np
     import torch
 
-    from vitrine.encoders.train import retrieval_scores
+    from vitrine.training.adapter import retrieval_scores
     from vitrine.evals import attribute_queries as aq
     from vitrine.evals.metrics import mean_metrics
 

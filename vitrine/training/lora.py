@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from vitrine.encoders.lora import TowerLora
-from vitrine.encoders.train import PairSet
+from vitrine.training.pairs import PairSet
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,8 @@ from hypothesis import strategies as st
 
 from vitrine.errors import StorageError
 from vitrine.index.bm25 import BM25Scores
-from vitrine.index.graph import (
-    GraphData,
-    ProductGraph,
-    QueryTerms,
-    learn_brands,
-    norm_key,
-)
+from vitrine.index.graph import ProductGraph
+from vitrine.index.vocabulary import GraphData, QueryTerms, learn_brands, norm_key
 from vitrine.ingest.catalog import ingest_file
 from vitrine import resources
 from vitrine.ingest.fashion import read_styles, to_record
@@ -118,8 +113,9 @@ def test_graph_structure_over_real_products(subset_graph, subset_rows):
     assert g.taxonomy_distance("taxonomy:187", "taxonomy:166") == 1
     assert "category:casualshoes" in g.category_leaves("Footwear")
     shoes = g.products_with("category", ["category:footwear"])
-    assert shoes == {iid for iid, f in g._facts.items()
-                     if f.category in {x["articleType"] for x in subset_rows if x["masterCategory"] == "Footwear"}}
+    footwear = {x["articleType"] for x in subset_rows if x["masterCategory"] == "Footwear"}
+    assert shoes == {f.iid for f in (g.facts_of(str(x["id"])) for x in subset_rows)
+                     if f is not None and f.category in footwear}
     # brands come from titles
     ucb = [x for x in subset_rows if x["productDisplayName"].startswith("United Colors of Benetton")]
     assert ucb and g.facts_of(ucb[0]["id"]).brand == "United Colors of Benetton"

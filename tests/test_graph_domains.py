@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from vitrine import resources
-from vitrine.index.graph import GraphData, ProductGraph, leading_brands, norm_key
+from vitrine.index.graph import ProductGraph
+from vitrine.index.vocabulary import GraphData, leading_brands, norm_key
 from vitrine.index.taxonomy_map import (
     CategoryMapping,
     TaxonomyMapper,

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from vitrine.errors import InvalidInput, NotFound
-from vitrine.index.graph import norm_key
+from vitrine.index.vocabulary import norm_key
 
 
 @pytest.fixture(scope="module")

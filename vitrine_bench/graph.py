@@ -31,7 +31,8 @@ def rss_mb() -> float:
 
 def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int = 500, searches: int = 200) -> Path:
     from vitrine.index import symbolic
-    from vitrine.index.graph import GraphData, ProductGraph
+    from vitrine.index.graph import ProductGraph
+    from vitrine.index.vocabulary import GraphData
     from vitrine.ingest.fashion import read_styles, to_record
     from vitrine.settings import Settings
 

@@ -26,7 +26,7 @@ def graph() -> None:
 @click.option("--min-count", type=int, default=2, show_default=True, help="Titles a brand needs to be learned")
 def learn_brands_cmd(source: Path | None, catalog: Path | None, graph_dir: Path | None, min_count: int) -> None:
     """Learn the brand lexicon from the catalogue's titles (brand first, multi-word brands kept)."""
-    from vitrine.index.graph import learn_brands
+    from vitrine.index.vocabulary import learn_brands
     from vitrine.ingest.fashion import bundled_dir, read_styles
 
     settings = make_settings()
@@ -56,7 +56,8 @@ def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:  #
     what the titles say (the shipped lexicon, the words before a gender word, leading words)."""
     from collections import Counter
 
-    from vitrine.index.graph import GraphData, ProductGraph
+    from vitrine.index.graph import ProductGraph
+    from vitrine.index.vocabulary import GraphData
     from vitrine.index.learned import learn_title_brands
 
     docs = _catalogue_docs(catalog)
@@ -76,7 +77,8 @@ def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:  #
 def check(source: Path | None) -> None:
     """Check the graph data against the catalogue: every article type mapped to an existing
     taxonomy node and placed in an outfit; prints the mapping."""
-    from vitrine.index.graph import GraphData, ProductGraph, norm_key
+    from vitrine.index.graph import ProductGraph
+    from vitrine.index.vocabulary import GraphData, norm_key
     from vitrine.ingest.fashion import bundled_dir, read_styles
 
     settings = make_settings()
@@ -108,7 +110,8 @@ def check(source: Path | None) -> None:
 @click.option("--mapping", is_flag=True, help="Also list each category's place on Google's taxonomy")
 def stats(data_dir: Path, mapping: bool) -> None:
     """Graph size of a data dir's snapshot, and its category mapping (no models loaded)."""
-    from vitrine.index.graph import GraphData, ProductGraph
+    from vitrine.index.graph import ProductGraph
+    from vitrine.index.vocabulary import GraphData
 
     settings = make_settings(data_dir=data_dir)
     manifest = data_dir / "index" / "manifest.json"
@@ -144,7 +147,7 @@ def _leaf_paths(docs: list[dict]) -> list[tuple[str, ...]]:
     category by its leaf name)."""
     from collections import Counter
 
-    from vitrine.index.graph import category_path
+    from vitrine.index.learned import category_path
     from vitrine.index.vocabulary import norm_key
 
     counts = Counter(tuple(category_path(d)) for d in docs if category_path(d))
@@ -155,7 +158,7 @@ def _leaf_paths(docs: list[dict]) -> list[tuple[str, ...]]:
 
 
 def _mapper(settings, threshold: float | None):  # noqa: ANN001, ANN202
-    from vitrine.index.graph import GraphData
+    from vitrine.index.vocabulary import GraphData
     from vitrine.index.taxonomy_map import mapper_for
     from vitrine.search.engine import build_encoder
 
@@ -173,7 +176,7 @@ def _mapper(settings, threshold: float | None):  # noqa: ANN001, ANN202
 def embed_taxonomy(out: Path | None) -> None:
     """Embed every path of Google's taxonomy with the text tower (safetensors, float16): what the
     automatic category mapping compares a catalogue's categories with."""
-    from vitrine.index.graph import GraphData
+    from vitrine.index.vocabulary import GraphData
     from vitrine.index.taxonomy_map import TaxonomyVectors
     from vitrine.search.engine import build_encoder
 

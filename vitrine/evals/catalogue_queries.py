@@ -16,7 +16,7 @@ from vitrine.bundled import bundled_dir, read_splits, read_styles
 from vitrine.errors import InvalidInput
 from vitrine.evals.attribute_queries import eval_queries
 from vitrine.evals.word_queries import word_queries
-from vitrine.index.graph import GraphData
+from vitrine.index.vocabulary import GraphData
 
 
 def _seeded(graph_dir: Path, taxonomy_file: Path, split: str):  # noqa: ANN202

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.index.graph import norm_key
+from vitrine.index.vocabulary import norm_key
 from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
 

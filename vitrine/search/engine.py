@@ -31,7 +31,8 @@ from vitrine.errors import NotFound, VitrineError
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.backends import open_event_log
 from vitrine.index.filters import FilterIndex
-from vitrine.index.graph import GraphData, ProductGraph
+from vitrine.index.graph import ProductGraph
+from vitrine.index.vocabulary import GraphData
 from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import PhotoStoreAPI, RecordStoreAPI

@@ -33,7 +33,7 @@ import numpy as np
 
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, ModelError
-from vitrine.index.graph import QueryTerms
+from vitrine.index.vocabulary import QueryTerms
 from vitrine.search.models import Ranked
 from vitrine.search.reader import Reader
 

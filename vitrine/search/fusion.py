@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.index.graph import ProductGraph, QueryTerms, norm_key
+from vitrine.index.graph import ProductGraph
+from vitrine.index.vocabulary import QueryTerms, norm_key
 from vitrine.search.models import Ranked
 from vitrine.search.reader import Reader
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
-from vitrine.index.graph import QueryTerms
+from vitrine.index.vocabulary import QueryTerms
 from vitrine.index.backends import open_rule_store
 from vitrine.search import fallback, feedback, fusion, recommend, storefront, understanding, variants
 from vitrine.search import rules as merchandising

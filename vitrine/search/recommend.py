@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitrine.errors import InvalidInput, NotFound
-from vitrine.index.graph import ProductFacts, norm_key
+from vitrine.index.graph_facts import ProductFacts
+from vitrine.index.vocabulary import norm_key
 from vitrine.search.state import product_out
 from vitrine.search.models import (
     CompareAttribute,

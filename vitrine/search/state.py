@@ -36,7 +36,8 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index import taxonomy_map
 from vitrine.index.filters import FilterIndex
-from vitrine.index.graph import GraphData, ProductGraph
+from vitrine.index.graph import ProductGraph
+from vitrine.index.vocabulary import GraphData
 from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from vitrine.encoders.adapters import Adapter, load_adapter
+from vitrine.encoders.adapter_base import Adapter
+from vitrine.encoders.adapters import load_adapter
 from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
 from vitrine.encoders.feature_cache import FeatureCache
 from vitrine.encoders.images import augment_view, check_view, decode_image

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitrine.encoders.adapters import Adapter, AdapterOutput, register
+from vitrine.encoders.adapter_base import Adapter, AdapterOutput
 from vitrine.errors import ModelError
 
 IMAGE, TEXT = 0, 1
@@ -61,7 +61,6 @@ class _Expert(nn.Module):
         return self.net(x)
 
 
-@register
 class CrossModalMoE(Adapter):
     """The cross-modal MoE gate (see the module docstring). Config: ``experts`` (8), ``top_k``
     (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitrine.encoders.adapters import Adapter, load_adapter, parse_adapter_spec
+from vitrine.encoders.adapter_base import Adapter
+from vitrine.encoders.adapters import load_adapter, parse_adapter_spec
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import MissingExtra, ModelError
 from vitrine.evals import attribute_queries as aq

@@ -34,7 +34,8 @@ class ModelSpec:
 
 
 def adapter_folder(adapter: str) -> Path | None:
-    from vitrine.encoders.adapters import CONFIG_NAME, WEIGHTS_DIR  # noqa: PLC0415
+    from vitrine.encoders.adapter_base import CONFIG_NAME  # noqa: PLC0415
+    from vitrine.encoders.adapters import WEIGHTS_DIR  # noqa: PLC0415
 
     p = Path(adapter)
     if (p / CONFIG_NAME).is_file():

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # vitrine_bench lives beside the package
     sys.path.insert(0, str(REPO))
 
-from vitrine_bench.broker import TansuBroker  # noqa: E402
+from vitrine_bench.broker import TansuBroker  # noqa: E402 - after the sys.path line above
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +67,7 @@ def records_from_catalog(catalog_dir: Path) -> list[dict]:
 FORK_LOCK = threading.RLock()
 
 
-def child_runtime(encoder) -> None:  # noqa: ANN001
+def child_runtime(encoder) -> None:
     """In a forked child, before it uses the session's models: torch's and FAISS's OpenMP pools do
     not survive fork() (one thread each), and the feature cache gets its own SQLite connection."""
     import faiss
@@ -122,7 +122,7 @@ def fork_worker(settings, encoder, *, until_idle: float | None = None, timeout: 
         finally:
             eng.close()
         code = 0
-    except BaseException:  # noqa: BLE001
+    except BaseException:  # noqa: BLE001 - a child process: its traceback goes to the parent's log
         traceback.print_exc()
     finally:
         os._exit(code)
@@ -149,7 +149,7 @@ def worker_status(data_dir: Path, pid: int | None = None) -> list[dict]:
     return [s for s in read_status(data_dir) if pid is None or s.get("pid") == pid]
 
 
-def wait_for(cond, timeout: float, what: str, every: float = 0.1):  # noqa: ANN001, ANN201
+def wait_for(cond, timeout: float, what: str, every: float = 0.1):
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:
         got = cond()
@@ -159,8 +159,8 @@ def wait_for(cond, timeout: float, what: str, every: float = 0.1):  # noqa: ANN0
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def lag_zero(settings) -> bool:  # noqa: ANN001
-    from vitrine.ingest.kafka import group_lag
+def lag_zero(settings) -> bool:
+    from vitrine.ingest.kafka.status import group_lag
 
     try:
         parts = group_lag(settings, timeout=2.0)

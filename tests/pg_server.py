@@ -15,7 +15,7 @@ if str(REPO) not in sys.path:  # vitrine_bench lives beside the package
 
 pytest.importorskip("psycopg", reason="the `postgres` extra (psycopg 3, psycopg_pool) is not installed")
 
-from vitrine_bench.pgserver import PostgresServer, find_bin_dir  # noqa: E402
+from vitrine_bench.pgserver import PostgresServer, find_bin_dir  # noqa: E402 - after the sys.path line and the skip
 
 
 @pytest.fixture(scope="session")

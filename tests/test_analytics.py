@@ -41,7 +41,8 @@ def brute(searches, events, since, until, bucket_s=DAY, top=20):
         carted = sum("add_to_cart" in t for t in types)
         bought = sum("purchase" in t for t in types)
         nores = sum(1 for s in group if s.total == 0 or not s.ids)
-        r = (lambda a: round(a / n, 6) if n else None)
+        def r(a: int) -> float | None:
+            return round(a / n, 6) if n else None
         return {"searches": n, "users": len({s.user for s in group if s.user}), "no_results": nores,
                 "clicked": clicked, "added_to_cart": carted, "purchased": bought, "clicks": len(clicks),
                 "ctr": r(clicked), "add_to_cart_rate": r(carted), "conversion": r(bought), "no_result_rate": r(nores),

@@ -18,7 +18,7 @@ from vitrine.search.models import ProductOut, SearchResponse
 
 
 @contextmanager
-def serving(app, sock: socket.socket | None = None, delay_s: float = 0.0) -> Iterator[str]:  # noqa: ANN001
+def serving(app, sock: socket.socket | None = None, delay_s: float = 0.0) -> Iterator[str]:
     """``app`` served by uvicorn on a free port (after ``delay_s``: connections are refused until then)."""
     import uvicorn
 
@@ -100,7 +100,7 @@ def test_retries_until_a_late_server_comes_up(engine):
             assert len(vc.search("watch", k=2).results) == 2  # refused connections first, then answered
 
 
-def _flaky_app(fail: int, slow_s: float = 0.0):  # noqa: ANN202
+def _flaky_app(fail: int, slow_s: float = 0.0):
     """A real HTTP server that answers 503 (Retry-After: 0) ``fail`` times, then a search answer."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
@@ -108,7 +108,7 @@ def _flaky_app(fail: int, slow_s: float = 0.0):  # noqa: ANN202
 
     seen = {"n": 0}
 
-    async def search(_):  # noqa: ANN001, ANN202
+    async def search(_):
         seen["n"] += 1
         if slow_s:
             await asyncio.sleep(slow_s)

@@ -29,7 +29,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _serve(cli: list[str], data: Path, port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
-    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
+    out = open(log, "ab")  # the child keeps it
     proc = subprocess.Popen([*cli, "serve", "--data", str(data), "--port", str(port)], env=env, stdout=out,
                             stderr=subprocess.STDOUT)
     t_end = time.monotonic() + 300

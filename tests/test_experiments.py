@@ -296,7 +296,7 @@ def test_interleaving_credits_clicks_to_teams(client, own_engine):
 
 def _team_of(engine, query_id, pid):
     conn = engine.feedback.log
-    with conn._search_lock:  # noqa: SLF001 - a test reads the table directly
+    with conn._search_lock:  # a test reads the table directly
         row = conn._searches.execute("SELECT teams FROM experiment_teams WHERE query_id=?", (query_id,)).fetchone()
     return json.loads(row[0]).get(pid) if row else None
 

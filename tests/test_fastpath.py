@@ -117,7 +117,7 @@ def test_progress_that_is_off_never_takes_tqdms_process_shared_lock(encoder, tit
 
     from vitrine.progress import progress_bar
 
-    def no_lock(cls):  # noqa: ANN001, ANN202
+    def no_lock(cls):
         raise AssertionError("tqdm's lock taken with progress off")
 
     monkeypatch.setattr(tqdm.std.tqdm, "get_lock", classmethod(no_lock))
@@ -263,7 +263,7 @@ def test_a_first_query_does_not_pay_the_fast_path_set_up_in_its_budget(settings_
                              .read_bytes()) for i in ids])
     built = queries.QueryEncoder.__init__
 
-    def slow_build(self, *a, **kw) -> None:  # noqa: ANN001, ANN002, ANN003
+    def slow_build(self, *a, **kw) -> None:
         time.sleep(1.0)  # longer than the gate's budget
         built(self, *a, **kw)
 
@@ -306,8 +306,8 @@ def test_a_text_search_at_the_floor_runs_the_text_tower_once_and_not_the_adapter
     tower, embed = qe.text_features, engine.encoder.embed
     calls = {"tower": 0, "adapter": 0}
 
-    def count(name, fn):  # noqa: ANN001, ANN202
-        def wrapped(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+    def count(name, fn):
+        def wrapped(*a, **kw):
             calls[name] += 1
             return fn(*a, **kw)
         return wrapped

@@ -27,7 +27,7 @@ CASES = {"read": 0, "write": 0}
 SERVER_ERRORS: list[str] = []
 
 
-def _check_response(case, response) -> None:  # noqa: ANN001
+def _check_response(case, response) -> None:
     """No 5xx; every 4xx is the one JSON error shape with its status."""
     if response.status_code >= 500:
         SERVER_ERRORS.append(f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}")
@@ -72,7 +72,7 @@ def write_schema(engine, settings_factory, encoder, tmp_path_factory):
     eng.records.close()
 
 
-def fuzz(schema, headers: dict[str, str] | None, examples: int, bucket: str) -> dict[str, int]:  # noqa: ANN001
+def fuzz(schema, headers: dict[str, str] | None, examples: int, bucket: str) -> dict[str, int]:
     """Every operation, positive (valid per schema) and negative (schema-violating) cases."""
     from schemathesis import GenerationMode
 
@@ -83,7 +83,7 @@ def fuzz(schema, headers: dict[str, str] | None, examples: int, bucket: str) -> 
             @given(case=op.as_strategy(generation_mode=mode))
             @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
                       suppress_health_check=list(HealthCheck))
-            def run(case) -> None:  # noqa: ANN001
+            def run(case) -> None:
                 response = case.call(headers=headers)
                 CASES[bucket] += 1
                 per_op[op.label] = per_op.get(op.label, 0) + 1

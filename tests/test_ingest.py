@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from pydantic import ValidationError
 
 from vitrine.errors import InvalidInput
 from vitrine.ingest.catalog import PhotoResolver, ingest_file, read_catalog
@@ -23,7 +24,7 @@ def test_product_validation():
     assert p.attributes["gender"] == "Men" and p.gender == "Men" and p.price == 12.5
     for bad in ({"title": "x"}, {"id": "1"}, {"id": "1", "title": "  "}, {"id": "a/b", "title": "x"},
                 {"id": "1", "title": "x", "price": -1}, {"id": "1", "title": "x", "image_b64": "!!!"}):
-        with pytest.raises(Exception):
+        with pytest.raises(ValidationError):
             Product.model_validate(bad)
 
 

@@ -30,21 +30,21 @@ def _text_catalogue(catalog_dir: Path, out: Path, n: int = 30, *, longer: int = 
 class CountingTowers:
     """Counts the texts and photos that reach the towers (wraps the shared towers' methods)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, towers) -> None:  # noqa: ANN001
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, towers) -> None:
         self.texts = 0
         self.photos = 0
         text_features, image_features = towers.text_features, towers.image_features
         of_tokens = towers.text_features_of_tokens
 
-        def counted_text(texts):  # noqa: ANN001, ANN202
+        def counted_text(texts):
             self.texts += len(texts)
             return text_features(texts)
 
-        def counted_tokens(ids):  # noqa: ANN001, ANN202
+        def counted_tokens(ids):
             self.texts += len(ids)
             return of_tokens(ids)
 
-        def counted_image(pixels):  # noqa: ANN001, ANN202
+        def counted_image(pixels):
             self.photos += len(pixels)
             return image_features(pixels)
 
@@ -114,7 +114,7 @@ def test_pipelined_ingest_and_jobs_build_the_same_index(settings_factory, encode
 
 
 def test_reader_error_is_raised_and_stops_the_pipeline(fresh_engine, tmp_path):
-    def records():  # noqa: ANN202
+    def records():
         yield from read_catalog(_write(tmp_path / "a.jsonl", [{"id": "a1", "title": "Red shirt"}]))
         raise OSError("disk gone")
 

@@ -693,7 +693,7 @@ def priced_rows():
 
 
 @pytest.fixture(scope="module")
-def priced_engine(settings_factory, encoder, priced_rows, tmp_path_factory):  # noqa: D103
+def priced_engine(settings_factory, encoder, priced_rows, tmp_path_factory):
     """Text-only products with synthetic prices (the bundled catalogue has none)."""
     from vitrine.search.engine import Engine, ProductInput
     from vitrine.ingest.fashion import to_record

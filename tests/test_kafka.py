@@ -339,7 +339,7 @@ def _expected(events: list[tuple[str, dict]]) -> Expected:
     return exp
 
 
-def _publish_scenario(s, events: list[tuple[str, dict]], where: list | None = None) -> Expected:  # noqa: ANN001
+def _publish_scenario(s, events: list[tuple[str, dict]], where: list | None = None) -> Expected:
     """Publish; ``where`` receives each event's (partition, offset)."""
     from vitrine.ingest.kafka import Publisher
 
@@ -352,7 +352,7 @@ def _publish_scenario(s, events: list[tuple[str, dict]], where: list | None = No
     return _expected(events)
 
 
-def _seq(data_dir) -> int:  # noqa: ANN001
+def _seq(data_dir) -> int:
     """The record store's change sequence number, read-only (0 before it exists)."""
     import sqlite3
 
@@ -371,14 +371,14 @@ def _seq(data_dir) -> int:  # noqa: ANN001
     return int(row[0]) if row else 0
 
 
-def _check_index(s, encoder, exp: Expected) -> None:  # noqa: ANN001
+def _check_index(s, encoder, exp: Expected) -> None:
     """Every live product exactly once, at its latest version, in the records and the vectors."""
     assert records_state(s.storage.data_dir) == exp.live
     with FORK_LOCK:
         _check_engine(s, encoder, exp)
 
 
-def _check_engine(s, encoder, exp: Expected) -> None:  # noqa: ANN001
+def _check_engine(s, encoder, exp: Expected) -> None:
     eng = Engine(s, encoder)  # from the snapshot + replay, as a restarted worker or API sees it
     try:
         assert len(eng) == len(exp.live) == eng.records.count()
@@ -392,7 +392,7 @@ def _check_engine(s, encoder, exp: Expected) -> None:  # noqa: ANN001
         eng.records.close()
 
 
-def _crash_trial(trial: int, bootstrap: str, settings_factory, encoder, records, root) -> tuple:  # noqa: ANN001
+def _crash_trial(trial: int, bootstrap: str, settings_factory, encoder, records, root) -> tuple:
     rng = random.Random(1000 + trial)
     names = {"kafka_bootstrap": bootstrap, "kafka_topic": unique("crash"), "kafka_group": unique("g")}
     s = kafka_settings(settings_factory, root / f"t{trial}", names, kafka_batch_size=rng.choice([4, 8]),
@@ -558,7 +558,7 @@ def test_worker_survives_a_broker_restart(settings_factory, encoder, catalog_dir
 
 
 # -- the commands, as a user runs them ------------------------------------------------------------------
-def _cli_env(tmp_path) -> dict[str, str]:  # noqa: ANN001
+def _cli_env(tmp_path) -> dict[str, str]:
     """The CLI in subprocesses, on the tiny test towers (fast to load; the wiring is under test)."""
     from kafka_broker import REPO
 
@@ -568,7 +568,7 @@ def _cli_env(tmp_path) -> dict[str, str]:  # noqa: ANN001
             "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
-def _vitrine(args: list[str], env: dict[str, str], log: Path):  # noqa: ANN202
+def _vitrine(args: list[str], env: dict[str, str], log: Path):
     """`vitrine ARGS` in its own process, its output to ``log``: a pipe nobody reads while it runs
     could fill up and stall it."""
     import subprocess
@@ -581,11 +581,11 @@ def _vitrine(args: list[str], env: dict[str, str], log: Path):  # noqa: ANN202
     return proc
 
 
-def _output(proc) -> str:  # noqa: ANN001
+def _output(proc) -> str:
     return proc.log.read_text(errors="replace")[-4000:]
 
 
-def _finish(proc, timeout: float = 120) -> tuple[int, str]:  # noqa: ANN001
+def _finish(proc, timeout: float = 120) -> tuple[int, str]:
     """Its exit code and the tail of its output; killed (and said so) if it overstays."""
     import subprocess
 
@@ -599,7 +599,7 @@ def _finish(proc, timeout: float = 120) -> tuple[int, str]:  # noqa: ANN001
     return proc.returncode, _output(proc) + note
 
 
-def _get(url: str):  # noqa: ANN202
+def _get(url: str):
     import httpx
 
     try:
@@ -608,7 +608,7 @@ def _get(url: str):  # noqa: ANN202
         return None
 
 
-def _serving_all(url: str, procs) -> bool:  # noqa: ANN001
+def _serving_all(url: str, procs) -> bool:
     """Whether ``url`` serves every product; a process that exited fails at once, with its output."""
     for p in procs:
         if p.poll() is not None:

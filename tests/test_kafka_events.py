@@ -31,7 +31,7 @@ def test_shopper_event_schema():
 
 
 @pytest.fixture()
-def events_engine(engine, settings_factory, encoder, stream, tmp_path):  # noqa: F811
+def events_engine(engine, settings_factory, encoder, stream, tmp_path):
     from vitrine.search.engine import Engine
 
     dst = tmp_path / "data"

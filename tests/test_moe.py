@@ -358,7 +358,7 @@ def test_engine_serves_with_an_moe_gate(trained_moe, settings_factory, catalog_d
 
         # Break the routing: the router raises. The search still answers, by the light path, marked
         # degraded; a photo alone too (the light path needs no words).
-        def broken(*a, **kw):  # noqa: ANN002, ANN003
+        def broken(*a, **kw):
             raise RuntimeError("router produced NaN weights")
 
         eng.encoder.adapter.router.forward = broken

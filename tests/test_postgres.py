@@ -189,7 +189,7 @@ def test_a_store_made_before_native_vectors_gets_their_column(pg_url):
         s.close()
 
 
-def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings_factory, encoder, products,  # noqa: F811
+def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings_factory, encoder, products,
                                                      tmp_path):
     """With the database down, the API answers 503 (not a hang, not a 500); once it is back,
     the same process serves and writes again without a restart."""
@@ -225,7 +225,7 @@ def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings
 
 
 @pytest.mark.slow
-def test_streaming_standby_serves_an_engine(pg_server, pg_url, settings_factory, encoder, products, tmp_path):  # noqa: F811
+def test_streaming_standby_serves_an_engine(pg_server, pg_url, settings_factory, encoder, products, tmp_path):
     """A read replica of PostgreSQL (pg_basebackup -R) behind an API replica: it searches what
     the primary holds, follows later writes to the primary, and refuses writes clearly."""
     from vitrine.errors import StorageError
@@ -270,7 +270,7 @@ def test_streaming_standby_serves_an_engine(pg_server, pg_url, settings_factory,
         standby.cleanup()
 
 
-def test_pgvector_backend_searches_in_the_database(pg_server, pg_url, settings_factory, encoder, products,  # noqa: F811
+def test_pgvector_backend_searches_in_the_database(pg_server, pg_url, settings_factory, encoder, products,
                                                    tmp_path):
     """VITRINE_VECTOR_BACKEND=pgvector: the vectors are searched by pgvector's HNSW index (the
     ranking equals FAISS Flat's on this small set), a filtered search still returns k, and a

@@ -40,7 +40,7 @@ def _env(tmp_path: Path, url: str) -> dict[str, str]:
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    f = open(log, "a")  # noqa: SIM115 - the child holds it
+    f = open(log, "a")  # the child holds it
     return subprocess.Popen([sys.executable, "-m", "vitrine.cli.__main__", *args], env=env, text=True,
                             stdout=f, stderr=subprocess.STDOUT)
 
@@ -112,8 +112,8 @@ def test_every_process_builds_the_same_towers(tmp_path):
 
 
 @pytest.mark.slow
-def test_replicas_and_a_kafka_worker_share_one_store(broker, pg_server, pg_url, catalog_dir, tmp_path):  # noqa: F811
-    from vitrine.ingest.kafka import Publisher
+def test_replicas_and_a_kafka_worker_share_one_store(broker, pg_server, pg_url, catalog_dir, tmp_path):
+    from vitrine.ingest.kafka.publisher import Publisher
     from vitrine.ingest.events import UpsertEvent
     from vitrine.search.models import Product
     from vitrine.settings import Settings

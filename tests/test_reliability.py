@@ -190,7 +190,7 @@ def test_a_snapshot_ahead_of_the_records_is_refused(subset_engine, settings_fact
 N_CRASH_PRODUCTS = 30
 
 
-def _snapshotting_child(settings, encoder, log_path: Path, rows: list[dict], seed: int,  # noqa: ANN001
+def _snapshotting_child(settings, encoder, log_path: Path, rows: list[dict], seed: int,
                         save_every: int) -> int:
     """Forked: upsert/delete products and publish a snapshot after every ``save_every`` changes,
     forever; every change is logged (fsynced) as pending before it starts and done once it returned."""
@@ -231,7 +231,7 @@ def _snapshotting_child(settings, encoder, log_path: Path, rows: list[dict], see
                 done += 1
                 if done % save_every == 0:
                     eng.save()
-    except BaseException:  # noqa: BLE001
+    except BaseException:  # noqa: BLE001 - a child process: its traceback goes to the parent's log
         traceback.print_exc()
     finally:
         os._exit(code)
@@ -456,7 +456,7 @@ def test_hot_swap_under_load_is_atomic_and_a_failed_check_rolls_back(base_dir, s
         assert c.get("/health").json()["model"] == new_key
     eng.close()
     assert not errors, errors[:5]
-    for n, models in seen.items():  # each client saw the old model, then only the new one
+    for models in seen.values():  # each client saw the old model, then only the new one
         assert models and set(models) <= {old_key, new_key}
         switch = models.index(new_key) if new_key in models else len(models)
         assert all(m == old_key for m in models[:switch]) and all(m == new_key for m in models[switch:])
@@ -526,7 +526,7 @@ def test_gate_failure_degrades_to_the_light_path_or_to_words(own_encoder_engine,
     adapter = eng.encoder.adapter
     working = adapter.forward
 
-    def broken_router(*a, **kw):  # noqa: ANN002, ANN003
+    def broken_router(*a, **kw):
         raise RuntimeError("router produced NaN weights")
 
     adapter.forward = broken_router
@@ -555,7 +555,7 @@ def test_gate_failure_degrades_to_the_light_path_or_to_words(own_encoder_engine,
         # a gate that overstays its budget degrades the same way
         del adapter.forward_light
 
-        def slow(*a, **kw):  # noqa: ANN002, ANN003
+        def slow(*a, **kw):
             time.sleep(0.5)
             return working(*a, **kw)
 
@@ -576,7 +576,7 @@ def test_fusion_failure_or_timeout_falls_back_to_plain_vectors(own_encoder_engin
                                         for h in fused.results for k in h.explanation.signals)
     real_rank = fusion.rank
 
-    def slow_rank(*a, **kw):  # noqa: ANN002, ANN003 - a fusion that overstays its budget, deterministically
+    def slow_rank(*a, **kw):  # a fusion that overstays its budget, deterministically
         time.sleep(0.3)
         return real_rank(*a, **kw)
 
@@ -621,7 +621,7 @@ def test_searches_during_upserts_and_deletes_never_see_a_torn_state(subset_engin
                 else:
                     r = rows[i + 20 * rng.randrange(2)]
                     counts["writes"] += eng.upsert([ProductInput(product(r, ids[i]), image=photo(r["id"]))]).upserted
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a worker thread: the test asserts its errors list is empty
             errors.append(traceback.format_exc())
 
     def reader(n: int) -> None:
@@ -642,7 +642,7 @@ def test_searches_during_upserts_and_deletes_never_see_a_torn_state(subset_engin
                 eng.recommend(stable[rng.randrange(len(stable))], "similar", 5)
                 eng.compare(stable[:2])
                 counts["searches"] += 1
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a worker thread: the test asserts its errors list is empty
             errors.append(traceback.format_exc())
 
     threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(n,)) for n in range(3)]

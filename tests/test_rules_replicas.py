@@ -19,7 +19,7 @@ N = 30
 
 
 @pytest.mark.slow
-def test_a_rule_put_on_one_replica_applies_on_the_other_within_a_second(pg_server, pg_url, catalog_dir,  # noqa: F811
+def test_a_rule_put_on_one_replica_applies_on_the_other_within_a_second(pg_server, pg_url, catalog_dir,
                                                                         tmp_path):
     from vitrine_bench.common import free_port
 

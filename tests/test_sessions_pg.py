@@ -6,7 +6,7 @@ import numpy as np
 from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 
 
-def test_pg_sessions_shared_expiring_bounded(pg_url):  # noqa: F811
+def test_pg_sessions_shared_expiring_bounded(pg_url):
     from vitrine.index.pgsessions import PgSessionStore
     from vitrine.index.backends import open_session_store
 

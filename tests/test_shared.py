@@ -31,7 +31,7 @@ def test_lru_matches_a_reference_under_random_use():
             assert got == (hit[0][1] if hit else None)
             if hit:
                 ref = [kv for kv in ref if kv[0] != key] + hit
-        assert [k for k, _ in ref] == list(lru._data)  # noqa: SLF001 - the test's own reference check
+        assert [k for k, _ in ref] == list(lru._data)  # the test's own reference check
 
 
 def test_lru_keeps_none_values_and_computes_once():

@@ -115,7 +115,7 @@ def test_stock_values():
     assert not is_out_of_stock({}) and not is_out_of_stock(None)
 
 
-def test_patch_events_through_kafka(eng, client, subset_rows, broker, settings_factory, tmp_path):  # noqa: F811
+def test_patch_events_through_kafka(eng, client, subset_rows, broker, settings_factory, tmp_path):
     """`{"op": "patch", "id", "fields"}` on the catalogue topic: applied by the worker as PATCH is,
     the stored vectors kept; an unknown product goes to the dead letters."""
     from kafka_broker import kafka_settings, unique

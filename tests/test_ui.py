@@ -86,7 +86,7 @@ def api(base_url):
         yield c
 
 
-def chromium_session():  # noqa: ANN201 - a generator of one Browser
+def chromium_session():  # a generator of one Browser
     """One headless Chromium for the test session (Playwright gives each launch a fresh profile
     dir): conftest.py's ``browser`` fixture, the one every UI test module shares (a second
     sync_playwright while one runs fails)."""

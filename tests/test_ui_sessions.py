@@ -10,7 +10,7 @@ from test_ui import api, base_url, page, renders, type_query, wait_render  # noq
 pytestmark = pytest.mark.slow
 
 
-def test_session_chips_removable_new_search_and_kept_across_reloads(page):  # noqa: F811
+def test_session_chips_removable_new_search_and_kept_across_reloads(page):
     first = type_query(page, "men shoes")
     sid = first["session"]
     assert sid and "new_search" not in first

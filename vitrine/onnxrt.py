@@ -48,7 +48,7 @@ def available() -> bool:
 
 def _ort() -> Any:
     try:
-        import onnxruntime  # noqa: PLC0415
+        import onnxruntime
     except ImportError as e:
         raise MissingExtra("onnxruntime is not installed; pip install 'vitrine[fast]' (or set "
                            "VITRINE_QUERY_RUNTIME=torch)") from e
@@ -140,8 +140,8 @@ class OnnxModule:
         float32)."""
         ort = _ort()
         try:
-            import onnx  # noqa: PLC0415
-            from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
+            import onnx
+            from onnxruntime.quantization import QuantType, quantize_dynamic
         except ImportError as e:
             raise MissingExtra("int8 query graphs need onnx and onnxruntime's quantization tools: "
                                "pip install 'vitrine[fast]'") from e

@@ -441,7 +441,7 @@ def route(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def settings_env(settings: Settings) -> dict[str, str]:
     """The settings given explicitly, as the ``VITRINE_*`` environment that rebuilds them in
     another process (``serve --workers``: uvicorn starts each worker fresh)."""
-    from pydantic_core import to_jsonable_python  # noqa: PLC0415
+    from pydantic_core import to_jsonable_python
 
     out: dict[str, str] = {}
     for section in SECTIONS:

@@ -75,7 +75,7 @@ def _session(url: str, concurrency: int) -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=60))
 
 
-async def _load(url: str, concurrency: int, duration: float, make_request) -> tuple[list[float], int, float]:  # noqa: ANN001
+async def _load(url: str, concurrency: int, duration: float, make_request) -> tuple[list[float], int, float]:
     """Closed loop: each client sends its next request when the last one answered."""
     lat: list[float] = []
     errors = 0
@@ -101,7 +101,7 @@ async def _load(url: str, concurrency: int, duration: float, make_request) -> tu
 
 
 async def _paced(url: str, concurrency: int, rate: float, duration: float,
-                 make_request) -> tuple[list[float], int, float]:  # noqa: ANN001
+                 make_request) -> tuple[list[float], int, float]:
     """Open loop: request j is due at ``j / rate``; ``concurrency`` clients take the next due
     request in turn; latency counts from when it was due."""
     lat: list[float] = []
@@ -202,7 +202,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
                 # warm the per-query caches) of the cell before it
                 start = n_cell * 1009
 
-                def shifted(i: int, make=make, start=start) -> tuple[str, str, dict[str, Any]]:  # noqa: ANN001
+                def shifted(i: int, make=make, start=start) -> tuple[str, str, dict[str, Any]]:
                     return make(start + i)
 
                 gflops = matmul_flops(1, min_time=1.0) / 1e9  # this cell's machine speed (it drifts on a shared one)
@@ -256,7 +256,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
         rep.table(spread, ["mix", "clients", "load", "runs", "p99_median_ms", "p99_min_ms", "p99_max_ms", "qps_median",
                            "cpu_ms_per_req_median", "gflops_core_median"], "p99 across runs of the same cell")
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         for mix in mixes:
             pts = [r for r in rows if r["mix"] == mix and r["load"] == "closed"]
             ax.plot([r["qps"] for r in pts], [r["p99_ms"] for r in pts], marker="o", label=f"{mix} p99")

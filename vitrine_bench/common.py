@@ -68,7 +68,7 @@ class Report:
             lines.append("| " + " | ".join(cells) + " |")
         self.sections.append("\n".join(lines))
 
-    def plot(self, filename: str, draw) -> None:  # noqa: ANN001
+    def plot(self, filename: str, draw) -> None:
         import matplotlib
 
         matplotlib.use("Agg")

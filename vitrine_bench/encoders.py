@@ -130,7 +130,7 @@ def run(out: Path, *, source: Path, batch_sizes: list[int], threads: list[int], 
     rep.table(results, ["tower", "threads", "batch", "items_per_s", "ms_per_batch", "share_of_matmul"],
               "Throughput (median of repeats)")
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         for tower in ("photo", "text"):
             for t in threads:
                 pts = [r for r in results if r["tower"] == tower and r["threads"] == t]

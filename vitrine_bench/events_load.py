@@ -61,7 +61,7 @@ class Flood:
         return json.dumps({"events": events}).encode(), ids
 
 
-async def _paced(session: aiohttp.ClientSession, clients: int, rate: float, duration: float, send) -> None:  # noqa: ANN001
+async def _paced(session: aiohttp.ClientSession, clients: int, rate: float, duration: float, send) -> None:
     """Open loop: call j is due at ``j / rate``; ``clients`` take the next due call in turn."""
     n_total = max(1, int(rate * duration))
     nxt = 0
@@ -238,7 +238,7 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
     rep.table([count], list(count), "Events answered 202 against events stored (after the cells)")
     rep.table([crash_row], list(crash_row), "kill -9 in the middle of the flood, restart, count")
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         for mode, colour in (("alone", "tab:blue"), ("flood", "tab:red")):
             same = [r for r in rows if r["mode"] == mode]
             ax.plot([r["repeat"] for r in same], [r["search_p99_ms"] for r in same], marker="o", color=colour,

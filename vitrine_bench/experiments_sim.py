@@ -152,7 +152,7 @@ def main() -> None:
     print(report["ab_http"]["verdict"], "|", report["interleaved_http"]["verdict"])
 
 
-def sim_req(text: str):  # noqa: ANN201
+def sim_req(text: str):
     from vitrine.search.models import SearchRequest
 
     return SearchRequest(text=text, k=10)

@@ -34,7 +34,7 @@ from vitrine_bench.common import Report, pct
 QUALITY_TOLERANCE = 0.005  # absolute drop in a metric we still call "holds" (about the noise between runs)
 
 
-def concurrent_load(fn, items: list[Any], concurrency: int, duration: float) -> dict[str, float]:  # noqa: ANN001
+def concurrent_load(fn, items: list[Any], concurrency: int, duration: float) -> dict[str, float]:
     lat: list[float] = []
     lock = threading.Lock()
     stop = time.perf_counter() + duration
@@ -49,7 +49,7 @@ def concurrent_load(fn, items: list[Any], concurrency: int, duration: float) -> 
             t0 = time.perf_counter()
             try:
                 fn(x)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a load test counts every failed request, whatever failed
                 errors[0] += 1
                 continue
             mine.append(time.perf_counter() - t0)
@@ -67,14 +67,14 @@ def concurrent_load(fn, items: list[Any], concurrency: int, duration: float) -> 
     return {"qps": len(lat) / el, "p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99), "n": len(lat), "errors": errors[0]}
 
 
-def _med(fn, min_time: float = 1.0) -> float:  # noqa: ANN001
+def _med(fn, min_time: float = 1.0) -> float:
     from vitrine_bench.encoders import timed
 
     return statistics.median(timed(fn, min_time=min_time))
 
 
 # -- speed ---------------------------------------------------------------------------------------------
-def batching_speed(enc: Any, texts: list[str], photos: list[bytes], duration: float, log) -> list[dict[str, Any]]:  # noqa: ANN001
+def batching_speed(enc: Any, texts: list[str], photos: list[bytes], duration: float, log) -> list[dict[str, Any]]:
     from vitrine.encoders.queries import QueryEncoder
 
     configs = [
@@ -120,7 +120,7 @@ def cache_hit_us(enc: Any, texts: list[str]) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def precision_speed(enc: Any, texts: list[str], log) -> list[dict[str, Any]]:  # noqa: ANN001
+def precision_speed(enc: Any, texts: list[str], log) -> list[dict[str, Any]]:
     import torch
 
     from vitrine.encoders.queries import QueryEncoder
@@ -140,7 +140,7 @@ def precision_speed(enc: Any, texts: list[str], log) -> list[dict[str, Any]]:  #
     return rows
 
 
-def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Path, log) -> list[dict[str, Any]]:  # noqa: ANN001
+def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Path, log) -> list[dict[str, Any]]:
     """torch vs onnxruntime for each query-time model, one thread, and how far their outputs differ
     (the same vectors and probabilities, so quality is unchanged by construction; checked here)."""
     import torch
@@ -192,7 +192,7 @@ def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Pa
     return rows
 
 
-def resolution_speed(photos: list[bytes], sizes: list[tuple[int, int]], log) -> list[dict[str, Any]]:  # noqa: ANN001
+def resolution_speed(photos: list[bytes], sizes: list[tuple[int, int]], log) -> list[dict[str, Any]]:
     import torch
 
     from vitrine.encoders.factory import create_towers
@@ -224,7 +224,7 @@ def _precision_encoder(enc: Any, precision: str, runtime: str = "torch", cache_d
     qe = QueryEncoder(enc, cache_size=0, text_precision=precision, runtime=runtime, onnx_dir=cache_dir)
 
     class PrecisionText(MultimodalEncoder):
-        def text_features(self, texts, *, progress: bool = False) -> np.ndarray:  # noqa: ANN001
+        def text_features(self, texts, *, progress: bool = False) -> np.ndarray:
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
             out = np.zeros((len(texts), self.towers.text_dim), dtype=np.float32)
             for s in range(0, len(order), 256):
@@ -235,7 +235,7 @@ def _precision_encoder(enc: Any, precision: str, runtime: str = "torch", cache_d
     return PrecisionText(enc.towers, enc.adapter, cache=enc.cache, batch_size=enc.batch_size)
 
 
-def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:  # noqa: ANN001
+def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
     from vitrine import onnxrt
     from vitrine.evals import protocols as P
     from vitrine.evals.catalogue_queries import attribute_queries
@@ -278,7 +278,7 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
     return rows
 
 
-def resolution_quality(sizes: list[tuple[int, int]], log) -> list[dict[str, Any]]:  # noqa: ANN001
+def resolution_quality(sizes: list[tuple[int, int]], log) -> list[dict[str, Any]]:
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.encoders.factory import create_towers
     from vitrine.evals import protocols as P
@@ -404,7 +404,7 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float, n_attr: int
                            f"{'holds quality' if holds else 'does NOT hold quality'}")
         rep.text("Verdict:\n\n" + "\n".join(verdict))
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         for mod in ("text", "photo"):
             for name in dict.fromkeys(r["config"] for r in speed):
                 pts = [r for r in speed if r["modality"] == mod and r["config"] == name

@@ -131,7 +131,7 @@ def run(data_dir: Path, queries: list[Path], out: Path, *, limit: int | None = N
     rep.text("Tuned weights:\n\n```\n" + "\n".join(f"{m}: {w}" for m, w in
                                                  (("weighted", w_best), ("rrf", r_best), ("rrf_k", r_k))) + "\n```")
 
-    def draw(ax):  # noqa: ANN001
+    def draw(ax):
         names = [r["setting"] for r in results]
         ax.barh(names, [r["mean nDCG@10"] for r in results], color="#4c72b0")
         ax.set_xlabel("mean nDCG@10 over the query sets")

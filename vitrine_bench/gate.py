@@ -69,7 +69,7 @@ def run(out: Path, adapters: list[str], *, n: int = 2000, flush_mb: int = 64) ->
     rep.table(rows_out, ["adapter", "cache", "query", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n",
                           "core_GFLOPs"], heading="Results")
 
-    def draw(ax):  # noqa: ANN001
+    def draw(ax):
         for label, xs in series.items():
             if label.endswith(" both cold"):
                 ax.plot(xs, np.linspace(0, 1, len(xs)), label=label)

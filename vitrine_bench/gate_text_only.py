@@ -142,10 +142,10 @@ def write(result: dict[str, Any], out: Path, name: str = "gate_text_only") -> No
                      f"`{st['tuning']['weights']}`; held-out {st['tuning']['heldout']}")
     lines += ["", f"![nDCG@10 per query set]({name}.png)"]
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     kinds = list(result["queries"])
     bars = [("text_tower", result["shipped"], "text_tower"), ("bm25", result["shipped"], "bm25"),

@@ -47,14 +47,14 @@ def _env() -> dict[str, Any]:
             info["gpu"] = p.name
             info["gpu_memory_gib"] = round(p.total_memory / 2**30, 1)
             info["gpu_count"] = torch.cuda.device_count()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - an environment report: any failure is reported, not raised
         info["torch_error"] = str(e)
     try:
         import faiss
 
         info["faiss"] = faiss.__version__
         info["faiss_gpus"] = int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - an environment report: any failure is reported, not raised
         info["faiss_error"] = str(e)
     return info
 
@@ -66,7 +66,7 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _timed(fn, min_time: float = 0.5, min_reps: int = 3) -> float:  # noqa: ANN001
+def _timed(fn, min_time: float = 0.5, min_reps: int = 3) -> float:
     """Median seconds per call (one warm-up call; CUDA synchronised)."""
     fn()
     _sync()
@@ -99,7 +99,7 @@ def matmul(device: str) -> dict[str, float]:
     return out
 
 
-def encoders_on(device: str, source: Path, peak: dict[str, float], log) -> dict[str, Any]:  # noqa: ANN001
+def encoders_on(device: str, source: Path, peak: dict[str, float], log) -> dict[str, Any]:
     import torch
 
     from vitrine.encoders.encoder import MultimodalEncoder
@@ -148,7 +148,7 @@ def encoders_on(device: str, source: Path, peak: dict[str, float], log) -> dict[
     return res
 
 
-def catalogue_end_to_end(source: Path, limit: int | None, log) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:  # noqa: ANN001
+def catalogue_end_to_end(source: Path, limit: int | None, log) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Every product (photo + title) through towers + adapter on the picked device; real query
     vectors (attribute queries + test titles) through the query path."""
     from vitrine.encoders.queries import QueryEncoder
@@ -180,7 +180,7 @@ def catalogue_end_to_end(source: Path, limit: int | None, log) -> tuple[np.ndarr
     return emb.fused, queries, info
 
 
-def faiss_gpu(base: np.ndarray, queries: np.ndarray, n_large: int, log) -> dict[str, Any]:  # noqa: ANN001
+def faiss_gpu(base: np.ndarray, queries: np.ndarray, n_large: int, log) -> dict[str, Any]:
     import faiss
 
     from vitrine.index.vectors import VectorIndex
@@ -264,7 +264,7 @@ def run(out: Path, *, source: Path, n_large: int, inputs: Path | None, cpu_limit
     parts: dict[str, Any] = {}
     skipped: dict[str, str] = {}
 
-    def part(name: str, fn) -> Any:  # noqa: ANN001
+    def part(name: str, fn) -> Any:
         t0 = time.perf_counter()
         try:
             r = fn()

@@ -77,7 +77,7 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
         t = time.perf_counter()
         g.upsert(10_000_000 + n, f"new-{pid}", doc)
         ins.append(time.perf_counter() - t)
-    for n, (_, pid, _) in enumerate(sample):
+    for _, pid, _ in sample:
         t = time.perf_counter()
         g.delete([f"new-{pid}"])
         dele.append(time.perf_counter() - t)

@@ -149,7 +149,7 @@ def set_param(index: Any, factory: str, value: int) -> None:
         index.hnsw.efSearch = value
 
 
-def time_single(search, queries: np.ndarray, budget_s: float, max_n: int) -> tuple[float, np.ndarray]:  # noqa: ANN001
+def time_single(search, queries: np.ndarray, budget_s: float, max_n: int) -> tuple[float, np.ndarray]:
     """Queries/s one query at a time (as a request handler calls it) within a time budget."""
     lat = []
     t_end = time.perf_counter() + budget_s
@@ -163,7 +163,7 @@ def time_single(search, queries: np.ndarray, budget_s: float, max_n: int) -> tup
     return len(lat) / float(np.sum(lat)), np.asarray(lat)
 
 
-def time_batch(search, queries: np.ndarray, reps: int = 2) -> tuple[float, np.ndarray]:  # noqa: ANN001
+def time_batch(search, queries: np.ndarray, reps: int = 2) -> tuple[float, np.ndarray]:
     best, out = float("inf"), None
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -194,7 +194,7 @@ def sweep_values(factory: str) -> list[int | None]:
 
 
 def bench_set(name: str, base: np.ndarray, queries: np.ndarray, factories: list[str], *,
-              single_budget_s: float, batch_size: int, log) -> dict[str, Any]:  # noqa: ANN001
+              single_budget_s: float, batch_size: int, log) -> dict[str, Any]:
     """Build every factory over ``base`` with VectorIndex, sweep its parameter, measure."""
     from vitrine.index.vectors import VectorIndex
 
@@ -257,7 +257,7 @@ def overhead_ratio(vi: Any, raw: Any, queries: np.ndarray, *, budget_s: float, r
     nq = min(len(queries), 300)
     qs = queries[:nq]
 
-    def loop(fn) -> float:  # noqa: ANN001
+    def loop(fn) -> float:
         t0 = time.perf_counter()
         t_end = t0 + budget_s
         done = 0
@@ -360,7 +360,7 @@ def run(data_dir: Path, out: Path, *, source: Path, n_large: int, n_queries: int
                   ["factory", "value", "raw_ms", "vectorindex_ms", "ratio_single", "ratio_batch"],
                   f"{title}: VectorIndex.search over raw FAISS search (same index, same queries)")
 
-        def draw(ax, rows=rows, mode="single") -> None:  # noqa: ANN001
+        def draw(ax, rows=rows, mode="single") -> None:
             for f in dict.fromkeys(r["factory"] for r in rows):
                 pts = [r for r in rows if r["factory"] == f]
                 ax.plot([r["recall@10"] for r in pts], [r[f"qps_{mode}"] for r in pts], marker="o", label=f)

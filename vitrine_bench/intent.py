@@ -113,7 +113,7 @@ def run(out: Path, *, n: int = 2000, weights: str = "default", cache_dir: Path |
     if "latencies_ms_onnxruntime" in rep.data:
         curves["onnxruntime, 1 thread"] = rep.data["latencies_ms_onnxruntime"]
 
-    def draw(ax):  # noqa: ANN001
+    def draw(ax):
         for name, lat in curves.items():
             xs = np.sort(np.array(lat))
             ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=name)

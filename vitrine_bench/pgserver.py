@@ -121,7 +121,7 @@ class PostgresServer:
 
     def create_db(self, name: str) -> str:
         """A new database (a test's own); returns its URL."""
-        import psycopg  # noqa: PLC0415
+        import psycopg
 
         with psycopg.connect(self.url(), autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{name}"')

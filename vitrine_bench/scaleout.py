@@ -65,7 +65,7 @@ def _ingest_rate(settings: Any, encoder: Any, catalog: Path) -> dict[str, float]
     return {"products": rep.upserted, "seconds": round(took, 2), "products_per_s": round(rep.upserted / took, 1)}
 
 
-async def _closed_loop(url: str, concurrency: int, duration: float, make) -> tuple[list[float], int, float]:  # noqa: ANN001
+async def _closed_loop(url: str, concurrency: int, duration: float, make) -> tuple[list[float], int, float]:
     """Each of ``concurrency`` clients sends its next request when the last one answered."""
     import aiohttp
 

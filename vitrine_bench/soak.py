@@ -199,7 +199,7 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 600.0, cli
     if load.error_samples:
         rep.text("Errors seen:\n\n" + "\n".join(f"- `{e}`" for e in load.error_samples))
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         ts = [s["t_s"] / 60 for s in samples]
         ax.plot(ts, [s["rss_mb"] for s in samples], color="tab:blue", label="server RSS (MB)")
         ax.set_xlabel("minutes")

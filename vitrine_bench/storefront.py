@@ -95,7 +95,7 @@ def typo(engine: Engine, queries: list[EvalQuery], out: Path, seed: int = 0) -> 
              "; ".join(f"\"{b.meta['clean']}\" -> \"{b.text}\"" for b in bad[:5]) + ".")
     rep.table(rows, ["queries", "typo_tolerance", "n", "nDCG@10", "R@10", "MRR@10", "p50_ms"], "Results")
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         labels = [f"{r['queries']}\ntolerance {r['typo_tolerance']}" for r in rows]
         ax.bar(range(len(rows)), [r["nDCG@10"] for r in rows], color=["#999", "#c44", "#999", "#4a4"])
         ax.set_xticks(range(len(rows)), labels, fontsize=8)
@@ -136,7 +136,7 @@ def floor(engine: Engine, queries: list[EvalQuery], out: Path) -> Path:
              f"{float(cut[grid == best][0]):.0%} of the other results. Fusion: {engine.settings.search.fusion}.")
     rep.table(rows, ["floor", "relevant_kept", "others_cut"], "Share of results kept / cut per floor")
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         ax.plot(grid, kept, label="relevant kept")
         ax.plot(grid, cut, label="others cut")
         ax.axvline(best, color="k", ls="--", lw=0.8, label=f"chosen {best:.2f}")

@@ -114,7 +114,7 @@ def run(data_dir: Path, out: Path, *, source: Path, rates: list[float], clients:
     rep.table([alone], ["products", "phrases", "prefix_keys", "build_s", "p50_ms", "p95_ms", "p99_ms"],
               "The index alone over the full bundled catalogue (in process, no cache, 5,000 prefixes)")
 
-    def draw(ax) -> None:  # noqa: ANN001
+    def draw(ax) -> None:
         ax.plot([float(r["load"].split()[1].rstrip("/s")) for r in rows], [r["p99_ms"] for r in rows], marker="o",
                 label="p99")
         ax.plot([float(r["load"].split()[1].rstrip("/s")) for r in rows], [r["p50_ms"] for r in rows], marker="o",

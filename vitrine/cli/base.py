@@ -42,7 +42,7 @@ class _DropOpenClipNoise(logging.Filter):
                                                 or "pretrained weights" in msg))
 
 
-def make_settings(**overrides: Any):  # noqa: ANN201 - Settings, imported lazily
+def make_settings(**overrides: Any):  # Settings, imported lazily
     from vitrine.settings import Settings
 
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -70,18 +70,18 @@ def main(log_level: str) -> None:
     setup_logging(log_level)
 
 
-def data_option(f):  # noqa: ANN001, ANN201
+def data_option(f):
     return click.option("--data", "data_dir", type=click.Path(path_type=Path), required=True,
                         help="Data dir (records, photos, index)")(f)
 
 
-def store_option(f):  # noqa: ANN001, ANN201
+def store_option(f):
     return click.option("--store", default=None, metavar="URL",
                          help="Shared record store postgresql://user:pw@host:port/db (default: SQLite in --data; "
                               "env VITRINE_STORE). --data then holds only rebuildable index snapshots and caches")(f)
 
 
-def model_options(f):  # noqa: ANN001, ANN201
+def model_options(f):
     f = click.option("--adapter", default=None, help="Adapter name or folder (default from settings)")(f)
     f = click.option("--model", default=None, help="Tower config or open_clip architecture")(f)
     f = click.option("--pretrained", default=None, help="Local CLIP weights file for --model")(f)

@@ -14,7 +14,7 @@ OUT = Path("bench-results")
 BENCH_EXTRA = ("matplotlib", "aiohttp")  # pyproject.toml's `bench` extra
 
 
-def _bench():  # noqa: ANN202
+def _bench():
     """Fail with what to install when the benchmarks' dependencies are missing."""
     from importlib.util import find_spec
 

@@ -18,13 +18,13 @@ from vitrine.cli.kafka import serve_options  # also registers publish/consume
 log = logging.getLogger("vitrine")
 
 
-def _engine(settings):  # noqa: ANN001, ANN202
+def _engine(settings):
     from vitrine.search.engine import Engine
 
     return Engine.open(settings)
 
 
-def _print_report(report) -> None:  # noqa: ANN001
+def _print_report(report) -> None:
     click.echo(
         f"upserted {report.upserted}, unchanged {report.unchanged}, stale {report.stale}, "
         f"failed {len(report.failed)} in {report.seconds:.1f}s"
@@ -83,7 +83,7 @@ def serve(data_dir: Path, host: str | None, port: int | None, workers: int | Non
     _serve(settings, consume=consume, follow=follow)
 
 
-def _serve(settings, *, consume: bool = False, follow: float | None = None) -> None:  # noqa: ANN001
+def _serve(settings, *, consume: bool = False, follow: float | None = None) -> None:
     if consume or follow:
         if settings.web.workers > 1:
             raise click.UsageError("--workers runs API processes only; run `vitrine consume` beside them "

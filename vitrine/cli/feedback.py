@@ -19,7 +19,7 @@ def _default_data_dir(_ctx: click.Context, _param: click.Parameter, value: Path 
     return value if value is not None else Path(make_settings().storage.data_dir)
 
 
-def feedback_data_option(f):  # noqa: ANN001, ANN201
+def feedback_data_option(f):
     """``--data``, optional here: the event log of the configured data dir (``VITRINE_DATA_DIR``, else
     .vitrine/data), so `vitrine experiment start --name N --variant ...` runs where the API serves."""
     return click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
@@ -29,7 +29,7 @@ def feedback_data_option(f):  # noqa: ANN001, ANN201
 
 @contextmanager
 def _event_log(data_dir: Path, store: str | None) -> Iterator[Any]:
-    from vitrine.index.backends import open_event_log  # noqa: PLC0415
+    from vitrine.index.backends import open_event_log
 
     settings = make_settings(data_dir=data_dir, store=store)
     log = open_event_log(settings.storage.store, settings.storage.data_dir)
@@ -56,7 +56,7 @@ def analytics_cmd(data_dir: Path, store: str | None, since: str | None, until: s
                   top: int, as_json: bool) -> None:
     """Searches, users, CTR, add-to-cart and conversion rates, mean click position, per day and
     per query, queries with no results and with no clicks (docs/analytics.md)."""
-    from vitrine.search import analytics  # noqa: PLC0415
+    from vitrine.search import analytics
 
     with _event_log(data_dir, store) as log:
         rep = analytics.report(log, since=analytics.parse_time(since), until=analytics.parse_time(until),
@@ -94,13 +94,13 @@ def experiment_group() -> None:
 
 
 def _experiments(log: Any, data_dir: Path) -> Any:
-    from vitrine.search.experiments import Experiments  # noqa: PLC0415
+    from vitrine.search.experiments import Experiments
 
     return Experiments(log, data_dir)
 
 
 def _split_arg(text: str | None) -> list[float] | None:
-    from vitrine.errors import InvalidInput  # noqa: PLC0415
+    from vitrine.errors import InvalidInput
 
     if not text:
         return None
@@ -131,7 +131,7 @@ def _show(exp: Any) -> None:
 def experiment_start(data_dir: Path, store: str | None, name: str, variant_args: tuple[str, ...], split: str | None,
                      interleave: bool) -> None:
     """Start an experiment."""
-    from vitrine.search.experiments import ExperimentCreate, parse_variant  # noqa: PLC0415
+    from vitrine.search.experiments import ExperimentCreate, parse_variant
 
     parsed = dict(parse_variant(v) for v in variant_args)
     with _event_log(data_dir, store) as log:

@@ -20,7 +20,7 @@ from vitrine.cli.base import main, make_settings, model_options, store_option
 log = logging.getLogger("vitrine")
 
 
-def _stream_options(f):  # noqa: ANN001, ANN202
+def _stream_options(f):
     f = click.option("--bootstrap", "kafka_bootstrap", default=None,
                      help="Kafka bootstrap servers host:port[,host:port] (default from settings)")(f)
     f = click.option("--topic", "kafka_topic", default=None, help="Catalogue events topic (default from settings)")(f)
@@ -240,7 +240,7 @@ def _ms(v: float | None) -> str:
 
 
 # -- serving topologies ---------------------------------------------------------------------------------
-def serve_options(f):  # noqa: ANN001, ANN202
+def serve_options(f):
     """``vitrine serve`` options for the two topologies (see README, "Kafka ingest")."""
     f = click.option("--follow", type=float, default=None, metavar="SECONDS",
                      help="API replica of a data dir that a `vitrine consume` worker writes: pick up its "

@@ -55,7 +55,7 @@ def swap(data_dir: Path | None, url: str | None, api_key: str | None, dry_run: b
     click.echo(report.reason, err=True)
 
 
-def _swap_remote(url: str, api_key: str | None, req: Any, timeout: float) -> None:  # noqa: ANN401
+def _swap_remote(url: str, api_key: str | None, req: Any, timeout: float) -> None:
     from vitrine.client import ApiError, Client, Unreachable
 
     key = api_key

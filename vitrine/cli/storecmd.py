@@ -46,9 +46,9 @@ def store_copy(data_dir: Path, store: str, batch_size: int) -> None:
     click.echo(f"copied {n} products into {dst.location} ({skipped} already there, newer or unchanged)")
 
 
-def _copy(batch, dst, dst_photos, photos) -> tuple[int, int]:  # noqa: ANN001
+def _copy(batch, dst, dst_photos, photos) -> tuple[int, int]:
     have = dst.get_many([r.id for r in batch], include_deleted=True)
-    def kept(r) -> bool:  # noqa: ANN001 - already there: newer, or the same product by the same model
+    def kept(r) -> bool:  # already there: newer, or the same product by the same model
         old = have.get(r.id)
         if old is None:
             return False

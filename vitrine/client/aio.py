@@ -152,9 +152,9 @@ class AsyncClient:
                 raise Unreachable(f"{self.url} not ready after {timeout:g}s")
             await asyncio.sleep(every)
 
-    async def swap(self, request: Any, timeout: float | None = None) -> Any:  # noqa: ANN401 - SwapRequest -> SwapReport
+    async def swap(self, request: Any, timeout: float | None = None) -> Any:  # SwapRequest -> SwapReport
         """Hot swap (needs the API key); a refused candidate raises ApiError 409 with the report as detail."""
-        from vitrine.search.swap import SwapReport, SwapRequest  # noqa: PLC0415 - loads the model code
+        from vitrine.search.swap import SwapReport, SwapRequest  # loads the model code
 
         req = request if isinstance(request, SwapRequest) else SwapRequest.model_validate(request)
         return await self.request("POST", "/admin/swap", SwapReport, json=req.model_dump(exclude_none=True),

@@ -162,7 +162,7 @@ def aligner_summary(config: dict[str, Any]) -> dict[str, Any]:
 
 def write_report(result: dict[str, Any], out_dir: Path, name: str = "domain-shift") -> list[Path]:
     """``name``.md, .json and .png: nDCG@10 / R@10 / MRR@10 per held-out domain and system."""
-    import json  # noqa: PLC0415
+    import json
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"]
@@ -195,10 +195,10 @@ def write_report(result: dict[str, Any], out_dir: Path, name: str = "domain-shif
                          f"slot filters {'on' if t['slot_filters'] else 'off'}; held-out {t['heldout']}")
     paths[1].write_text("\n".join(lines) + "\n")
     try:
-        import matplotlib  # noqa: PLC0415
+        import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt
 
         doms = list(result["domains"])
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)

@@ -10,10 +10,10 @@ from vitrine.errors import MissingExtra
 def pyplot(what: str) -> ModuleType:
     """``matplotlib.pyplot`` on the headless Agg backend, or a clear :class:`MissingExtra` naming ``what``."""
     try:
-        import matplotlib  # noqa: PLC0415 - optional, only when a report is drawn
+        import matplotlib  # optional, only when a report is drawn
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt
     except ImportError as e:
         raise MissingExtra(f"{what} needs matplotlib: pip install 'vitrine[bench]'") from e
     return plt

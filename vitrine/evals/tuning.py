@@ -265,7 +265,7 @@ def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool,
                  kind_weights: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
     """nDCG@10 of held-out queries searched end to end (intent on), slot filters on/off: averaged
     per query kind, then over kinds (as the fit objective), and by kind."""
-    from vitrine.evals.metrics import ndcg_at_k  # noqa: PLC0415
+    from vitrine.evals.metrics import ndcg_at_k
 
     cal = engine.calibration
     engine.set_calibration(calibration.Calibration(**{**cal.__dict__, "slot_filters": slots}))
@@ -507,10 +507,10 @@ def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> lis
               "", f"Took {r['seconds']['total']} s ({r['seconds']['pools']} s building pools)."]
     paths[1].write_text("\n".join(lines) + "\n")
     try:
-        import matplotlib  # noqa: PLC0415
+        import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt
 
         labels = list(r["heldout"])
         kinds = sorted({k for m in r["heldout"].values() for k in m["by_kind"]})

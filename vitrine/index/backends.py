@@ -23,7 +23,7 @@ def open_event_log(store: str | None, data_dir: str | os.PathLike[str], *, pool:
     """The feedback log beside a record store: ``events.sqlite`` in the data dir (SQLite), or
     tables in the PostgreSQL database (``pool``: the record store's connection pool)."""
     if is_database_url(store):
-        from vitrine.index.pgevents import PgEventLog  # noqa: PLC0415 - psycopg is an extra
+        from vitrine.index.pgevents import PgEventLog  # psycopg is an extra
 
         return PgEventLog(str(store), pool=pool)
     return EventLog(Path(data_dir) / EVENTS_FILE)
@@ -33,7 +33,7 @@ def open_rule_store(store: str | None, data_dir: str | os.PathLike[str]) -> Rule
     """The rule store beside a data dir's records: the SQLite file in it (``store`` empty), or the
     PostgreSQL database ``store`` names."""
     if is_database_url(store):
-        from vitrine.index.pgrules import PgRuleStore  # noqa: PLC0415 - psycopg is an extra
+        from vitrine.index.pgrules import PgRuleStore  # psycopg is an extra
 
         return PgRuleStore(str(store))
     if store:
@@ -48,7 +48,7 @@ def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_
     if kind == "memory":
         return MemorySessionStore(ttl_s, max_sessions)
     if database_url:
-        from vitrine.index.pgsessions import PgSessionStore  # noqa: PLC0415 - psycopg is an extra
+        from vitrine.index.pgsessions import PgSessionStore  # psycopg is an extra
 
         return PgSessionStore(database_url, ttl_s, max_sessions)
     return SqliteSessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)

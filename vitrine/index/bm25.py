@@ -327,19 +327,19 @@ class BM25Scores(Mapping[int, float]):
     def __contains__(self, key: object) -> bool:
         return isinstance(key, (int, np.integer)) and self.get(int(key)) is not None
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.ids.tolist())
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def items(self):  # noqa: ANN201
+    def items(self):
         return self._d().items()
 
-    def keys(self):  # noqa: ANN201
+    def keys(self):
         return self._d().keys()
 
-    def values(self):  # noqa: ANN201
+    def values(self):
         return self._d().values()
 
     def top(self, n: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:

@@ -48,7 +48,7 @@ from vitrine.index.records import (
 
 log = logging.getLogger(__name__)
 
-P, M, I = "vitrine_products", "vitrine_meta", "vitrine_images"  # noqa: E741
+P, M, I = "vitrine_products", "vitrine_meta", "vitrine_images"  # noqa: E741 - the tables, one letter in the SQL
 _LOCK_ID = 0x76697472  # advisory lock: processes creating the schema at once take turns
 
 _SCHEMA = f"""

@@ -356,7 +356,7 @@ class RecordStore:
     def content_digest(self) -> str:
         """SHA-256 over every live product's id and content hash, in id order: the catalogue's
         identity (two stores holding the same products have the same digest)."""
-        import hashlib  # noqa: PLC0415
+        import hashlib
 
         h = hashlib.sha256()
         with self._lock:

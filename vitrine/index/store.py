@@ -90,15 +90,15 @@ def open_stores(store: str | None, data_dir: str | os.PathLike[str], *,
     PostgreSQL database ``store`` names, with ``data_dir`` as the local, rebuildable cache."""
     data = Path(data_dir)
     if is_database_url(store):
-        from vitrine.index.pgstore import PgImageStore, PgRecordStore  # noqa: PLC0415 - psycopg is an extra
+        from vitrine.index.pgstore import PgImageStore, PgRecordStore  # psycopg is an extra
 
         rs = PgRecordStore(str(store), pool_size=pool_size, timeout_s=timeout_s)
         return rs, PgImageStore(rs, data / "images")
     if store:
-        from vitrine.errors import InvalidInput  # noqa: PLC0415
+        from vitrine.errors import InvalidInput
 
         raise InvalidInput(f"unknown record store {store!r}: give a postgresql://... URL, or none for SQLite "
                            "in the data dir")
-    from vitrine.index.records import ImageStore, RecordStore  # noqa: PLC0415
+    from vitrine.index.records import ImageStore, RecordStore
 
     return RecordStore(data / "records.sqlite"), ImageStore(data / "images")

@@ -101,7 +101,7 @@ class TaxonomyVectors:
 
     def save(self, path: str | Path, taxonomy_sha256: str) -> None:
         """safetensors (float16) with the tower key and the taxonomy file's SHA-256 as metadata."""
-        from safetensors.numpy import save_file  # noqa: PLC0415
+        from safetensors.numpy import save_file
 
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         save_file({"vectors": self.vectors.astype(np.float16), "ids": np.asarray(self.ids, dtype=np.int64)},
@@ -111,7 +111,7 @@ class TaxonomyVectors:
     @classmethod
     def load(cls, path: str | Path, tower: str, taxonomy_sha256: str) -> "TaxonomyVectors | None":
         """The shipped vectors, or None when missing or made by another tower or taxonomy."""
-        from safetensors import safe_open  # noqa: PLC0415
+        from safetensors import safe_open
 
         p = Path(path)
         if not p.is_file():

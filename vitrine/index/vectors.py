@@ -50,7 +50,7 @@ TRAIN_PER_LIST = 64  # IVF training sample per inverted list (FAISS warns below 
 
 def _faiss():
     try:
-        import faiss  # noqa: PLC0415
+        import faiss
     except ImportError as e:  # pragma: no cover - faiss-cpu is a core dependency
         raise StorageError("the vector index needs FAISS: pip install faiss-cpu (or faiss-gpu)") from e
     return faiss
@@ -77,7 +77,7 @@ def set_search_threads(n: int) -> None:
     _faiss().omp_set_num_threads(n)
     _omp_local.n = n
     try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+        from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=n, user_api="blas")
     except ImportError:  # pragma: no cover - a dependency; without it BLAS keeps its default
@@ -298,14 +298,14 @@ class VectorIndex:
             self._indexed = self._n
         self._gpu_index = self._to_gpu(self._index)
 
-    def _configure(self, index) -> None:  # noqa: ANN001
+    def _configure(self, index) -> None:
         faiss = _faiss()
         if "IVF" in self.factory:
             faiss.extract_index_ivf(index).nprobe = self.nprobe
         if self.factory.startswith("HNSW"):
             index.hnsw.efSearch = self.ef_search
 
-    def _to_gpu(self, index):  # noqa: ANN001, ANN202
+    def _to_gpu(self, index):
         """A GPU copy of ``index`` when FAISS has a GPU (HNSW and a flat SQfp16 scan have no GPU
         version), else None.
 
@@ -437,7 +437,7 @@ class VectorIndex:
             out_r = np.pad(out_r, ((0, 0), (0, pad)), constant_values=-1)
         return out_s, out_r
 
-    def _unfiltered_index(self, k: int):  # noqa: ANN202
+    def _unfiltered_index(self, k: int):
         """The GPU copy when there is one (FAISS GPU answers at most 2048 neighbours), else the index."""
         return self._gpu_index if self._gpu_index is not None and k <= 2048 else self._index
 

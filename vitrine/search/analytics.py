@@ -136,7 +136,7 @@ def parse_time(value: str | float | None) -> float | None:
             return time.time() - float(v[:-1]) * units[v[-1]]
         except ValueError:
             pass
-    from datetime import datetime, timezone  # noqa: PLC0415
+    from datetime import datetime, timezone
 
     try:
         dt = datetime.fromisoformat(v.replace("Z", "+00:00"))

@@ -135,7 +135,7 @@ class IndexState:
         if s.vector_backend == "pgvector":  # vectors in the shared database (vitrine/index/pgvectors.py)
             if not store:
                 raise InvalidInput("VITRINE_VECTOR_BACKEND=pgvector needs a postgresql:// store (VITRINE_STORE)")
-            from vitrine.index.pgvectors import PgVectorIndex  # noqa: PLC0415 - psycopg is an extra
+            from vitrine.index.pgvectors import PgVectorIndex  # psycopg is an extra
 
             return PgVectorIndex(store, field, self.dim, ef_search=s.ef_search)
         return VectorIndex(self.dim, s.index_factory, nprobe=s.nprobe, ef_search=s.ef_search)

@@ -85,7 +85,7 @@ def _batcher(classifier: "IntentClassifier", threads: int, max_batch: int) -> Mi
         b = _batchers.get(id(classifier))
         if b is None:
             def init() -> None:
-                import torch  # noqa: PLC0415
+                import torch
 
                 torch.set_num_threads(threads)
 
@@ -100,7 +100,7 @@ def _batcher(classifier: "IntentClassifier", threads: int, max_batch: int) -> Mi
 @lru_cache(maxsize=4)
 def _load_classifier(model: str, cache_dir: str, min_confidence: float, runtime: str = "torch",
                      threads: int = 1, members: int = 0) -> "IntentClassifier":
-    from vitrine.intent.classifier import IntentClassifier  # noqa: PLC0415 - optional extra
+    from vitrine.intent.classifier import IntentClassifier  # optional extra
 
     return IntentClassifier.load(model, cache_dir=Path(cache_dir), min_confidence=min_confidence, runtime=runtime,
                                  threads=threads, members=members)
@@ -129,7 +129,7 @@ class QueryUnderstanding:
 
     # -- vocabulary ---------------------------------------------------------------------------------------
     def vocabulary(self) -> "Vocabulary":
-        from vitrine.intent.slots import Vocabulary  # noqa: PLC0415
+        from vitrine.intent.slots import Vocabulary
 
         state = self.reader.state
         f = state.filters
@@ -149,7 +149,7 @@ class QueryUnderstanding:
         return Vocabulary.of(brands, facets["category"], facets["colour"], facets["gender"])
 
     def extractor(self) -> "SlotExtractor":
-        from vitrine.intent.slots import SlotExtractor  # noqa: PLC0415
+        from vitrine.intent.slots import SlotExtractor
 
         now = time.monotonic()
         current = self._extractor
@@ -252,7 +252,7 @@ def plan(reader: Reader, qu: QueryUnderstanding | None, req: SearchRequest, text
     if res.truncated:
         p.notes["intent_truncated"] = True
     if res.label == "after_sales":
-        from vitrine.intent.aftersales import answer  # noqa: PLC0415
+        from vitrine.intent.aftersales import answer
 
         a = answer(text)
         p.answer = AfterSalesAnswer(**a.as_dict())

@@ -84,7 +84,7 @@ async def _follow_loop(eng: Engine, every_s: float) -> None:
                 log.info("picked up %d products changed by other processes", n)
         except (StorageError, OSError, VitrineError) as e:
             log.error("catching up with the data dir failed (%s); trying again in %gs", e, every_s)
-        except Exception:  # noqa: BLE001 - a follower that dies silently serves stale results forever
+        except Exception:  # a follower that dies silently serves stale results forever
             log.exception("catching up with the data dir failed; trying again in %gs", every_s)
 
 
@@ -109,7 +109,7 @@ async def _learn_loop(eng: Engine, every_s: float) -> None:
             seen = n
         except (StorageError, OSError, VitrineError) as e:
             log.error("learning from the search log failed (%s); trying again in %gs", e, every_s)
-        except Exception:  # noqa: BLE001 - the loop must outlive one bad run
+        except Exception:  # the loop must outlive one bad run
             log.exception("learning from the search log failed; trying again in %gs", every_s)
 
 

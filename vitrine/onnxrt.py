@@ -24,21 +24,25 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from vitrine.atomic import atomic_path
-from vitrine.errors import MissingExtra, ModelError
+from vitrine.errors import InvalidInput, MissingExtra, ModelError, VitrineError
 
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1  # bump when the export recipe changes: old cached graphs are then ignored
+RUNTIMES = ("auto", "torch", "onnx")
+
+T = TypeVar("T")
 
 
 def available() -> bool:
@@ -53,6 +57,55 @@ def _ort() -> Any:
         raise MissingExtra("onnxruntime is not installed; pip install 'vitrine[fast]' (or set "
                            "VITRINE_QUERY_RUNTIME=torch)") from e
     return onnxruntime
+
+
+def choose(runtime: str, what: str, build: Callable[[], T], *, obstacle: str | None = None) -> T | None:
+    """What runs ``what`` (e.g. "query", "intent"): ``build()``'s onnxruntime graphs, or None for torch.
+
+    ``runtime`` is torch (never builds), onnx (builds; raises :class:`~vitrine.errors.ModelError`
+    when it cannot be had) or auto (builds when onnxruntime is installed, else torch; a build that
+    fails is logged and torch kept; onnx without onnxruntime raises
+    :class:`~vitrine.errors.MissingExtra`). ``obstacle``: why the caller's module cannot run in
+    onnxruntime at all (the build is then not tried)."""
+    if runtime not in RUNTIMES:
+        raise InvalidInput(f"unknown {what} runtime {runtime!r}; use auto, torch or onnx")
+    if runtime == "torch":
+        return None
+    why = obstacle
+    if why is None and runtime == "auto" and not available():
+        why = "onnxruntime is not installed (pip install 'vitrine[fast]')"
+    if why is None:
+        try:
+            return build()
+        except MissingExtra:
+            if runtime == "onnx":
+                raise  # the install hint, as is
+            why = "onnxruntime is not installed (pip install 'vitrine[fast]')"
+        except VitrineError as e:
+            if runtime == "onnx":
+                raise ModelError(f"{what} runtime onnx is not possible: {e}") from e
+            log.warning("%s runs in torch: %s", what, e)
+            return None
+    if runtime == "onnx":
+        raise ModelError(f"{what} runtime onnx is not possible: {why}")
+    log.info("%s runs in torch: %s", what, why)
+    return None
+
+
+def eager_attention(config: Any) -> Callable[[], Callable[[], None]]:
+    """An :meth:`OnnxModule.export` ``prepare`` for a transformers model with ``config``: attention
+    written out while tracing (sdpa exports a different graph; the two agree to ~1e-6 in torch),
+    switched back once exported and checked. transformers keeps a built model's attention kernel
+    only in ``config._attn_implementation`` (``set_attn_implementation`` has no getter)."""
+
+    def prepare() -> Callable[[], None]:
+        old = getattr(config, "_attn_implementation", None)
+        if config is None or old is None:
+            return lambda: None
+        config._attn_implementation = "eager"
+        return lambda: setattr(config, "_attn_implementation", old)
+
+    return prepare
 
 
 class OnnxModule:
@@ -84,7 +137,7 @@ class OnnxModule:
         example: Sequence[torch.Tensor],
         *,
         key: str,
-        cache_dir: Path,
+        cache_dir: Path | None,
         input_names: Sequence[str],
         dynamic_axes: dict[str, dict[int, str]],
         probes: Sequence[Sequence[torch.Tensor]],
@@ -93,12 +146,13 @@ class OnnxModule:
         prepare: Callable[[], Callable[[], None]] | None = None,
     ) -> "OnnxModule":
         """Export ``module`` (or reuse the cached export for ``key``), check it on ``probes``
-        against torch and return it. ``prepare`` may switch the module into an exportable mode
-        and returns the function that switches it back."""
+        against torch and return it. ``cache_dir``: where the graph is cached (None: the system's
+        temporary directory). ``prepare`` may switch the module into an exportable mode and
+        returns the function that switches it back."""
         ort = _ort()
         digest = hashlib.sha256(
             f"{key}|torch={torch.__version__}|ort={ort.__version__}|v{EXPORT_VERSION}".encode()).hexdigest()[:20]
-        path = Path(cache_dir) / "onnx" / f"{digest}.onnx"
+        path = Path(cache_dir or tempfile.gettempdir()) / "onnx" / f"{digest}.onnx"
         t0 = time.perf_counter()
         restore = prepare() if prepare is not None else None
         try:

@@ -1,4 +1,5 @@
-"""Building blocks of the query fast path: a dynamic micro-batcher and its LRU cache (:mod:`vitrine.lru`).
+"""Building blocks of the query fast path: a dynamic micro-batcher, its LRU cache (:mod:`vitrine.lru`)
+and the keyed requests in flight (:class:`InFlight`: concurrent asks for one query share its encode).
 
 ``MicroBatcher`` turns many concurrent single-item calls into a few batched ones. Callers
 ``submit`` an item and wait on a future; one worker thread takes the first queued item, then
@@ -192,3 +193,52 @@ class MicroBatcher(Generic[T, R]):
             return
         for (_, f), r in zip(live, results):
             f.set_result(r)
+
+
+def done(value: R) -> Future[R]:
+    """A future that already holds ``value``."""
+    fut: Future[R] = Future()
+    fut.set_result(value)
+    return fut
+
+
+class InFlight(Generic[R]):
+    """Keyed requests in flight: concurrent callers asking for the same key share one future; what
+    it resolves to goes into ``cache`` (an error is handed to every caller and cached nowhere)."""
+
+    def __init__(self, cache: LRU[R]) -> None:
+        self.cache = cache
+        self._pending: dict[Any, Future[R]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, submit: Callable[[], Future[R]]) -> Future[R]:
+        """The in-flight request for ``key``, else a new one started by ``submit()``."""
+        with self._lock:
+            fut = self._pending.get(key)
+            own = fut is None
+            if own:
+                fut = Future()
+                self._pending[key] = fut
+        assert fut is not None
+        if own:
+            try:
+                inner = submit()
+            except BaseException as e:
+                self._settle(key, fut, None, e)
+                raise
+            inner.add_done_callback(lambda f, k=key, mine=fut: self._settle(k, mine, f, None))
+        return fut
+
+    def _settle(self, key: Any, fut: Future[R], inner: Future[R] | None, err: BaseException | None) -> None:
+        if err is None and inner is not None:
+            err = inner.exception()
+        if err is None and inner is not None:
+            v = inner.result()
+            self.cache.put(key, v)
+            with self._lock:
+                self._pending.pop(key, None)
+            fut.set_result(v)
+        else:
+            with self._lock:
+                self._pending.pop(key, None)
+            fut.set_exception(err)  # type: ignore[arg-type]

@@ -14,7 +14,10 @@ each alone pays a whole model forward per request; ``QueryEncoder`` instead
   ranked by the text tower's own cosine needs the tower's vector alone);
 - can run the text tower in reduced precision for queries only (``int8``: dynamic
   quantisation of its Linear layers; ``bf16``): product vectors are unchanged, so switching
-  needs no re-indexing. Whether that keeps quality is measured (`vitrine bench fastpath`).
+  needs no re-indexing. Whether that keeps quality is measured (`vitrine bench fastpath`);
+- picks what runs the towers (torch, or onnxruntime graphs through :func:`vitrine.onnxrt.choose`).
+  The graphs and the reduced-precision copies are built by :mod:`vitrine.encoders.query_export`;
+  concurrent asks for one query share its encode (:class:`~vitrine.encoders.batching.InFlight`).
 
 Photo decoding and preprocessing happen in the caller's thread (a bad photo fails only its
 own request); the batch runs the image tower and the adapter. Query texts and photos never
@@ -23,10 +26,8 @@ enter the SQLite feature cache (which is for catalogue items).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import logging
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -37,42 +38,17 @@ import numpy as np
 import torch
 
 from vitrine import onnxrt
-from vitrine.encoders.batching import LRUCache, MicroBatcher
+from vitrine.encoders.batching import InFlight, LRUCache, MicroBatcher, done
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import InvalidInput, ModelError, VitrineError
+from vitrine.encoders.query_export import PRECISIONS, Precision, export_query_graphs, quantize_text_tower
+from vitrine.errors import InvalidInput, ModelError
 from vitrine.onnxrt import OnnxModule
 
 log = logging.getLogger(__name__)
 
-# Queries the ONNX text graphs are checked on (short, long, one character, non-Latin).
-PROBE_TEXTS = ("women red heels under 1500", "x", "nike", "men's navy blue slim fit cotton shirt for office",
-               "红色 高跟鞋", "puma running shoes", "kids blue denim jacket with hood", "gold plated earrings")
-
-Precision = Literal["fp32", "bf16", "int8"]
 Runtime = Literal["auto", "torch", "onnx"]
 Key = tuple[str, str, str, str]
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "int8")
 NATIVE_HANDOFF = 256  # native vectors kept even with the query cache off: more than the queries in flight
-
-
-def quantize_text_tower(module: torch.nn.Module, precision: str) -> torch.nn.Module:
-    """A copy of a text tower in ``precision`` (the original is untouched); fp32 returns it as is."""
-    if precision == "fp32":
-        return module
-    if precision == "bf16":
-        return copy.deepcopy(module).to(torch.bfloat16).eval()
-    if precision == "int8":
-        import warnings  # noqa: PLC0415
-
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic  # noqa: PLC0415
-
-        with warnings.catch_warnings():  # torch announces the deprecation of quantized tensors
-            warnings.simplefilter("ignore")
-            # per output channel: per-tensor scales lose noticeably more on MiniLM (measured)
-            q = quantize_dynamic(copy.deepcopy(module).float().eval(), {torch.nn.Linear: per_channel_dynamic_qconfig},
-                                 dtype=torch.qint8)
-        return q.eval()
-    raise InvalidInput(f"unknown text precision {precision!r}; use one of {', '.join(PRECISIONS)}")
 
 
 class QueryEncoder:
@@ -140,8 +116,7 @@ class QueryEncoder:
                                   name="vitrine-query-text", on_start=self._thread_setup)
         self._image = MicroBatcher(self._encode_pixels, max_batch=max_batch, max_wait_s=wait,
                                    name="vitrine-query-image", on_start=self._thread_setup)
-        self._pending: dict[Key, Future[np.ndarray]] = {}
-        self._pending_lock = threading.Lock()
+        self._in_flight: InFlight[np.ndarray] = InFlight(self.cache)
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -149,10 +124,6 @@ class QueryEncoder:
         """"torch" or "onnx": what runs the query towers (text and photo). ``auto`` takes
         onnxruntime when it is installed and the towers qualify (fp32 Hugging Face text tower, on
         CPU), else torch; an explicit ``onnx`` that cannot be had raises."""
-        if runtime not in ("auto", "torch", "onnx"):
-            raise InvalidInput(f"unknown query runtime {runtime!r}; use auto, torch or onnx")
-        if runtime == "torch":
-            return "torch"
         towers = self.encoder.towers
         why = None
         if self._text_module is None:
@@ -161,86 +132,16 @@ class QueryEncoder:
             why = "text precision bf16 runs in torch"
         elif towers.device.type != "cpu":
             why = f"the towers run on {towers.device.type}"
-        elif runtime == "auto" and not onnxrt.available():
-            why = "onnxruntime is not installed (pip install 'vitrine[fast]')"
-        if why is None:
-            try:
-                self._onnx_text = self._export_text(onnx_dir)
-                self._onnx_image = self._export_image(onnx_dir)
-                if self._want_precision in ("int8", "auto"):
-                    self._quantize_text()
-                return "onnx"
-            except VitrineError as e:
-                why = str(e)
-                self._onnx_text = self._onnx_image = None
-        if runtime == "onnx":
-            raise ModelError(f"query runtime onnx is not possible: {why}")
-        log.info("query towers run in torch: %s", why)
-        return "torch"
-
-    def _export_text(self, onnx_dir: Path | None) -> OnnxModule:
-        towers = self.encoder.towers
         module = self._text_module
-        assert module is not None
-        tok = towers.hf_tokenizer
-
-        def ids(texts: list[str]) -> torch.Tensor:
-            return tok(texts, padding=True, truncation=True, max_length=towers.context_length,
-                       return_tensors="pt")["input_ids"]
-
-        probes = [(ids([PROBE_TEXTS[0]]),), (ids([PROBE_TEXTS[1]]),), (ids(list(PROBE_TEXTS[2:5])),)]
-        hf = getattr(module, "transformer", None)
-        config = getattr(hf, "config", None)
-
-        def prepare() -> Callable[[], None]:
-            # The exporter traces attention written out (sdpa exports a different graph); the
-            # two agree to ~1e-6 in torch. Switched back once exported and checked.
-            old = getattr(config, "_attn_implementation", None)
-            if config is not None and old is not None:
-                config._attn_implementation = "eager"
-            return lambda: setattr(config, "_attn_implementation", old) if old is not None else None
-
-        with self.encoder.lock:  # the towers are shared with ingest; nobody encodes while we trace
-            return OnnxModule.export(
-                module, probes[0], key=f"text:{towers.key}", cache_dir=onnx_dir or Path(tempfile.gettempdir()),
-                input_names=["ids"], dynamic_axes={"ids": {0: "batch", 1: "tokens"}, "out": {0: "batch"}},
-                probes=probes, threads=self.threads or 1, prepare=prepare)
-
-    def _quantize_text(self) -> None:
-        """The text graph with int8 MatMuls, except the first encoder layer and the
-        activation-by-activation products of attention: measured on the validation split, that
-        recipe keeps KAGL R@10 and MRR@10 within 0.005 of float32 at about half the time per
-        query (quantising every layer does not). ``auto`` keeps float32 if it cannot be built."""
-        assert self._onnx_text is not None
-        tok = self.encoder.towers.hf_tokenizer
-        probes = [(tok([t], return_tensors="np")["input_ids"].astype(np.int64),) for t in PROBE_TEXTS]
-        probes.append((tok(list(PROBE_TEXTS), padding=True, return_tensors="np")["input_ids"].astype(np.int64),))
-
-        def keep_float(node: Any, weights: set[str]) -> bool:
-            first_layer = any(f"{part}.0/" in node.name for part in ("layer", "layers", "resblocks"))
-            return first_layer or not any(x in weights for x in node.input)
-
-        try:
-            # the cosine floor catches a broken graph; quality itself is measured by the bench
-            self._onnx_text = self._onnx_text.quantized(key="int8-skip-first-layer", exclude=keep_float,
-                                                        probes=probes, min_cosine=0.97, threads=self.threads or 1)
+        graphs = onnxrt.choose(runtime, "query", lambda: export_query_graphs(
+            self.encoder, module, precision=self._want_precision, onnx_dir=onnx_dir, threads=self.threads or 1),
+            obstacle=why)
+        if graphs is None:
+            return "torch"
+        self._onnx_text, self._onnx_image = graphs.text, graphs.image
+        if graphs.int8:
             self.text_precision = "int8"
-        except VitrineError as e:
-            if self._want_precision == "int8":
-                raise
-            log.warning("query text tower keeps float32: %s", e)
-
-    def _export_image(self, onnx_dir: Path | None) -> OnnxModule:
-        towers = self.encoder.towers
-        h, w = towers.preprocess.size
-        gen = torch.Generator().manual_seed(0)
-        probes = [(torch.randn(n, 3, h, w, generator=gen),) for n in (1, 3)]
-        with self.encoder.lock:  # the block taps keep per-forward state: no other forward meanwhile
-            return OnnxModule.export(
-                towers.image_export_module().eval(), probes[0], key=f"image:{towers.key}",
-                cache_dir=onnx_dir or Path(tempfile.gettempdir()), input_names=["pixels"],
-                dynamic_axes={"pixels": {0: "batch"}, "out": {0: "batch"}}, probes=probes,
-                threads=self.threads or 1)
+        return "onnx"
 
     # -- public ------------------------------------------------------------------------------------
     def text(self, texts: Sequence[str]) -> np.ndarray:
@@ -267,7 +168,7 @@ class QueryEncoder:
         if v is not None:
             return TextQuery(self, text, None, v)
         f = self.feature_cache.get(self._feature_key(text))
-        return TextQuery(self, text, _done(f) if f is not None else self._text.submit(text))
+        return TextQuery(self, text, done(f) if f is not None else self._text.submit(text))
 
     def shared_vector(self, text: str, features: np.ndarray) -> np.ndarray:
         """The shared-space vector of ``text`` from its text-tower ``features`` (the adapter, in
@@ -303,55 +204,22 @@ class QueryEncoder:
         key = self._image_key(photo)
         v = self.cache.get(key)
         if v is not None:
-            return _done(v)
-        return self._future(key, lambda: self._submit_photo(photo))
+            return done(v)
+        return self._in_flight.get(key, lambda: self._submit_photo(photo))
 
     def _submit_photo(self, photo: bytes) -> Future[np.ndarray]:
         px = self.encoder.towers.preprocess(self.encoder.decode(photo))  # bad photo: raises here
         return self._image.submit(px)
 
-    def _future(self, key: Key, submit: Callable[[], Future[np.ndarray]]) -> Future[np.ndarray]:
-        """The in-flight encode of ``key`` (concurrent callers asking for the same query share
-        it), else a new one through the batcher."""
-        with self._pending_lock:
-            fut = self._pending.get(key)
-            own = fut is None
-            if own:
-                fut = Future()
-                self._pending[key] = fut
-        if own:
-            try:
-                inner = submit()
-            except BaseException as e:
-                self._settle(key, fut, None, e)  # type: ignore[arg-type]
-                raise
-            inner.add_done_callback(lambda f, k=key, mine=fut: self._settle(k, mine, f, None))
-        return fut  # type: ignore[return-value]
-
     def _lookup(self, keys: list[Key], submit: Callable[[int], Future[np.ndarray]]) -> np.ndarray:
         """Cached vectors, else the in-flight or a new encode of each key."""
         out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
-        waits = [(i, self._future(keys[i], lambda i=i: submit(i))) for i, v in enumerate(out) if v is None]
+        waits = [(i, self._in_flight.get(keys[i], lambda i=i: submit(i))) for i, v in enumerate(out) if v is None]
         for i, fut in waits:
             out[i] = fut.result()
         if not out:
             return np.zeros((0, self.encoder.dim), dtype=np.float32)
         return np.stack(out)  # type: ignore[arg-type]
-
-    def _settle(self, key: Key, fut: Future[np.ndarray], inner: Future[np.ndarray] | None,
-                err: BaseException | None) -> None:
-        if err is None and inner is not None:
-            err = inner.exception()
-        if err is None and inner is not None:
-            v = inner.result()
-            self.cache.put(key, v)
-            with self._pending_lock:
-                self._pending.pop(key, None)
-            fut.set_result(v)
-        else:
-            with self._pending_lock:
-                self._pending.pop(key, None)
-            fut.set_exception(err)  # type: ignore[arg-type]
 
     def stats(self) -> dict[str, Any]:
         return {"model": self.model_key, "text_precision": self.text_precision, "runtime": self.runtime, "cache": self.cache.stats(),
@@ -469,7 +337,7 @@ class TextQuery:
         """The shared-space vector as a future: the adapter runs in the batcher's thread right after
         the text tower (so a caller's wait, with its time budget, covers both)."""
         if self._vector is not None or self._features is None:
-            return _done(self.vector())
+            return done(self.vector())
         out: Future[np.ndarray] = Future()
 
         def finish(f: Future[np.ndarray]) -> None:
@@ -487,12 +355,6 @@ def unit_rows(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.float32)
     n = np.linalg.norm(a, axis=1, keepdims=True)
     return a / np.where(n > 0, n, 1.0)
-
-
-def _done(v: np.ndarray) -> Future[np.ndarray]:
-    fut: Future[np.ndarray] = Future()
-    fut.set_result(v)
-    return fut
 
 
 def _rows(a: np.ndarray) -> list[np.ndarray]:

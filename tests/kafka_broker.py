@@ -111,7 +111,7 @@ def fork_worker(settings, encoder, *, until_idle: float | None = None, timeout: 
     code = 1
     try:
         child_runtime(encoder)
-        from vitrine.ingest.kafka import IngestWorker
+        from vitrine.ingest.kafka.worker import IngestWorker
         from vitrine.search.engine import Engine
 
         eng = Engine(settings, encoder)
@@ -144,7 +144,7 @@ def wait_exit(pid: int, timeout: float = 60) -> int:
 
 
 def worker_status(data_dir: Path, pid: int | None = None) -> list[dict]:
-    from vitrine.ingest.kafka import read_status
+    from vitrine.ingest.kafka.status import read_status
 
     return [s for s in read_status(data_dir) if pid is None or s.get("pid") == pid]
 

@@ -122,7 +122,7 @@ def test_client_options_carry_tls_and_sasl_from_settings(settings_factory, tmp_p
     """Broker-agnostic: the same code talks to a SASL/TLS cluster given these settings. (Not run
     against a TLS broker here: the shipped Tansu build refuses --cert together with --key.)"""
     from vitrine.errors import InvalidInput
-    from vitrine.ingest.kafka import client_options, dlq_topic_for
+    from vitrine.ingest.kafka.client import client_options, dlq_topic_for
 
     s = settings_factory(tmp_path, kafka_bootstrap="b1:9093, b2:9093", kafka_security_protocol="SASL_SSL",
                          kafka_sasl_mechanism="SCRAM-SHA-512", kafka_sasl_username="vitrine",
@@ -141,7 +141,7 @@ def test_client_options_carry_tls_and_sasl_from_settings(settings_factory, tmp_p
 
 # -- end to end against the broker ---------------------------------------------------------------------
 def _consume(settings, encoder, data_dir=None, **kw):
-    from vitrine.ingest.kafka import IngestWorker
+    from vitrine.ingest.kafka.worker import IngestWorker
 
     eng = Engine(settings, encoder)
     worker = IngestWorker(eng, settings)
@@ -150,7 +150,8 @@ def _consume(settings, encoder, data_dir=None, **kw):
 
 
 def test_publish_consume_search_delete_update(stream, settings_factory, encoder, engine, catalog_dir, tmp_path):
-    from vitrine.ingest.kafka import group_lag, publish_catalog, publish_deletes
+    from vitrine.ingest.kafka.publisher import publish_catalog, publish_deletes
+    from vitrine.ingest.kafka.status import group_lag
 
     s = kafka_settings(settings_factory, tmp_path / "data", stream)
     rep = publish_catalog(s, catalog_dir / "catalog.jsonl", progress=False)
@@ -186,7 +187,7 @@ def test_publish_consume_search_delete_update(stream, settings_factory, encoder,
         new = {**json.loads(json.dumps(eng.get(target).model_dump(exclude_none=True))), "title": "Vitrine test parka",
                "version": 2, "image_b64": base64.b64encode(other_photo.read_bytes()).decode()}
         new.pop("image_url")
-        from vitrine.ingest.kafka import Publisher
+        from vitrine.ingest.kafka.publisher import Publisher
 
         with Publisher(s) as pub:
             pub.send(ev.upsert(new))
@@ -215,7 +216,8 @@ def test_publish_consume_search_delete_update(stream, settings_factory, encoder,
 def test_bad_messages_go_to_dead_letters(stream, settings_factory, encoder, catalog_dir, tmp_path):
     from fastapi.testclient import TestClient
 
-    from vitrine.ingest.kafka import Publisher, iter_dead_letters
+    from vitrine.ingest.kafka.publisher import Publisher
+    from vitrine.ingest.kafka.status import iter_dead_letters
     from vitrine.web.app import create_app
 
     s = kafka_settings(settings_factory, tmp_path / "data", stream)
@@ -285,7 +287,8 @@ def test_bad_messages_go_to_dead_letters(stream, settings_factory, encoder, cata
 
 
 def test_sigterm_finishes_the_batch_and_commits(stream, settings_factory, encoder, catalog_dir, tmp_path):
-    from vitrine.ingest.kafka import group_lag, publish_catalog
+    from vitrine.ingest.kafka.publisher import publish_catalog
+    from vitrine.ingest.kafka.status import group_lag
 
     s = kafka_settings(settings_factory, tmp_path / "data", stream, kafka_batch_size=4)
     publish_catalog(s, catalog_dir / "catalog.jsonl", progress=False, limit=80)
@@ -341,7 +344,7 @@ def _expected(events: list[tuple[str, dict]]) -> Expected:
 
 def _publish_scenario(s, events: list[tuple[str, dict]], where: list | None = None) -> Expected:
     """Publish; ``where`` receives each event's (partition, offset)."""
-    from vitrine.ingest.kafka import Publisher
+    from vitrine.ingest.kafka.publisher import Publisher
 
     with Publisher(s) as pub:
         futures = [pub.send(ev.upsert(body) if op == "upsert" else ev.delete(body["id"], body["version"]))
@@ -424,7 +427,7 @@ def _crash_trial(trial: int, bootstrap: str, settings_factory, encoder, records,
     assert wait_exit(pid, 10) == -signal.SIGKILL
     # Was anything durable but not committed when it died? Compare the records with what the
     # committed offsets account for: the restarted worker re-reads those events.
-    from vitrine.ingest.kafka import group_lag
+    from vitrine.ingest.kafka.status import group_lag
 
     committed = {p: v["committed"] or 0 for p, v in group_lag(s).items()}
     accounted = _expected([e for e, (p, off) in zip(events, where) if off < committed.get(p, 0)])
@@ -474,7 +477,7 @@ def test_two_workers_split_partitions_and_build_the_same_index(broker, settings_
     single = kafka_settings(settings_factory, tmp_path / "single",
                             {"kafka_bootstrap": broker.bootstrap, "kafka_topic": topic, "kafka_group": unique("one")},
                             kafka_batch_size=8)
-    from vitrine.ingest.kafka import ensure_topics
+    from vitrine.ingest.kafka.client import ensure_topics
 
     ensure_topics(shared.ingest, [topic])
     # two workers in one group over one data dir; they join before the events arrive
@@ -526,7 +529,8 @@ def test_worker_survives_a_broker_restart(settings_factory, encoder, catalog_dir
     reconnects, recreates its clients, and applies what is published afterwards."""
     import threading
 
-    from vitrine.ingest.kafka import IngestWorker, Publisher
+    from vitrine.ingest.kafka.publisher import Publisher
+    from vitrine.ingest.kafka.worker import IngestWorker
     from vitrine_bench.broker import TansuBroker
 
     records = records_from_catalog(catalog_dir)

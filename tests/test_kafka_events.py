@@ -46,7 +46,9 @@ def test_events_from_kafka_stored_once_bad_ones_dead_lettered(events_engine, tmp
     from click.testing import CliRunner
 
     from vitrine.cli.app import main
-    from vitrine.ingest.kafka import IngestWorker, Publisher, group_lag, iter_dead_letters, publish_events
+    from vitrine.ingest.kafka.publisher import Publisher, publish_events
+    from vitrine.ingest.kafka.status import group_lag, iter_dead_letters
+    from vitrine.ingest.kafka.worker import IngestWorker
 
     eng = events_engine
     s = eng.settings

@@ -121,7 +121,8 @@ def test_patch_events_through_kafka(eng, client, subset_rows, broker, settings_f
     from kafka_broker import kafka_settings, unique
 
     from vitrine.ingest import events
-    from vitrine.ingest.kafka import IngestWorker, Publisher
+    from vitrine.ingest.kafka.publisher import Publisher
+    from vitrine.ingest.kafka.worker import IngestWorker
 
     stream = {"kafka_bootstrap": broker.bootstrap, "kafka_topic": unique("patch"), "kafka_group": unique("g")}
     s = kafka_settings(settings_factory, tmp_path / "unused", stream)

@@ -45,7 +45,8 @@ def _records(source: Path, ids: list[str], photos: bool) -> list[dict[str, Any]]
 
 def _throughput(name: str, settings: Any, encoder: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
     from vitrine.ingest import events as ev
-    from vitrine.ingest.kafka import IngestWorker, Publisher
+    from vitrine.ingest.kafka.publisher import Publisher
+    from vitrine.ingest.kafka.worker import IngestWorker
     from vitrine.search.engine import Engine
 
     t0 = time.perf_counter()
@@ -74,7 +75,8 @@ def run(out: Path, *, n: int, source: Path, freshness_events: int = 100, rate: f
     from vitrine.encoders.feature_cache import FeatureCache
     from vitrine.ingest import events as ev
     from vitrine.ingest.fashion import demo_subset
-    from vitrine.ingest.kafka import IngestWorker, Publisher
+    from vitrine.ingest.kafka.publisher import Publisher
+    from vitrine.ingest.kafka.worker import IngestWorker
     from vitrine.search.engine import Engine, build_encoder
     from vitrine.settings import Settings
 

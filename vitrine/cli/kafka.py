@@ -64,7 +64,7 @@ def publish(catalog: Path | None, kafka_topic: str | None, kafka_bootstrap: str 
             stamp_version: str | None, photos: str, partitions: int | None, limit: int | None) -> None:
     """Publish a catalogue file (JSONL/CSV) as upsert events keyed by product id (acks=all), or
     deletes with --delete."""
-    from vitrine.ingest.kafka import publish_catalog, publish_deletes
+    from vitrine.ingest.kafka.publisher import publish_catalog, publish_deletes
 
     if catalog is None and not delete_ids:
         raise click.UsageError("give a CATALOG file to publish, or --delete IDS")
@@ -106,7 +106,7 @@ def publish_events_cmd(events_file: Path, kafka_topic: str | None, kafka_bootstr
     body a line) as `op: event` messages keyed by query_id, acks=all, for `vitrine consume --events`
     (default topic vitrine.events)."""
     from vitrine.ingest.events import EVENTS_TOPIC
-    from vitrine.ingest.kafka import publish_events
+    from vitrine.ingest.kafka.publisher import publish_events
 
     _quiet_kafka()
     settings = make_settings(kafka_topic=kafka_topic or EVENTS_TOPIC, kafka_bootstrap=kafka_bootstrap)
@@ -160,7 +160,7 @@ def consume(data_dir: Path | None, until_idle: float | None, timeout: float | No
         return
     if data_dir is None:
         raise click.UsageError("--data is required to consume")
-    from vitrine.ingest.kafka import IngestWorker
+    from vitrine.ingest.kafka.worker import IngestWorker
     from vitrine.search.engine import Engine
 
     settings = make_settings(data_dir=data_dir, **given)
@@ -199,7 +199,7 @@ def consume(data_dir: Path | None, until_idle: float | None, timeout: float | No
 
 
 def _print_status(data_dir: Path | None, opts: dict[str, Any], as_json: bool) -> None:
-    from vitrine.ingest.kafka import group_lag, read_status
+    from vitrine.ingest.kafka.status import group_lag, read_status
 
     if data_dir is None and "kafka_bootstrap" not in opts:
         raise click.UsageError("--status needs --data (workers' status files) and/or --bootstrap (the group's "
@@ -259,7 +259,8 @@ def serve_with_stream(settings: Any, *, consume: bool, follow: float | None) -> 
     and/or that catches up with another process's writes every ``follow`` seconds."""
     import uvicorn
 
-    from vitrine.ingest.kafka import IngestWorker, read_status
+    from vitrine.ingest.kafka.status import read_status
+    from vitrine.ingest.kafka.worker import IngestWorker
     from vitrine.search.engine import Engine
     from vitrine.web.app import create_app
 

@@ -1,8 +1,10 @@
 """The Kafka catalogue stream: a consumer-group ingest worker, a publisher, and worker status.
 
-Modules: :mod:`.client` (connection options, topics), :mod:`.publisher` (catalogue -> events),
-:mod:`.worker` (the consume loop), :mod:`.status` (status files, group lag, dead letters).
-Operations: docs/kafka.md.
+Modules (import each name from its own): :mod:`.client` (connection options, topics),
+:mod:`.publisher` (catalogue -> events), :mod:`.worker` (the consume loop), :mod:`.apply` (a batch
+-> the engine), :mod:`.delivery` (the worker's Kafka clients, partitions, dead letters, commits),
+:mod:`.snapshots` (index snapshots), :mod:`.status` (counters, status files, group lag, dead-letter
+reading). Operations: docs/kafka.md.
 
 Write path of one worker batch (docs/design.md)::
 
@@ -31,19 +33,7 @@ the worker's position (the broker lost the log) is re-read from the beginning, s
 answers such fetches with nothing instead of OFFSET_OUT_OF_RANGE. Lag comes from the consumer's
 ``highwater()`` (Tansu's ListOffsets answer, hence ``end_offsets()``, is wrong).
 
-Status: :meth:`IngestWorker.status` returns a plain dict (lag per partition, events by result,
+Status: :meth:`.worker.IngestWorker.status` returns a plain dict (lag per partition, events by result,
 events/s, dead letters, last-commit age, freshness); the worker also writes it atomically to
 ``<data dir>/kafka/<group>.<worker id>.json`` for ``vitrine consume --status``.
 """
-
-from vitrine.ingest.kafka.client import client_options, dlq_topic_for, ensure_topics, kafka_module
-from vitrine.ingest.kafka.publisher import PublishReport, Publisher, publish_catalog, publish_deletes, publish_events
-from vitrine.ingest.kafka.status import STATUS_DIR, group_lag, iter_dead_letters, read_status
-from vitrine.ingest.kafka.worker import DeadLetter, IngestWorker
-
-__all__ = [
-    "STATUS_DIR", "DeadLetter", "IngestWorker", "PublishReport", "Publisher", "client_options", "dlq_topic_for",
-    "ensure_topics", "group_lag", "iter_dead_letters", "kafka_module", "publish_catalog", "publish_deletes",
-    "publish_events",
-    "read_status",
-]

@@ -1,5 +1,6 @@
-"""Worker status: the status files workers write under ``<data dir>/kafka/``, the group's lag as
-the brokers see it, and reading a dead-letter topic."""
+"""Worker status: a worker's counters (:class:`WorkerStats`), the status files workers write under
+``<data dir>/kafka/`` (:class:`StatusFile`) and reading them back, the group's lag as the brokers
+see it, and reading a dead-letter topic."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import math
 import os
 import re
 import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from vitrine.atomic import atomic_write_text
 from vitrine.ingest.kafka.client import client_options, kafka_module
 from vitrine.settings import Settings
 
@@ -142,3 +146,86 @@ def iter_dead_letters(settings: Settings, dlq_topic: str, *, timeout: float = 10
                            "source": (h.get("vitrine.topic"), h.get("vitrine.partition"), h.get("vitrine.offset"))}
     finally:
         c.close(autocommit=False)
+
+
+class WorkerStats:
+    """A worker's counters since it started; ``lock`` guards them and the partition positions the
+    status reports."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events = 0
+        self.applied: Counter[str] = Counter()
+        self.dlq: Counter[str] = Counter()
+        self.batches = 0
+        self.commits = 0
+        self.commit_failures = 0
+        self.reconnects = 0
+        self.log_resets = 0
+        self.snapshots = 0
+        self.last_commit: float | None = None
+        self.last_snapshot: float | None = None
+        self.last_batch_s: float | None = None
+        self.busy_s = 0.0
+        self.first_batch: float | None = None
+        self.last_error: str | None = None
+        self.window: deque[tuple[float, int]] = deque()
+        self.freshness_ms: deque[float] = deque(maxlen=2000)
+
+    def add_window(self, n: int) -> None:
+        now = time.monotonic()
+        self.window.append((now, n))
+        while self.window and now - self.window[0][0] > 30:
+            self.window.popleft()
+
+    def rate(self) -> float:
+        now = time.monotonic()
+        while self.window and now - self.window[0][0] > 30:
+            self.window.popleft()
+        if not self.window:
+            return 0.0
+        span = max(now - self.window[0][0], 1.0)
+        return sum(n for _, n in self.window) / span
+
+    def counters(self) -> dict[str, Any]:
+        """The counters as the status reports them (call with ``lock`` held)."""
+        fresh = list(self.freshness_ms)
+        now = time.time()
+        return {
+            "events": self.events, "applied": dict(self.applied), "dlq": sum(self.dlq.values()),
+            "dlq_by_kind": dict(self.dlq), "events_per_s": round(self.rate(), 3), "batches": self.batches,
+            "last_batch_s": self.last_batch_s, "busy_s": round(self.busy_s, 3), "first_batch": self.first_batch,
+            "commits": self.commits, "commit_failures": self.commit_failures,
+            "last_commit": self.last_commit,
+            "last_commit_age_s": round(now - self.last_commit, 3) if self.last_commit else None,
+            "reconnects": self.reconnects, "log_resets": self.log_resets, "snapshots": self.snapshots,
+            "last_snapshot": self.last_snapshot, "last_error": self.last_error,
+            "freshness_ms": {"p50": percentile(fresh, 50), "p99": percentile(fresh, 99), "n": len(fresh)},
+        }
+
+
+class StatusFile:
+    """A worker's status file, ``<status dir>/<group>.<worker id>.json``, rewritten atomically at
+    most every ``interval_s`` (unless forced) for ``vitrine consume --status``."""
+
+    def __init__(self, status_dir: Path, group: str, worker_id: str, interval_s: float) -> None:
+        self.status_dir = status_dir
+        self.path = status_dir / status_file_name(group, worker_id)
+        self.interval_s = interval_s
+        self._last_write = 0.0
+
+    def prune(self, older_than_s: float = 86_400) -> None:
+        """Forget workers that stopped (or died) more than a day ago."""
+        for st in read_status_dir(self.status_dir):
+            if not st["alive"] and st["age_s"] > older_than_s:
+                Path(st["status_file"]).unlink(missing_ok=True)
+
+    def write(self, status: Callable[[], dict[str, Any]], force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_write < self.interval_s:
+            return
+        self._last_write = now
+        try:
+            atomic_write_text(self.path, json.dumps(status(), indent=1, default=str), fsync=False)
+        except OSError as e:
+            log.debug("status file not written: %s", e)

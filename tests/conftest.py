@@ -19,7 +19,8 @@ SUBSET_SIZE = 240
 
 @pytest.fixture(scope="session")
 def subset_rows():
-    from vitrine.ingest.fashion import demo_subset, read_styles
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import demo_subset
 
     keep = set(demo_subset(SOURCE, SUBSET_SIZE))
     return [r for r in read_styles(SOURCE) if r["id"] in keep]

@@ -10,7 +10,7 @@ import numpy as np
 from vitrine.index import symbolic
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.ingest.catalog import ingest_file
-from vitrine.search.engine import ProductInput
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import Product
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.ingest.catalog import ingest_file
-from vitrine.search.engine import Engine, ProductInput
+from vitrine.search.engine import Engine
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import Filters, Product, SearchRequest
 
 from conftest import SOURCE

@@ -254,7 +254,8 @@ def test_a_first_query_does_not_pay_the_fast_path_set_up_in_its_budget(settings_
     """Building the query fast path (an ONNX export, or loading one and checking it) is set-up: a
     first photo query must not time out in the gate's budget and degrade for it."""
     from vitrine.encoders import queries
-    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.engine import Engine
+    from vitrine.search.writes import ProductInput
     from vitrine.search.models import Product
 
     eng = Engine(settings_factory(tmp_path / "d", gate_timeout_ms=400, intent=False), encoder)

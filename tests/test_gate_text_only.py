@@ -11,7 +11,8 @@ import torch
 
 from vitrine.encoders.adapters import load_adapter
 from vitrine.errors import InvalidInput
-from vitrine.search.engine import Engine, product_text
+from vitrine.search.engine import Engine
+from vitrine.search.models import product_text
 from vitrine.search.models import Product
 
 COUNTS = {"title": 300, "category": 40, "brand_type": 40, "attributes": 120}

@@ -18,7 +18,8 @@ from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import GraphData, QueryTerms, learn_brands, norm_key
 from vitrine.ingest.catalog import ingest_file
 from vitrine import resources
-from vitrine.ingest.fashion import read_styles, to_record
+from vitrine.bundled import read_styles
+from vitrine.ingest.fashion import to_record
 from vitrine.search.engine import Engine
 from vitrine.search.fusion import GRAPH_SIGNALS, GraphScorer, Pool, fuse, fuse_weighted, graph_candidate_ids
 from vitrine.search.models import Filters, SearchRequest

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from vitrine.errors import InvalidInput
 from vitrine.ingest.catalog import PhotoResolver, ingest_file, read_catalog
-from vitrine.ingest.fashion import convert, read_styles, to_record
+from vitrine.bundled import read_styles
+from vitrine.ingest.fashion import convert, to_record
 from vitrine.search.models import Product
 
 from conftest import SOURCE

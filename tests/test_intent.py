@@ -480,7 +480,7 @@ def test_catalogue_words_are_never_cue_typos(classifier):
 
 
 def test_catalogue_words_reach_the_intent_rule_through_the_engine(fresh_engine):
-    from vitrine.search.engine import ProductInput
+    from vitrine.search.writes import ProductInput
     from vitrine.search.models import Product
 
     report = fresh_engine.upsert([ProductInput(Product(id=i, title=t, category=c)) for i, t, c in TINY_CATALOGUE])
@@ -682,7 +682,7 @@ def _slot_filters_on(request):
 def priced_rows():
     """Real catalogue rows around the query: every women's red heel, other heels, other red women's
     products, red men's shoes (priced synthetically: the bundled catalogue has no prices)."""
-    from vitrine.ingest.fashion import read_styles
+    from vitrine.bundled import read_styles
 
     rows = read_styles(SOURCE)
     pick = [r for r in rows if r["articleType"] == "Heels" and r["gender"] == "Women" and r["baseColour"] == "Red"]
@@ -695,7 +695,8 @@ def priced_rows():
 @pytest.fixture(scope="module")
 def priced_engine(settings_factory, encoder, priced_rows, tmp_path_factory):
     """Text-only products with synthetic prices (the bundled catalogue has none)."""
-    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.engine import Engine
+    from vitrine.search.writes import ProductInput
     from vitrine.ingest.fashion import to_record
     from vitrine.search.models import Product
 

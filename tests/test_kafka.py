@@ -35,7 +35,8 @@ from kafka_broker import (  # noqa: F401 - fixtures
 from vitrine.errors import NotFound
 from vitrine.ingest import events as ev
 from vitrine.ingest.events import BadEvent, parse_event
-from vitrine.search.engine import Engine, ProductInput
+from vitrine.search.engine import Engine
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import Product, SearchRequest
 
 from conftest import SOURCE, SUBSET_SIZE

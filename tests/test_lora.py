@@ -128,7 +128,8 @@ def test_engine_serves_through_the_deltas_and_keeps_the_native_floor(lora_gate, 
     """Products and queries reach the shared space through the deltas; the native text space (the
     floor) reads the frozen text tower."""
     from vitrine.encoders.encoder import MultimodalEncoder
-    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.engine import Engine
+    from vitrine.search.writes import ProductInput
     from vitrine.search.models import Product, SearchRequest
 
     out, _ = lora_gate

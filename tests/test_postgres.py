@@ -36,7 +36,7 @@ def _settings(settings_factory, data_dir, url, **kw):
 
 
 def _items(products):
-    from vitrine.search.engine import ProductInput
+    from vitrine.search.writes import ProductInput
 
     return [ProductInput(p) for p in products]
 

@@ -25,7 +25,8 @@ from conftest import SOURCE, settings_maker, subset_engine_of
 from kafka_broker import child_runtime, wait_exit
 from vitrine.errors import ModelError, SwapRefused
 from vitrine.search import fusion
-from vitrine.search.engine import Engine, ProductInput
+from vitrine.search.engine import Engine
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import Product, SearchRequest
 
 

@@ -188,7 +188,7 @@ def test_sessions_live_in_the_data_dir_for_other_workers(engine, subset_rows):
 
 def test_price_refinements_relative_to_what_was_shown(fresh_engine):
     """A priced catalogue (the bundled one has no prices): "cheaper", "under N", "便宜一点的"."""
-    from vitrine.search.engine import ProductInput
+    from vitrine.search.writes import ProductInput
     from vitrine.search.models import Product, SearchRequest
 
     colours = ["Black", "Brown", "White"]

@@ -22,7 +22,8 @@ def priced(settings_factory, encoder, subset_rows, tmp_path_factory):
     """An engine of its own over 80 products of the subset, given prices (the catalogue has none)."""
     from conftest import SOURCE
     from vitrine.ingest.fashion import to_record
-    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.engine import Engine
+    from vitrine.search.writes import ProductInput
     from vitrine.search.models import Product
     from vitrine.web.app import create_app
 

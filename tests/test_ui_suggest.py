@@ -66,7 +66,8 @@ def photo_url(engine):
 def text_engine(settings_factory, encoder, tmp_path_factory):
     from pydantic import SecretStr
 
-    from vitrine.search.engine import Engine, ProductInput
+    from vitrine.search.engine import Engine
+    from vitrine.search.writes import ProductInput
     from vitrine.search.models import Product
 
     eng = Engine(settings_factory(tmp_path_factory.mktemp("text-only")), encoder)

@@ -33,7 +33,7 @@ def query_pool(source: Path, n: int = 400, seed: int = 0) -> tuple[list[str], li
     """Realistic queries from the bundled catalogue's test split: attribute queries and titles
     as text, product photos as photos."""
     from vitrine.evals import attribute_queries as aq
-    from vitrine.ingest.fashion import read_splits, read_styles
+    from vitrine.bundled import read_splits, read_styles
 
     rows = read_styles(source)
     splits = read_splits(source)

@@ -59,7 +59,7 @@ def run(out: Path, *, source: Path, batch_sizes: list[int], threads: list[int], 
     import torch
 
     from vitrine.encoders.encoder import MultimodalEncoder
-    from vitrine.ingest.fashion import read_styles
+    from vitrine.bundled import read_styles
 
     rep = Report("encoders", out, "Vitrine encoder throughput")
     load = os.getloadavg()

@@ -104,7 +104,7 @@ def encoders_on(device: str, source: Path, peak: dict[str, float], log) -> dict[
 
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.encoders.factory import pick_device
-    from vitrine.ingest.fashion import read_styles
+    from vitrine.bundled import read_styles
     from vitrine_bench.encoders import count_flops
 
     chosen = pick_device("auto")
@@ -152,7 +152,7 @@ def catalogue_end_to_end(source: Path, limit: int | None, log) -> tuple[np.ndarr
     """Every product (photo + title) through towers + adapter on the picked device; real query
     vectors (attribute queries + test titles) through the query path."""
     from vitrine.encoders.queries import QueryEncoder
-    from vitrine.ingest.fashion import read_styles
+    from vitrine.bundled import read_styles
     from vitrine.search.engine import build_encoder
     from vitrine.settings import Settings
     from vitrine_bench.api import query_pool

@@ -33,7 +33,8 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
     from vitrine.index import symbolic
     from vitrine.index.graph import ProductGraph
     from vitrine.index.vocabulary import GraphData
-    from vitrine.ingest.fashion import read_styles, to_record
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import to_record
     from vitrine.settings import Settings
 
     rep = Report("graph", out, "Vitrine knowledge graph and BM25: build, upsert, persistence")
@@ -160,7 +161,7 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
 
 def _search_cost(data_dir: Path, n: int, source: Path) -> list[dict[str, Any]]:
     from vitrine.evals.attribute_queries import eval_queries
-    from vitrine.ingest.fashion import read_splits, read_styles
+    from vitrine.bundled import read_splits, read_styles
     from vitrine.search.engine import Engine
     from vitrine.search.models import SearchRequest
     from vitrine.settings import Settings

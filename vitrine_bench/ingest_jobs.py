@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--out", type=Path, default=Path("bench-results"))
     a = ap.parse_args()
-    from vitrine.ingest.fashion import bundled_dir, read_styles
+    from vitrine.bundled import bundled_dir, read_styles
     from vitrine_bench.ingest_profile import gflops
 
     rows = read_styles(bundled_dir())[: a.n]

@@ -395,7 +395,7 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=None, help="the bundled catalogue's folder (default: found)")
     a = ap.parse_args()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
 
     print(run(a.out, source=a.source or bundled_dir(), n_text=a.n_text, n_photo=a.n_photo, repeats=a.repeats,
               label=a.label, jobs=a.jobs))

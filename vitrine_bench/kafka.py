@@ -29,7 +29,8 @@ from vitrine_bench.common import Report, pct
 
 
 def _records(source: Path, ids: list[str], photos: bool) -> list[dict[str, Any]]:
-    from vitrine.ingest.fashion import read_styles, to_record
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import to_record
 
     keep = set(ids)
     out = []

@@ -36,7 +36,8 @@ def _catalog(source: Path, n: int, folder: Path) -> Path:
     leave a catalogue's folder)."""
     import json
 
-    from vitrine.ingest.fashion import demo_subset, read_styles, to_record
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import demo_subset, to_record
 
     keep = set(demo_subset(source, n))
     (folder / "images").mkdir(parents=True, exist_ok=True)
@@ -180,7 +181,7 @@ def _follow_lag(a: str, b: str, key: str, rate: float, seconds: float) -> dict[s
 
 def run(out: Path, *, n: int = 400, rate: float = 50.0, write_s: float = 20.0, load_s: float = 15.0,
         concurrency: int = 4) -> Path:
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine.search.engine import build_encoder
     from vitrine.settings import Settings
     from vitrine_bench.api import query_pool

@@ -33,7 +33,8 @@ MIX = {"search_text": 0.40, "search_photo": 0.15, "search_both": 0.05, "recommen
 def _pool(source: Path, data_dir: Path, n: int, seed: int) -> dict[str, Any]:
     from vitrine.evals import attribute_queries as aq
     from vitrine.index.records import RecordStore
-    from vitrine.ingest.fashion import read_styles, to_record
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import to_record
 
     store = RecordStore(data_dir / "records.sqlite")  # the products the data dir serves
     try:

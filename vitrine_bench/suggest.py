@@ -48,7 +48,8 @@ def index_alone(source: Path, pool: list[str]) -> dict[str, Any]:
     """Build the suggestion index over the full bundled catalogue and time lookups in process."""
     from vitrine.index import suggest
     from vitrine.index.vocabulary import GraphData
-    from vitrine.ingest.fashion import read_styles, to_record
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import to_record
 
     docs = [to_record(r, None) for r in read_styles(source)]
     brands = GraphData.load(None, None).brands

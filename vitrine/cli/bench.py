@@ -49,7 +49,7 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
               workers: int, repeats: int, out: Path) -> None:
     """API under load on loopback: QPS and p50/p95/p99 for text, photo and mixed queries."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import api
 
     path = api.run(data_dir, out, concurrency=[int(c) for c in concurrency.split(",")], duration=duration,
@@ -77,7 +77,7 @@ def bench_events(data_dir: Path, duration: float, repeats: int, search_rate: flo
     """An events flood (POST /v1/events) beside paced searches: search p50/p99 with and without it,
     events answered 202 against events stored, and after a kill -9 of the server."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import events_load
 
     path = events_load.run(data_dir, out, source=bundled_dir(), duration=duration, repeats=repeats,
@@ -122,7 +122,7 @@ def bench_floor(data_dir: Path, queries: Path, out: Path) -> None:
 def bench_ingest(n: int, out: Path) -> None:
     """Batch ingest throughput (products/s with photos) from a cold feature cache."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import ingest
 
     click.echo(f"report: {ingest.run(out, n=n, source=bundled_dir())}")
@@ -138,7 +138,7 @@ def bench_ingest_profile(n_text: int, n_photo: int, repeats: int, label: str, ou
     """Ingest stage by stage (parse, towers, gate, SQLite, FTS5, graph, FAISS, snapshot), text-only and
     with photos, against the towers' own throughput in the same run."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import ingest_profile
 
     click.echo(f"report: {ingest_profile.run(out, source=bundled_dir(), n_text=n_text, n_photo=n_photo, repeats=repeats, label=label)}")
@@ -153,7 +153,7 @@ def bench_ingest_profile(n_text: int, n_photo: int, repeats: int, label: str, ou
 def bench_graph(data_dir: Path | None, upserts: int, searches: int, out: Path) -> None:
     """Knowledge graph + BM25: build over the full catalogue, single-product upsert (time, memory)."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import graph
 
     click.echo(f"report: {graph.run(out, source=bundled_dir(), data_dir=data_dir, upserts=upserts, searches=searches)}")
@@ -217,7 +217,7 @@ def bench_kafka(n: int, freshness_events: int, rate: float, batch_size: int, out
     """Kafka ingest against a local Tansu broker: events/s with and without photo encoding, and
     freshness (event produced -> searchable) p50/p99."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import kafka
 
     path = kafka.run(out, n=n, source=bundled_dir(), freshness_events=freshness_events, rate=rate,
@@ -236,7 +236,7 @@ def bench_encoders(batch_sizes: str, threads: str | None, min_time: float, out: 
     _bench()
     import os
 
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import encoders
 
     cores = os.cpu_count() or 1
@@ -266,7 +266,7 @@ def bench_index(data_dir: Path, n_large: int, n_queries: int, batch_size: int, c
     """Flat / HNSW / IVF-Flat / IVF-PQ: build time, memory, recall@10 vs exact and queries/s
     (single and batched) on the catalogue's vectors and on 1M vectors grown from them."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import index
 
     path = index.run(data_dir, out, source=bundled_dir(), n_large=n_large, n_queries=n_queries,
@@ -290,7 +290,7 @@ def bench_gpu(n_large: int, inputs: Path | None, export_inputs: Path | None, cpu
     """The prepared GPU benchmark (a few minutes on a GPU machine; GPU parts skipped cleanly without one):
     device selection, encoders and the catalogue on CUDA, FAISS GPU vs CPU."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import gpu
 
     if export_inputs is not None:
@@ -312,7 +312,7 @@ def bench_fastpath(data_dir: Path, duration: float, attr_queries: int, sizes: st
     """The query fast path: micro-batching, cache, threads; bf16/int8 text tower and smaller photo
     input, each with its speed and its effect on retrieval quality."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import fastpath
 
     hw = [tuple(int(x) for x in s.lower().split("x")) for s in sizes.split(",")]
@@ -332,7 +332,7 @@ def bench_soak(data_dir: Path, duration: float, clients: int, sample_s: float, o
     """Mixed load (search, recommend, compare, upserts, deletes) for minutes: errors, and RSS and
     latency over time (does memory stop growing?)."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import soak
 
     path = soak.run(data_dir, out, source=bundled_dir(), duration=duration, clients=clients, sample_s=sample_s)
@@ -378,7 +378,7 @@ def bench_suggest(data_dir: Path, rates: str, clients: int, duration: float, out
     """Search-as-you-type: GET /v1/suggest p50/p99 paced against a served data dir (keystroke prefixes,
     a third with a typo), and the suggestion index alone over the full bundled catalogue."""
     _bench()
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
     from vitrine_bench import suggest
 
     path = suggest.run(data_dir, out, source=bundled_dir(), rates=[float(r) for r in rates.split(",") if r.strip()],

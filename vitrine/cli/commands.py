@@ -127,7 +127,8 @@ def _serve(settings, *, consume: bool = False, follow: float | None = None) -> N
 def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: int | None, no_serve: bool) -> None:
     """Build the demo data dir (once) from the shipped demo catalogue, then serve API + UI."""
     from vitrine.ingest.catalog import ingest_records, read_catalog
-    from vitrine.ingest.fashion import bundled_dir, convert, demo_dir, demo_subset
+    from vitrine.bundled import bundled_dir, demo_dir
+    from vitrine.ingest.fashion import convert, demo_subset
 
     settings = make_settings(data_dir=data_dir, host=host, port=port)
     source = bundled_dir() if full else demo_dir()
@@ -167,7 +168,8 @@ def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: 
 @click.option("--limit", type=int, default=None, help="A stratified subset of N products")
 def convert_fashion(source: Path | None, out: Path, split: tuple[str, ...], limit: int | None) -> None:
     """Convert the Fashion Product Images styles.csv + photos to Vitrine's JSONL catalogue format."""
-    from vitrine.ingest.fashion import bundled_dir, convert, demo_subset, read_splits
+    from vitrine.bundled import bundled_dir, read_splits
+    from vitrine.ingest.fashion import convert, demo_subset
 
     source = source or bundled_dir()
     ids: set[str] | None = None

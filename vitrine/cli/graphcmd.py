@@ -27,7 +27,7 @@ def graph() -> None:
 def learn_brands_cmd(source: Path | None, catalog: Path | None, graph_dir: Path | None, min_count: int) -> None:
     """Learn the brand lexicon from the catalogue's titles (brand first, multi-word brands kept)."""
     from vitrine.index.vocabulary import learn_brands
-    from vitrine.ingest.fashion import bundled_dir, read_styles
+    from vitrine.bundled import bundled_dir, read_styles
 
     settings = make_settings()
     if catalog is not None:
@@ -79,7 +79,7 @@ def check(source: Path | None) -> None:
     taxonomy node and placed in an outfit; prints the mapping."""
     from vitrine.index.graph import ProductGraph
     from vitrine.index.vocabulary import GraphData, norm_key
-    from vitrine.ingest.fashion import bundled_dir, read_styles
+    from vitrine.bundled import bundled_dir, read_styles
 
     settings = make_settings()
     data = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file)
@@ -134,7 +134,8 @@ def stats(data_dir: Path, mapping: bool) -> None:
 def _catalogue_docs(catalog: Path | None) -> list[dict]:
     """Product documents of a JSONL/CSV catalogue, or of the bundled fashion catalogue."""
     if catalog is None:
-        from vitrine.ingest.fashion import bundled_dir, read_styles, to_record
+        from vitrine.bundled import bundled_dir, read_styles
+        from vitrine.ingest.fashion import to_record
 
         return [to_record(r, "") for r in read_styles(bundled_dir())]
     from vitrine.ingest.catalog import read_catalog
@@ -258,7 +259,7 @@ def _reviewed_mappings(data: Any, mapper: Any) -> dict[str, tuple[Any, dict[str,
     import csv
 
     from vitrine.index.vocabulary import norm_key
-    from vitrine.ingest.fashion import bundled_dir
+    from vitrine.bundled import bundled_dir
 
     paths = _leaf_paths(_catalogue_docs(None))
     reviewed = {k: tid for k, (tid, _name) in data.category_map.items()}

@@ -33,7 +33,9 @@ from vitrine.evals.attribute_queries import eval_queries
 from vitrine.evals.metrics import mean_metrics
 from vitrine.evals.tuning import tune
 from vitrine.evals.word_queries import word_queries
-from vitrine.search.engine import Engine, ProductInput, build_encoder, product_text
+from vitrine.search.engine import Engine, build_encoder
+from vitrine.search.models import product_text
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import Product, SearchRequest
 from vitrine.settings import Settings
 

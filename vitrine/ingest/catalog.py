@@ -26,7 +26,8 @@ from pydantic import ValidationError
 
 from vitrine.errors import InvalidInput
 from vitrine.progress import progress_bar
-from vitrine.search.engine import Engine, ProductInput
+from vitrine.search.engine import Engine
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import ItemError, Product, UpsertReport
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vitrine.atomic import atomic_path
-from vitrine.bundled import COLUMNS, bundled_dir, demo_dir, read_splits, read_styles  # noqa: F401  (re-exported)
+from vitrine.bundled import read_styles
 
 log = logging.getLogger(__name__)
 

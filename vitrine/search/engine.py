@@ -40,7 +40,7 @@ from vitrine.index.vectors import VectorIndex
 from vitrine.search import calibration, learning, native, recovery
 from vitrine.search import swap as hotswap
 from vitrine.search.artifacts import ModelSpec, read_active_model, served_artifacts
-from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
+from vitrine.search.models import (
     CompareResponse,
     FacetsResponse,
     Filters,
@@ -50,28 +50,19 @@ from vitrine.search.models import (  # noqa: F401 - product_text: re-exported
     SearchRequest,
     SearchResponse,
     UpsertReport,
-    product_text,
 )
 from vitrine.search.experiments import Experiments
 from vitrine.search.feedback import EventIn, Feedback
 from vitrine.search.learning import LearnResult
 from vitrine.search.reader import Reader
 from vitrine.search.reads import ReadPath
-from vitrine.search.state import (  # noqa: F401 - FILTER_FIELDS, INDEX_FIELDS, filter_values: re-exported
-    FILTER_FIELDS,
-    INDEX_FIELDS,
-    IndexState,
-    filter_values,
-    product_out,
-)
+from vitrine.search.state import IndexState, product_out
 from vitrine.search.suggestions import SuggestResponse, Suggestions
 from vitrine.search.understanding import QueryUnderstanding
 from vitrine.search.writes import ProductInput, WritePath
 from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
-
-__all__ = ["Engine", "ProductInput", "build_encoder", "product_text"]
 
 
 class Engine:

@@ -52,12 +52,9 @@ from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex
 from vitrine.progress import progress_bar
-from vitrine.search.artifacts import (  # noqa: F401 - ACTIVE_MODEL, adapter_folder, read_active_model: re-exported
-    ACTIVE_MODEL,
+from vitrine.search.artifacts import (
     ModelSpec,
-    adapter_folder,
     model_artifacts,
-    read_active_model,
     verify_artifacts,
     write_active_model,
 )

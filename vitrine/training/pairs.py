@@ -172,7 +172,7 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
             raise InvalidInput(f"{engine.data_dir} holds {len(keep)} products with a title and too few photos: "
                                f"the aligner needs at least {MIN_PRODUCTS} products to train on (such a small "
                                "catalogue ranks by the text tower's own floor and `vitrine tune`)")
-    from vitrine.search.engine import product_text  # noqa: PLC0415
+    from vitrine.search.models import product_text  # noqa: PLC0415
     from vitrine.search.models import Product  # noqa: PLC0415
 
     docs = [{**r.doc, "id": r.id} for r in keep]

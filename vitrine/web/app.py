@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from vitrine import __version__
 from vitrine.search.engine import Engine
 from vitrine.settings import Settings
-from vitrine.web.errors import ErrorBody, error_body, install_handlers  # noqa: F401 - re-exported
+from vitrine.web.errors import install_handlers
 from vitrine.web.guards import ContentTypeGuard, RequestTimeout
 from vitrine.web.lifecycle import lifespan_for
 from vitrine.web.metrics import Metrics

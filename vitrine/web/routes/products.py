@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse
 
 from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.search import patch
-from vitrine.search.engine import ProductInput
+from vitrine.search.writes import ProductInput
 from vitrine.search.models import CompareRequest, CompareResponse, Product, ProductOut, RecommendResponse
 from vitrine.search.patch import PatchReport
 from vitrine.web.deps import EngineDep, KeyRequired, SettingsDep

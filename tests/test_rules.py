@@ -304,7 +304,7 @@ def test_another_process_sees_a_change_within_the_refresh_interval(eng, client):
 
 
 def test_normalise():
-    from vitrine.search.rules import normalise
+    from vitrine.search.rule_models import normalise
 
     assert normalise("  Summer-DRESS!! ") == "summer dress"
     assert normalise("夏季 连衣裙") == normalise("夏季连衣裙") == "夏季连衣裙"

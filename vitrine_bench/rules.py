@@ -23,7 +23,8 @@ from typing import Any
 from vitrine.index.rulestore import SqliteRuleStore
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
-from vitrine.search.rules import Rule, RuleBook
+from vitrine.search.rule_models import Rule
+from vitrine.search.rules import RuleBook
 from vitrine_bench.common import Report, summary_ms
 from vitrine_bench.encoders import matmul_flops
 

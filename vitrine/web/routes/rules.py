@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from vitrine.search.rules import Rule, RuleOut
+from vitrine.search.rule_models import Rule, RuleOut
 from vitrine.web.deps import EngineDep, KeyRequired
 from vitrine.web.errors import errors_for
 

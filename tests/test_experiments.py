@@ -48,14 +48,14 @@ def synthetic_units(rng, variant, users, ctr, conv_of_click=0.2, spread=20.0):
 
 
 def _exp(names=("A", "B"), interleave=False):
-    from vitrine.search.experiments import Experiment, VariantSettings
+    from vitrine.search.experiment_models import Experiment, VariantSettings
 
     return Experiment(name="t", variants={n: VariantSettings() for n in names}, split=[100 / len(names)] * len(names),
                       created=0.0, interleave=interleave)
 
 
 def test_intervals_cover_the_truth_and_the_verdicts_are_right():
-    from vitrine.search.experiments import analyse, ratio_delta
+    from vitrine.search.experiment_stats import analyse, ratio_delta
 
     rng = random.Random(0)
     covered = aa_false = ab_found = 0
@@ -91,7 +91,7 @@ def test_intervals_cover_the_truth_and_the_verdicts_are_right():
 
 
 def test_verdict_needs_enough_users_and_names_the_winner_and_loser():
-    from vitrine.search.experiments import analyse
+    from vitrine.search.experiment_stats import analyse
 
     rng = random.Random(2)
     few = analyse(_exp(), synthetic_units(rng, "A", 10, 0.2) + synthetic_units(rng, "B", 10, 0.6))
@@ -103,7 +103,8 @@ def test_verdict_needs_enough_users_and_names_the_winner_and_loser():
 
 
 def test_team_draft_and_the_sign_test():
-    from vitrine.search.experiments import interleaving, sign_test, team_draft
+    from vitrine.search.experiment_stats import interleaving, sign_test
+    from vitrine.search.experiments import team_draft
 
     rng = random.Random(3)
     for _ in range(200):
@@ -253,7 +254,8 @@ def test_an_experiment_over_the_api(client, own_engine):
 
 def test_a_replica_sees_a_start_and_a_stop_within_a_second(own_engine):
     from vitrine.index.eventlog import EventLog
-    from vitrine.search.experiments import ExperimentCreate, Experiments, VariantSettings
+    from vitrine.search.experiment_models import ExperimentCreate, VariantSettings
+    from vitrine.search.experiments import Experiments
     from vitrine.search.models import SearchRequest
 
     other = EventLog(own_engine.data_dir / "events.sqlite")  # another worker's connection to the same log
@@ -328,7 +330,8 @@ def test_cli_start_split_status_stop(tmp_path):
 def test_postgres_and_sqlite_report_the_same_experiment(tmp_path, pg_url):
     from vitrine.index.eventlog import EventLog, EventRecord, SearchLog
     from vitrine.index.pgevents import PgEventLog
-    from vitrine.search.experiments import ExperimentCreate, Experiments, VariantSettings
+    from vitrine.search.experiment_models import ExperimentCreate, VariantSettings
+    from vitrine.search.experiments import Experiments
 
     lite, pg = EventLog(tmp_path / "events.sqlite"), PgEventLog(pg_url)
     try:

@@ -58,7 +58,8 @@ def main() -> None:
     from vitrine.evals.catalogue_queries import attribute_queries
     from vitrine.search import variants
     from vitrine.search.engine import Engine
-    from vitrine.search.experiments import Experiment, VariantSettings, analyse
+    from vitrine.search.experiment_models import Experiment, VariantSettings
+    from vitrine.search.experiment_stats import analyse
     from vitrine.settings import Settings
     from vitrine.web.app import create_app
 

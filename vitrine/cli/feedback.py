@@ -131,7 +131,7 @@ def _show(exp: Any) -> None:
 def experiment_start(data_dir: Path, store: str | None, name: str, variant_args: tuple[str, ...], split: str | None,
                      interleave: bool) -> None:
     """Start an experiment."""
-    from vitrine.search.experiments import ExperimentCreate, parse_variant
+    from vitrine.search.experiment_models import ExperimentCreate, parse_variant
 
     parsed = dict(parse_variant(v) for v in variant_args)
     with _event_log(data_dir, store) as log:

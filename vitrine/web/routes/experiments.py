@@ -8,7 +8,7 @@ import anyio
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from vitrine.search.experiments import Experiment, ExperimentCreate, ExperimentReport, SplitChange
+from vitrine.search.experiment_models import Experiment, ExperimentCreate, ExperimentReport, SplitChange
 from vitrine.web.deps import EngineDep, KeyRequired
 from vitrine.web.errors import errors_for
 

@@ -341,11 +341,11 @@ def test_a_tuned_search_explains_only_its_page_and_skips_a_space_of_no_weight(en
     explained (each explanation still adds up to its score), and a space the catalogue's mix gives
     no weight (here the text tower's own) is neither searched nor scored."""
     from vitrine.search.calibration import Calibration
-    from vitrine.search.reader import Reader
+    from vitrine.search.read_context import ReadContext
 
     cal = Calibration(text_weights={"vector": 1.0, "bm25": 0.3, "graph:brand": 0.25, "graph:category": 0.4,
                                     "graph:gender": 0.1}, accepted=True, source="tuned")
-    monkeypatch.setattr(Reader, "calibration", property(lambda self: cal))
+    monkeypatch.setattr(ReadContext, "calibration", property(lambda self: cal))
     explained, native_searches = [], []
     signals, native = Pool.signals, engine.reader.state.native.index
     monkeypatch.setattr(Pool, "signals", lambda self, r: explained.append(r) or signals(self, r))
@@ -368,11 +368,11 @@ def test_a_tuned_mix_without_the_shared_space_runs_no_adapter_and_ranks_as_the_f
     cosine of the two texts' native vectors, and each explanation adds up to its score."""
     from vitrine.search import fusion
     from vitrine.search.calibration import Calibration
-    from vitrine.search.reader import Reader
+    from vitrine.search.read_context import ReadContext
 
     weights = {"native": 1.0, "bm25": 0.3, "graph:category": 0.5, "graph:gender": 0.2}
     cal = Calibration(text_weights=weights, accepted=True, source="tuned")
-    monkeypatch.setattr(Reader, "calibration", property(lambda self: cal))
+    monkeypatch.setattr(ReadContext, "calibration", property(lambda self: cal))
     rd, qe, embed = engine.reader, engine.query_encoder, engine.encoder.embed
     adapter_calls = []
     monkeypatch.setattr(engine.encoder, "embed", lambda *a, **kw: adapter_calls.append(a) or embed(*a, **kw))

@@ -10,7 +10,7 @@ Below both, one owner of the index state: :class:`~vitrine.search.state.IndexSta
 (``engine.index``): the record store and every index over it, the serving model, their change
 sequence and their locks (opening a data dir: vitrine/search/recovery.py). The read path's steps
 (fusion, fallback, understanding, storefront, recommend) take a
-:class:`~vitrine.search.reader.Reader` over that state; hot swaps (vitrine/search/swap.py) take
+:class:`~vitrine.search.read_context.ReadContext` over that state; hot swaps (vitrine/search/swap.py) take
 the state, the settings and the write path's snapshot. None of them knows the engine: it builds
 them and delegates, so its methods are the API the web app, the CLI, evals and benchmarks call.
 """
@@ -54,7 +54,7 @@ from vitrine.search.models import (
 from vitrine.search.experiments import Experiments
 from vitrine.search.feedback import EventIn, Feedback
 from vitrine.search.learning import LearnResult
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 from vitrine.search.reads import ReadPath
 from vitrine.search.state import IndexState, product_out
 from vitrine.search.suggestions import SuggestResponse, Suggestions
@@ -80,7 +80,7 @@ class Engine:
         MemoryBM25.typo_tolerance = settings.index.typo_tolerance  # one engine per process sets it
         reembed = (lambda: self.writes.reembed(progress=True)) if settings.index.reembed_on_open else None
         recovery.open_indexes(self.index, reembed)
-        self.reader = Reader(self.index, settings)
+        self.reader = ReadContext(self.index, settings)
         # the read path; its query intent + slots (vitrine/intent) are loaded here, never at import
         self.reads = ReadPath(self.reader)
         self._feedback: Feedback | None = None
@@ -197,7 +197,7 @@ class Engine:
     # -- calibration (the reader's) ------------------------------------------------------------
     @property
     def calibration(self) -> calibration.Calibration:
-        """How text queries rank on this catalogue (vitrine/search/reader.py)."""
+        """How text queries rank on this catalogue (vitrine/search/read_context.py)."""
         return self.reader.calibration
 
     def slot_filters_on(self) -> bool:
@@ -283,12 +283,12 @@ class Engine:
 
     def query_vectors(self, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
-        """Shared-space query vectors per modality present (vitrine/search/reader.py)."""
+        """Shared-space query vectors per modality present (vitrine/search/read_context.py)."""
         return self.reader.query_vectors(text, image, text_query, timeout_s=timeout_s)
 
     @property
     def query_encoder(self) -> QueryEncoder:
-        """The query fast path over the current encoder (vitrine/search/reader.py)."""
+        """The query fast path over the current encoder (vitrine/search/read_context.py)."""
         return self.reader.query_encoder
 
     def allowed_ids(self, filters: Filters | None) -> np.ndarray | None:
@@ -373,11 +373,11 @@ class Engine:
         return self.reader.suggestions.suggest(q, k)
 
     def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:
-        """The photo's weight for a photo + words query (vitrine/search/reader.py)."""
+        """The photo's weight for a photo + words query (vitrine/search/read_context.py)."""
         return self.reader.query_image_weight(qv)
 
     def rank_vectors(self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None) -> Ranked:
-        """The plain vector ranking (vitrine/search/reader.py)."""
+        """The plain vector ranking (vitrine/search/read_context.py)."""
         return self.reader.rank_vectors(qv, k, allowed)
 
     # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------

@@ -35,12 +35,12 @@ from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, ModelError
 from vitrine.index.vocabulary import QueryTerms
 from vitrine.search.models import Ranked
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 
 log = logging.getLogger(__name__)
 
 
-def query_vectors(reader: Reader, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
+def query_vectors(reader: ReadContext, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
                   *, lazy_text: bool = False) -> tuple[Mapping[str, np.ndarray], list[str]]:
     """The query's shared-space vectors and the degraded components (``["gate"]`` or none).
 
@@ -74,7 +74,7 @@ class QueryVectors(Mapping[str, np.ndarray]):
     thread). If the adapter fails then, the light path's vector answers and ``degraded`` says
     ``gate``; without a light path the read raises (the ranking's own guard degrades)."""
 
-    def __init__(self, reader: Reader, text_query: TextQuery) -> None:
+    def __init__(self, reader: ReadContext, text_query: TextQuery) -> None:
         self._reader = reader
         self._query = text_query
         self._vector: np.ndarray | None = None
@@ -102,7 +102,7 @@ class QueryVectors(Mapping[str, np.ndarray]):
         return 1
 
 
-def light_query_vectors(reader: Reader, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
+def light_query_vectors(reader: ReadContext, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
     """Query vectors from the adapter's light path (``forward_light``), or none when it has none."""
     import torch  # noqa: PLC0415
 
@@ -132,7 +132,7 @@ def _unit(t: Any) -> np.ndarray:
     return (v / n).astype(np.float32)
 
 
-def lexical_rank(reader: Reader, qv: dict[str, np.ndarray], text: str | None, k: int,
+def lexical_rank(reader: ReadContext, qv: dict[str, np.ndarray], text: str | None, k: int,
                  allowed: np.ndarray | None) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """Ranking without query vectors: BM25 over titles, brands, categories and attributes, then
     the knowledge graph's products for the values the words name. Same shape as ``fusion.rank``."""

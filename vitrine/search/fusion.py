@@ -48,7 +48,7 @@ import numpy as np
 from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import QueryTerms, norm_key
 from vitrine.search.models import Ranked
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +220,14 @@ _CATEGORY_COLUMNS = [GRAPH_SIGNALS.index("graph:category"), GRAPH_SIGNALS.index(
 _PART_NAMES = {"image": "image->image", "text": "text->fused", "native": "text->native"}
 
 
-def _space(reader: Reader, modality: str):  # noqa: ANN202 - a VectorIndex
+def _space(reader: ReadContext, modality: str):  # noqa: ANN202 - a VectorIndex
     """The product vectors a query vector of ``modality`` is compared with."""
     if modality == "native":
         return reader.state.native.index
     return reader.state.vectors["image" if modality == "image" else "fused"]
 
 
-def vector_scores(reader: Reader, qv: Mapping[str, np.ndarray], iids: np.ndarray
+def vector_scores(reader: ReadContext, qv: Mapping[str, np.ndarray], iids: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """The plain vector score of given products, as its ranking computes it: (which of
     ``iids`` have one, their scores, their modality parts, the parts' names)."""
@@ -248,7 +248,7 @@ def vector_scores(reader: Reader, qv: Mapping[str, np.ndarray], iids: np.ndarray
             np.stack([s_img, s_txt], axis=1).astype(np.float64), ("image->image", "text->fused"))
 
 
-def _vector_ids(reader: Reader, qv: Mapping[str, np.ndarray], n: int, allowed: np.ndarray | None) -> np.ndarray:
+def _vector_ids(reader: ReadContext, qv: Mapping[str, np.ndarray], n: int, allowed: np.ndarray | None) -> np.ndarray:
     """Ids of the plain vector top ``n`` (scores are recomputed for the whole pool)."""
     if len(qv) == 1:
         mod, q = next(iter(qv.items()))
@@ -264,7 +264,7 @@ def _in_time(deadline: float | None) -> None:
         raise TimeoutError("hybrid fusion ran past its time budget")
 
 
-def build_pool(reader: Reader, qv: Mapping[str, np.ndarray], text: str, k: int,
+def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: int,
                allowed: np.ndarray | None, *, signals: Iterable[str] | None = None,
                terms: QueryTerms | None = None, deadline: float | None = None, depth: int | None = None,
                native_q: np.ndarray | None = None) -> Pool:
@@ -469,7 +469,7 @@ def fuse(pool: Pool, method: str, *, weights: Mapping[str, float], rrf_k: float 
     raise ValueError(f"unknown fusion method {method!r}")
 
 
-def rank(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None, k: int,
+def rank(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str | None, k: int,
          allowed: np.ndarray | None, *, deadline: float | None = None, depth: int | None = None
          ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The read path's ranking for a query: hybrid when it has words and fusion is on, else the
@@ -504,7 +504,7 @@ def reads_shared_space(weights: Mapping[str, float] | None, native_q: np.ndarray
     return weights is None or native_q is None or bool(weights.get("vector", 0.0))
 
 
-def text_pool(reader: Reader, qv: Mapping[str, np.ndarray], text: str, k: int, allowed: np.ndarray | None, *,
+def text_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: int, allowed: np.ndarray | None, *,
               native_q: np.ndarray | None, shared: bool = True, **kw: Any) -> Pool:
     """A text query's pool (:func:`build_pool`). ``shared=False`` (the mix gives the shared space
     no weight): the native space is the pool's vector retriever and score (``vector`` and
@@ -517,7 +517,7 @@ def text_pool(reader: Reader, qv: Mapping[str, np.ndarray], text: str, k: int, a
     return pool
 
 
-def ranks_without_shared_space(reader: Reader, text: str | None, has_image: bool) -> bool:
+def ranks_without_shared_space(reader: ReadContext, text: str | None, has_image: bool) -> bool:
     """True when :func:`rank` never reads this text query's shared-space vector (a text-only
     query, fusion on, a calibration whose mix gives the shared space no weight, as the floor's
     does, the native space usable): the search need not run the adapter for it."""
@@ -529,7 +529,7 @@ def ranks_without_shared_space(reader: Reader, text: str | None, has_image: bool
     return not reader.calibration.text_weights.get("vector", 0.0)
 
 
-def text_weights(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None
+def text_weights(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str | None
                  ) -> tuple[dict[str, float] | None, np.ndarray | None, list[str]]:
     """For a text-only query under a calibration: (its weighted-fusion weights, the query's
     native vector, []); otherwise (None: the configured weights, None, degraded components).
@@ -546,7 +546,7 @@ def text_weights(reader: Reader, qv: Mapping[str, np.ndarray], text: str | None
     return dict(reader.calibration.text_weights), nq, []
 
 
-def native_rank(reader: Reader, nq: np.ndarray, k: int, allowed: np.ndarray | None
+def native_rank(reader: ReadContext, nq: np.ndarray, k: int, allowed: np.ndarray | None
                 ) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """The text tower's own cosine ranking (the floor), with the filters ``allowed``."""
     scores, ids = reader.state.native.index.search(nq[None], k, allowed)

@@ -6,7 +6,7 @@ search: query -> intent + slots (vitrine/search/understanding.py) -> query vecto
 
 Every read runs under the state lock's read side (``state.lock``): searches read together, and
 never see half a write or half a hot swap. The parts every step shares (state, settings, query
-encoder, calibration) are a :class:`~vitrine.search.reader.Reader`; the steps take it, never
+encoder, calibration) are a :class:`~vitrine.search.read_context.ReadContext`; the steps take it, never
 this class nor the engine.
 """
 
@@ -36,7 +36,7 @@ from vitrine.search.models import (
     SearchResponse,
     decode_b64,
 )
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 from vitrine.search.sessions import Sessions
 from vitrine.search.state import product_fields, product_out
 
@@ -47,7 +47,7 @@ class ReadPath:
     """Searches and the other reads of ``reader``'s index state. ``understanding``: the intent
     classifier and slots (loaded here when intent is on, never at import)."""
 
-    def __init__(self, reader: Reader) -> None:
+    def __init__(self, reader: ReadContext) -> None:
         self.reader = reader
         self.state = reader.state
         self.settings = reader.settings

@@ -36,7 +36,7 @@ from vitrine.search.models import (
     SearchRequest,
     SearchResponse,
 )
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.index.records import StoredRow
@@ -68,7 +68,7 @@ def _hit(row: "StoredRow", score: float, relation: str, signals: dict[str, float
                         **p.model_dump(exclude={"version"}))
 
 
-def _facts(reader: Reader, row: "StoredRow") -> ProductFacts:
+def _facts(reader: ReadContext, row: "StoredRow") -> ProductFacts:
     f = reader.state.graph.facts(row.iid)
     if f is None:
         f, _ = reader.state.graph.facts_from_doc(row.iid, row.id, row.doc)
@@ -94,7 +94,7 @@ def mmr(anchor_sims: np.ndarray, vecs: np.ndarray, k: int, lam: float) -> list[t
     return picked
 
 
-def recommend(reader: Reader, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
+def recommend(reader: ReadContext, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
     t0 = time.perf_counter()
     if kind not in KINDS:
         raise InvalidInput(f"kind must be one of {list(KINDS)}, got {kind!r}")
@@ -118,7 +118,7 @@ def recommend(reader: Reader, pid: str, kind: str = "similar", k: int = 10) -> R
                              took_ms=round((time.perf_counter() - t0) * 1000, 3))
 
 
-def _similar(reader: Reader, row: "StoredRow", av: np.ndarray, facts: ProductFacts, k: int) -> list[RecommendHit]:
+def _similar(reader: ReadContext, row: "StoredRow", av: np.ndarray, facts: ProductFacts, k: int) -> list[RecommendHit]:
     g = reader.state.graph
     fused = reader.state.vectors["fused"]
     allowed = None
@@ -155,7 +155,7 @@ def _similar(reader: Reader, row: "StoredRow", av: np.ndarray, facts: ProductFac
     return out
 
 
-def _complementary(reader: Reader, row: "StoredRow", av: np.ndarray, facts: ProductFacts,
+def _complementary(reader: ReadContext, row: "StoredRow", av: np.ndarray, facts: ProductFacts,
                    k: int) -> list[RecommendHit]:
     g = reader.state.graph
     fused = reader.state.vectors["fused"]
@@ -245,7 +245,7 @@ def _same(values: list[Any]) -> bool:
     return len({norm_key(str(v)) if isinstance(v, str) else v for v in values}) == 1
 
 
-def compare(reader: Reader, ids: list[str]) -> CompareResponse:
+def compare(reader: ReadContext, ids: list[str]) -> CompareResponse:
     t0 = time.perf_counter()
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise InvalidInput("ids must be a list of product ids")
@@ -337,7 +337,7 @@ def split_sides(text: str) -> list[str]:
     return [s for s in sides if s]
 
 
-def compare_text(reader: Reader, text: str, search: Callable[[SearchRequest], SearchResponse]) -> CompareResponse:
+def compare_text(reader: ReadContext, text: str, search: Callable[[SearchRequest], SearchResponse]) -> CompareResponse:
     """Resolve each side of "A vs B" by ``search`` (sharing the words only one side carries, as in
     "nike vs puma running shoes") and compare the best match of each."""
     if not isinstance(text, str) or not text.strip():

@@ -51,7 +51,7 @@ from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
 from vitrine.search.rule_models import Rule, RuleOut, check_rule, has_cjk, normalise
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.reader import Reader
+    from vitrine.search.read_context import ReadContext
     from vitrine.search.state import IndexState
     from vitrine.search.understanding import Plan
     from vitrine.settings import SearchSettings
@@ -358,7 +358,7 @@ class RuleBook:
                        **rule.model_dump(by_alias=True))
 
     # -- applying them -----------------------------------------------------------------------------------
-    def apply(self, reader: Reader, req: SearchRequest, text: str | None, plan: Plan | None, ranked: Ranked,
+    def apply(self, reader: ReadContext, req: SearchRequest, text: str | None, plan: Plan | None, ranked: Ranked,
               variant: str | None = None, allowed: np.ndarray | None = None) -> Outcome:
         """The rules that hold for this search (``variant``: its experiment variant, None when
         none runs), applied to its whole ranked pool ``ranked``; ``allowed``: the ids the search's
@@ -444,7 +444,7 @@ class RuleBook:
         if cons.redirect is not None and acts.redirect is None:
             acts.redirect = (cons.redirect, c.id)
 
-    def _run(self, reader: Reader, ranked: Ranked, acts: _Actions, out: Outcome,
+    def _run(self, reader: ReadContext, ranked: Ranked, acts: _Actions, out: Outcome,
              allowed: np.ndarray | None) -> Ranked:
         """The pool after the rules, matching products first; sets ``out.matching`` (how many).
 

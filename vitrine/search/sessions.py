@@ -47,7 +47,7 @@ from vitrine.search.models import (
     SearchResponse,
 )
 from vitrine.search.followups import FIELDS, DECIDER_PATH, Parsed, decider, features, parse, slot_lists
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 
 if TYPE_CHECKING:
     from vitrine.intent.slots import SlotExtractor
@@ -237,7 +237,7 @@ class Turn:
 class Sessions:
     """The read path's sessions over ``reader``'s catalogue, the session store opened on first use."""
 
-    def __init__(self, reader: Reader, understanding: QueryUnderstanding | None) -> None:
+    def __init__(self, reader: ReadContext, understanding: QueryUnderstanding | None) -> None:
         self.reader = reader
         self.understanding = understanding
         self.settings = reader.settings.search

@@ -35,7 +35,7 @@ from vitrine.index.symbolic import query_words
 from vitrine.search.models import FacetValue, Ranked, SearchRequest, Span
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.search.reader import Reader
+    from vitrine.search.read_context import ReadContext
     from vitrine.settings import SearchSettings
 
 _FIELD_WORD = re.compile(r"\w+", re.UNICODE)
@@ -94,7 +94,7 @@ def floor_count(ranked: Ranked, fraction: float, top: float, stop: "set[int] | f
     return len(ranked)
 
 
-def arrange(reader: "Reader", req: SearchRequest, ranked: Ranked, *, exhaustive: bool,
+def arrange(reader: "ReadContext", req: SearchRequest, ranked: Ranked, *, exhaustive: bool,
             matching: int | None = None) -> Arranged:
     """The page ``req`` asks for from the relevance ranking ``ranked`` (the whole pool), sorted as
     asked, with facet counts over the matching products. ``exhaustive``: the pool held every
@@ -113,7 +113,7 @@ def arrange(reader: "Reader", req: SearchRequest, ranked: Ranked, *, exhaustive:
     return out
 
 
-def sort(reader: "Reader", ranked: Ranked, order: str) -> Ranked:
+def sort(reader: "ReadContext", ranked: Ranked, order: str) -> Ranked:
     """``ranked`` (best first) in ``order``; products without the sort key go last; ties keep the
     relevance order."""
     if not ranked:
@@ -134,7 +134,7 @@ def sort(reader: "Reader", ranked: Ranked, order: str) -> Ranked:
     return [ranked[j] for j in order_ix.tolist()]
 
 
-def facet_counts(reader: "Reader", iids: Sequence[int], fields: Sequence[str]) -> dict[str, list[FacetValue]]:
+def facet_counts(reader: "ReadContext", iids: Sequence[int], fields: Sequence[str]) -> dict[str, list[FacetValue]]:
     out: dict[str, list[FacetValue]] = {}
     for f in dict.fromkeys(fields):
         if f == "price":

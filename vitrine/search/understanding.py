@@ -41,7 +41,7 @@ from vitrine.search.models import (
     SearchRequest,
     SearchResponse,
 )
-from vitrine.search.reader import Reader
+from vitrine.search.read_context import ReadContext
 
 if TYPE_CHECKING:
     from vitrine.intent.classifier import IntentClassifier, IntentResult
@@ -110,7 +110,7 @@ class QueryUnderstanding:
     """The read path's intent component: the classifier and a slot extractor over the catalogue
     of ``reader``'s index state."""
 
-    def __init__(self, reader: Reader) -> None:
+    def __init__(self, reader: ReadContext) -> None:
         self.reader = reader
         self.settings = settings = reader.settings
         self.classifier: IntentClassifier | None = None
@@ -228,7 +228,7 @@ class Plan:
         return out
 
 
-def plan(reader: Reader, qu: QueryUnderstanding | None, req: SearchRequest, text: str | None) -> Plan:
+def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest, text: str | None) -> Plan:
     """Classify ``text`` (by ``qu``: None when intent is off) and turn its slots into filters;
     never raises (a failure degrades)."""
     p = Plan(filters=req.filters)
@@ -267,7 +267,7 @@ def plan(reader: Reader, qu: QueryUnderstanding | None, req: SearchRequest, text
     return p
 
 
-def _slot_filters(reader: Reader, req: SearchRequest, p: Plan) -> None:
+def _slot_filters(reader: ReadContext, req: SearchRequest, p: Plan) -> None:
     explicit = req.filters.model_dump(exclude_none=True) if req.filters else {}
     merged = dict(explicit)
     for f in reader.state.filters.fields:  # the catalogue's facet fields (brand below: it may come from the graph)
@@ -300,7 +300,7 @@ def _slot_filters(reader: Reader, req: SearchRequest, p: Plan) -> None:
         p.filters, p.applied, p.brand_ids = req.filters, {}, None
 
 
-def allowed_ids(reader: Reader, p: Plan) -> np.ndarray | None:
+def allowed_ids(reader: ReadContext, p: Plan) -> np.ndarray | None:
     allowed = reader.allowed_ids(p.filters)
     if p.brand_ids is None:
         return allowed
@@ -309,7 +309,7 @@ def allowed_ids(reader: Reader, p: Plan) -> np.ndarray | None:
     return np.intersect1d(allowed, p.brand_ids, assume_unique=True)
 
 
-def relax(reader: Reader, req: SearchRequest, p: Plan) -> np.ndarray | None:
+def relax(reader: ReadContext, req: SearchRequest, p: Plan) -> np.ndarray | None:
     """Nothing matched every slot: drop the slot filters (keep the request's own)."""
     p.notes["slots_relaxed"] = dict(p.applied)
     p.applied, p.brand_ids, p.filters = {}, None, req.filters
@@ -319,7 +319,7 @@ def relax(reader: Reader, req: SearchRequest, p: Plan) -> np.ndarray | None:
 Ranked = tuple[Any, dict[int, float], list[str], Any]  # (scored, vector scores, degraded, graph terms)
 
 
-def fill_to_k(reader: Reader, req: SearchRequest, p: Plan, ranked: Ranked,
+def fill_to_k(reader: ReadContext, req: SearchRequest, p: Plan, ranked: Ranked,
               rank: Callable[[np.ndarray | None], Ranked]) -> Ranked:
     """A slot filter never shrinks the results below k: under k filtered hits, the relaxed search
     (the request's own filters, no slot) fills the rest, after the filtered hits, each marked
@@ -343,7 +343,7 @@ def fill_to_k(reader: Reader, req: SearchRequest, p: Plan, ranked: Ranked,
     return list(scored) + extra, merged_vec, list(dict.fromkeys(degraded + r_degraded)), terms
 
 
-def answer_response(reader: Reader, req: SearchRequest, text: str | None, image: bool, p: Plan,
+def answer_response(reader: ReadContext, req: SearchRequest, text: str | None, image: bool, p: Plan,
                     t0: float) -> SearchResponse:
     """After-sales: no product ranking, a structured answer."""
     return SearchResponse(
@@ -358,7 +358,7 @@ Recommend = Callable[[str, str, int], RecommendResponse]  # (product id, kind, k
 CompareText = Callable[[str], CompareResponse]  # "A vs B"
 
 
-def finish(reader: Reader, req: SearchRequest, text: str | None, p: Plan, resp: SearchResponse, *,
+def finish(reader: ReadContext, req: SearchRequest, text: str | None, p: Plan, resp: SearchResponse, *,
            recommend: Recommend, compare_text: CompareText) -> SearchResponse:
     """Attach intent, slots and what the intent asks for (a comparison by ``compare_text``,
     recommendations by ``recommend``)."""

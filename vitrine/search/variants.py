@@ -3,7 +3,7 @@
 A search in an experiment runs with its variant's overrides set in a :class:`contextvars.ContextVar`
 for the duration of that search only (the search runs in one worker thread from start to end), so
 concurrent searches in other variants, or in none, are never affected. The read path consults it
-in three places: :attr:`Reader.calibration <vitrine.search.reader.Reader.calibration>` (the text
+in three places: :attr:`ReadContext.calibration <vitrine.search.read_context.ReadContext.calibration>` (the text
 ranking's weights: ``calibration=floor``, a ``tuning`` file, ``fusion_weights``), the learned
 per-query re-ranking's weight (``learn_weight``), and the merchandising rules' ``variant``
 condition (the variant's ``rules`` tag, else its name).

@@ -1,4 +1,4 @@
-"""What every step of the read path shares: :class:`Reader`.
+"""What every step of the read path shares: :class:`ReadContext` (the ``reader`` the steps take).
 
 A reader is the index state (vitrine/search/state.py) seen by a query, plus the parts a ranking
 needs beside it:
@@ -38,7 +38,7 @@ from vitrine.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class Reader:
+class ReadContext:
     """The index state as a query sees it, with the query encoder and the calibration."""
 
     def __init__(self, state: IndexState, settings: Settings) -> None:

@@ -408,7 +408,7 @@ class Settings(BaseModel):
             if isinstance(g, cls):
                 built[name] = g.model_copy(update=over) if over else g
             else:
-                built[name] = cls(_env_file=_env_file, **{**(g or {}), **over})  # type: ignore[call-arg]
+                built[name] = cls(_env_file=_env_file, **{**(g or {}), **over})
         super().__init__(**built)
 
     def updated(self, **changes: Any) -> "Settings":

@@ -12,6 +12,7 @@ of the machine's measured matmul FLOP/s that the towers reach.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -73,14 +74,14 @@ def run(out: Path, *, source: Path, batch_sizes: list[int], threads: list[int], 
 
     # decode + letterbox + normalise, per photo (single-threaded PIL work in the caller)
     t0 = time.perf_counter()
-    pixels = torch.stack([towers.preprocess(enc.decode(p)) for p in photos])
+    pixels = torch.stack([towers.preprocess(enc.decode(p)) for p in photos])  # type: ignore[arg-type]  # decode() is annotated object (encoders/encoder.py), returns a PIL image
     prep_ms = (time.perf_counter() - t0) / len(photos) * 1000
     tok = towers.hf_tokenizer
     lens = [len(x) for x in tok(texts, truncation=True, max_length=towers.context_length)["input_ids"]]
 
     flops_img = count_flops(lambda: towers.image_features(pixels[:1]))
     # text FLOPs per item at the titles' own lengths: a batch of 64 titles, each alone (no padding)
-    flops_txt = int(np.mean([count_flops(lambda t=t: towers.text_features([t])) for t in texts[:64]]))
+    flops_txt = int(np.mean([count_flops(functools.partial(towers.text_features, [t])) for t in texts[:64]]))
     peak = {t: matmul_flops(t) for t in threads}
     rep.add("flops_per_item", {"photo": flops_img, "text": flops_txt, "photo_input": list(towers.preprocess.size),
                                "text_tokens_mean": float(np.mean(lens)), "text_tokens_max": int(max(lens))})

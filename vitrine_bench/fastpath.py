@@ -77,7 +77,7 @@ def _med(fn, min_time: float = 1.0) -> float:
 def batching_speed(enc: Any, texts: list[str], photos: list[bytes], duration: float, log) -> list[dict[str, Any]]:
     from vitrine.encoders.queries import QueryEncoder
 
-    configs = [
+    configs: list[tuple[str, dict[str, Any]]] = [
         ("unbatched", {"max_batch": 1, "max_wait_ms": 0.0}),
         ("batched, wait 0 ms", {"max_batch": 32, "max_wait_ms": 0.0}),
         ("batched, wait 1 ms", {"max_batch": 32, "max_wait_ms": 1.0}),
@@ -160,9 +160,10 @@ def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Pa
     clfs = {rt: IntentClassifier.load(cache_dir=cache_dir / "intent", runtime=rt) for rt in ("torch", "onnx")}
     pixels = [enc.towers.preprocess(enc.decode(p)) for p in photos[:64]]
     probe_t, probe_p = texts[:200], pixels[:64]
+    probe_q: list[str | None] = list(probe_t)  # the classifier's batch (None would be a photo-only query)
     ref_t = qes["torch"].text(probe_t)
     ref_p = qes["torch"]._encode_pixels(probe_p)
-    ref_i = clfs["torch"].predict_batch(probe_t)
+    ref_i = clfs["torch"].predict_batch(probe_q)
     rows = []
     for rt in ("torch", "onnx", "onnx int8"):
         qe, clf = qes[rt], clfs[rt.split()[0]]
@@ -180,7 +181,7 @@ def runtime_speed(enc: Any, texts: list[str], photos: list[bytes], cache_dir: Pa
             "text tower": float(np.abs(qe.text(probe_t) - ref_t).max()),
             "photo tower": float(np.abs(np.stack(qe._encode_pixels(probe_p)) - np.stack(ref_p)).max()),
             "intent classifier": max(abs(a.scores[k] - b.scores[k]) for a, b in
-                                     zip(clf.predict_batch(probe_t), ref_i) for k in a.scores),
+                                     zip(clf.predict_batch(probe_q), ref_i) for k in a.scores),
         }
         for name, fn in cells.items():
             d = _med(fn)
@@ -267,7 +268,7 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
         engine.settings.encoders.query_text_precision = prec  # type: ignore[assignment]
         engine.settings.encoders.query_runtime = runtime  # type: ignore[assignment]
         for fusion in ("weighted", "off"):
-            engine.settings.search.fusion = fusion  # type: ignore[assignment]
+            engine.settings.search.fusion = fusion
             engine.reader.reset_query_encoder(clear_cache=True)  # rebuilt with this precision
             m = P.run_qrels(engine, evq, [10], progress=False)["metrics"]
             row[f"attr_nDCG@10_{fusion}"] = m["nDCG@10"]

@@ -22,6 +22,7 @@ the FAISS part still runs on real vectors.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import statistics
@@ -70,7 +71,7 @@ def _timed(fn, min_time: float = 0.5, min_reps: int = 3) -> float:
     """Median seconds per call (one warm-up call; CUDA synchronised)."""
     fn()
     _sync()
-    out = []
+    out: list[float] = []
     t_end = time.perf_counter() + min_time
     while len(out) < min_reps or time.perf_counter() < t_end:
         t0 = time.perf_counter()
@@ -113,9 +114,9 @@ def encoders_on(device: str, source: Path, peak: dict[str, float], log) -> dict[
     rows = read_styles(source)[:1024]
     photos = [(source / "images" / f"{r['id']}.jpg").read_bytes() for r in rows[:512]]
     texts = [r["productDisplayName"] for r in rows]
-    pixels = torch.stack([enc.towers.preprocess(enc.decode(p)) for p in photos])
+    pixels = torch.stack([enc.towers.preprocess(enc.decode(p)) for p in photos])  # type: ignore[arg-type]  # decode() is annotated object (encoders/encoder.py), returns a PIL image
     fl_img = count_flops(lambda: enc.towers.image_features(pixels[:1]))
-    fl_txt = int(np.mean([count_flops(lambda t=t: enc.towers.text_features([t])) for t in texts[:32]]))
+    fl_txt = int(np.mean([count_flops(functools.partial(enc.towers.text_features, [t])) for t in texts[:32]]))
     res["flops_per_item"] = {"photo": fl_img, "text": fl_txt}
     table = []
     sizes = [1, 32, 128, 512] if device == "cuda" else [1, 32]
@@ -211,7 +212,8 @@ def faiss_gpu(base: np.ndarray, queries: np.ndarray, n_large: int, log) -> dict[
     d = big.shape[1]
     makers = {
         "Flat": lambda: faiss.GpuIndexFlatIP(res, d),
-        "IVF4096,Flat": lambda: faiss.GpuIndexIVFFlat(res, d, 4096, faiss.METRIC_INNER_PRODUCT),
+        "IVF4096,Flat": lambda: faiss.GpuIndexIVFFlat(  # type: ignore[attr-defined]  # in GPU builds of faiss only
+            res, d, 4096, faiss.METRIC_INNER_PRODUCT),
         "IVF4096,PQ32": lambda: faiss.GpuIndexIVFPQ(res, d, 4096, 32, 8, faiss.METRIC_INNER_PRODUCT),
     }
     params = faiss.GpuParameterSpace()

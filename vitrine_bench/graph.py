@@ -178,7 +178,7 @@ def _search_cost(data_dir: Path, n: int, source: Path) -> list[dict[str, Any]]:
         for q in texts:  # warm up: every query's text features computed (and cached) once
             engine.search(SearchRequest(text=q, k=10))
         for fusion in ("off", "rrf", "weighted"):
-            engine.settings.search.fusion = fusion  # type: ignore[assignment]
+            engine.settings.search.fusion = fusion
             lat = []
             for q in texts:
                 t = time.perf_counter()

@@ -55,8 +55,10 @@ def run(data_dir: Path, out: Path, *, queries: int = 300, k: int = 10, ef_search
         res["load_s"] = round(time.perf_counter() - t0, 2)
         import psycopg
 
+        from vitrine.index.pgpool import scalar
+
         with psycopg.connect(url) as c:
-            res["pgvector"] = c.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone()[0]
+            res["pgvector"] = scalar(c.execute("SELECT extversion FROM pg_extension WHERE extname='vector'"))
         for name, allowed in (("none", None), (f"broad ({broad[0]}, {len(broad[1])})", np.array(broad[1])),
                               (f"small ({small[0]}, {len(small[1])})", np.array(small[1]))):
             _, want = flat.search(qs, k, allowed)

@@ -51,7 +51,7 @@ def _pool(source: Path, data_dir: Path, n: int, seed: int) -> dict[str, Any]:
     photos = [base64.b64encode((source / "images" / f"{rows[i]['id']}.jpg").read_bytes()).decode() for i in pick[:200]]
     records = []
     for i in pick[:300]:
-        rec = to_record(rows[i], None)
+        rec = to_record(rows[i], "")
         rec.pop("image", None)
         rec["image_b64"] = base64.b64encode((source / "images" / f"{rows[i]['id']}.jpg").read_bytes()).decode()
         records.append(rec)
@@ -165,11 +165,11 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 600.0, cli
             srv.stop()
     errors = sum(v["errors"] for v in load.totals.values())
     total = sum(v["ok"] + v["errors"] for v in load.totals.values())
-    t = np.array([s["t_s"] for s in samples]) / 60
+    minutes = np.array([s["t_s"] for s in samples]) / 60
     rss = np.array([s["rss_mb"] for s in samples])
     half = len(samples) // 2
-    slope2 = float(np.polyfit(t[half:], rss[half:], 1)[0]) if len(samples) - half >= 3 else float("nan")
-    slope1 = float(np.polyfit(t[:half], rss[:half], 1)[0]) if half >= 3 else float("nan")
+    slope2 = float(np.polyfit(minutes[half:], rss[half:], 1)[0]) if len(samples) - half >= 3 else float("nan")
+    slope1 = float(np.polyfit(minutes[:half], rss[:half], 1)[0]) if half >= 3 else float("nan")
     verdict = {
         "duration_s": duration, "clients": clients, "requests": total, "errors": errors,
         "rss_start_mb": float(rss[0]) if len(rss) else None, "rss_mid_mb": float(rss[half]) if len(rss) else None,

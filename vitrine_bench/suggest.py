@@ -51,7 +51,7 @@ def index_alone(source: Path, pool: list[str]) -> dict[str, Any]:
     from vitrine.bundled import read_styles
     from vitrine.ingest.fashion import to_record
 
-    docs = [to_record(r, None) for r in read_styles(source)]
+    docs = [to_record(r, "") for r in read_styles(source)]  # (no photos: the phrases are from the texts)
     brands = GraphData.load(None, None).brands
     t0 = time.perf_counter()
     idx = suggest.SuggestIndex(suggest.catalogue_phrases(docs, brand_of=brands.from_title if len(brands) else None))

@@ -83,8 +83,8 @@ def analytics_cmd(data_dir: Path, store: str | None, since: str | None, until: s
     for title, rows in (("no results", rep.no_result_queries), ("results but no clicks", rep.no_click_queries)):
         if rows:
             click.echo(f"\nqueries with {title}:")
-            for q in rows:
-                click.echo(f"  {q.searches:>7}  {q.query or '(photo)'}  ({q.users} users)")
+            for qc in rows:
+                click.echo(f"  {qc.searches:>7}  {qc.query or '(photo)'}  ({qc.users} users)")
 
 
 @main.group("experiment")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import BaseModel
 
 from vitrine.cli.base import main, make_settings
 
@@ -46,7 +47,8 @@ def swap(data_dir: Path | None, url: str | None, api_key: str | None, dry_run: b
         try:
             report = engine.swap(req, progress=True)
         except SwapRefused as e:
-            click.echo(json.dumps(e.report.model_dump() if e.report is not None else {}, indent=2, default=str))
+            click.echo(json.dumps(e.report.model_dump() if isinstance(e.report, BaseModel) else {}, indent=2,
+                                  default=str))
             click.echo(f"refused: {e}", err=True)
             sys.exit(3)
     finally:

@@ -66,7 +66,7 @@ def search_body(text: str | None = None, *, image: bytes | None = None, k: int =
                 use_intent: bool = True, user: str | None = None, session: str | None = None) -> dict[str, Any]:
     """A search request's JSON body, validated by the API's own model before it is sent."""
     req = SearchRequest(text=text, image_b64=base64.b64encode(image).decode() if image is not None else None, k=k,
-                        offset=offset, sort=sort, facets=list(facets),  # type: ignore[arg-type]
+                        offset=offset, sort=sort, facets=list(facets),
                         filters=Filters.model_validate(filters) if isinstance(filters, Mapping) else filters,
                         highlight=highlight, explain=explain, use_intent=use_intent, user=user, session=session)
     return req.model_dump(exclude_defaults=True, by_alias=True)

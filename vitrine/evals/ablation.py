@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from vitrine.encoders.adapter_base import Adapter
 from vitrine.encoders.adapters import load_adapter, parse_adapter_spec
 from vitrine.encoders.encoder import MultimodalEncoder
+from vitrine.encoders.moe import CrossModalMoE
 from vitrine.errors import MissingExtra, ModelError
 from vitrine.evals import attribute_queries as aq
 from vitrine.evals.datasets import Catalog
@@ -120,8 +121,7 @@ def conse_embedder(encoder: MultimodalEncoder) -> Embedder:
     fc_w = state[heads[-1]].float()
     fc_b = state[heads[-1].replace("weight", "bias")].float()
     pooled = int(fc_w.shape[1])
-    names = encoder.text_features([f"a photo of a {c}" for c in classes])
-    names = torch.from_numpy(_norm(names))
+    names = torch.from_numpy(_norm(encoder.text_features([f"a photo of a {c}" for c in classes])))
 
     def image(x: np.ndarray) -> np.ndarray:
         p = torch.softmax(torch.from_numpy(x[:, :pooled]).float() @ fc_w.T + fc_b, dim=-1)
@@ -160,8 +160,8 @@ def run_ablation(encoder: MultimodalEncoder, catalog: Catalog, embedders: Sequen
     sub_names = sorted(set(subcats))
     sub_feats = encoder.text_features(sub_names)
     by_cat: dict[str, dict[int, float]] = {}
-    for row, c in enumerate(subcats):
-        by_cat.setdefault(c, {})[row] = 1.0
+    for i, c in enumerate(subcats):
+        by_cat.setdefault(c, {})[i] = 1.0
     seeds = [i for i, m in enumerate(qmask) if m]
     attr_qs = aq.eval_queries(catalog.rows, seeds, n=n_attr, seed=seed)
     attr_feats = encoder.text_features([q["text"] for q in attr_qs])
@@ -193,7 +193,7 @@ def run_ablation(encoder: MultimodalEncoder, catalog: Catalog, embedders: Sequen
         m["textonly_attr_nDCG@10"] = tm["nDCG@10"]
         rows.append({"name": emb.name, **emb.info, "metrics": {k: round(float(v), 4) for k, v in m.items()},
                      "seconds": round(time.time() - t1, 1)})
-        if emb.adapter is not None and hasattr(emb.adapter, "routing_stats"):
+        if isinstance(emb.adapter, CrossModalMoE):  # the gate reports its routing
             split_photos = img_rows[qmask[img_rows]]  # each with its own title: pairs
             rows[-1]["routing"] = emb.adapter.routing_stats(torch.from_numpy(img_f0[split_photos]),
                                                             torch.from_numpy(txt_f[split_photos]), pairs=True)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from vitrine.encoders.encoder import MultimodalEncoder
+from vitrine.encoders.moe import CrossModalMoE
 from vitrine.evals.datasets import Catalog
 from vitrine.evals.metrics import mean_metrics
 
@@ -131,7 +132,7 @@ def _query_parts(encoder: MultimodalEncoder, g: _Gallery, qs: list[dict[str, Any
     with torch.inference_mode():
         lone_i = torch.from_numpy(encoder.embed(img_f, None).image)
         lone_t = torch.from_numpy(encoder.embed(None, words_f).text)
-        logit = adapter.query_mix_logit(lone_i, lone_t) if hasattr(adapter, "query_mix_logit") else None
+        logit = adapter.query_mix_logit(lone_i, lone_t) if isinstance(adapter, CrossModalMoE) else None
     return lone_i, lone_t, logit
 
 
@@ -196,7 +197,10 @@ def composed_eval(encoder: MultimodalEncoder, catalog: Catalog, *, split: str = 
         sub = [qs[j] for j in sel]
         qi, qt, logit = _query_parts(encoder, g, sub)
         ones = torch.ones(len(sub))
-        w = torch.sigmoid(logit + best_b) if (logit is not None and composed_key.startswith("gate")) else best_w * ones
+        if logit is not None and best_b is not None and composed_key.startswith("gate"):
+            w = torch.sigmoid(logit + best_b)
+        else:
+            w = best_w * ones
         per_kind[kind] = {"photo": _metrics(_rank(g, qi, qt, ones), sub), "text": _metrics(_rank(g, qi, qt, 0 * ones), sub),
                           "composed": _metrics(_rank(g, qi, qt, w), sub)}
     composed = rows[composed_key]

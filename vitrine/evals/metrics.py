@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
-Relevance = Mapping[Hashable, float]
+# id -> graded relevance; the ids are any hashable (Any: Mapping is invariant in its key type, so
+# Mapping[Hashable, float] would refuse the dict[int, float] and dict[str, float] callers pass)
+Relevance = Mapping[Any, float]
 
 
 def _rel_set(relevant: Relevance) -> set[Hashable]:

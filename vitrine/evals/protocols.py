@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from vitrine.encoders.encoder import MultimodalEncoder
+from vitrine.encoders.moe import CrossModalMoE
 from vitrine.errors import ModelError
 from vitrine.evals.datasets import Catalog, EvalQuery
 from vitrine.evals.metrics import mean_metrics
@@ -70,7 +71,7 @@ def routing_report(encoder: MultimodalEncoder, catalog: Catalog, *, split: str =
     """The gate's routing statistics on a split's products (photo and title each routed alone, as
     indexed and queried; products without a photo are left out), for ``vitrine eval``."""
     adapter = encoder.adapter
-    if not hasattr(adapter, "routing_stats"):
+    if not isinstance(adapter, CrossModalMoE):
         raise ModelError("routing statistics need an adapter with a router (the MoE gate)")
     img_f, txt_f = catalog.features(encoder, progress=progress)
     rows = np.flatnonzero(catalog.split_mask(split) & ~np.isnan(img_f).any(1))

@@ -27,7 +27,7 @@ def complements_check(engine: Engine, ids: list[str], *, n: int = 200, k: int = 
     empty = []
     lat = []
     counts = []
-    examples = []
+    examples: list[dict[str, Any]] = []
     for pid in progress_bar(anchors, desc="complements", enabled=progress):
         t0 = time.perf_counter()
         res = engine.recommend(pid, "complementary", k)

@@ -265,7 +265,7 @@ def make_scripts(cat: Catalogue, n: int = 120, seed: int = 7, min_relevant: int 
         if len(colours) < 2:
             continue
         c1, c2 = rng.sample(colours, 2)
-        tz = (zh["category"].get(t.casefold()) or [None])[0]
+        tz = next(iter(zh["category"].get(t.casefold()) or []), None)
         if lang == "zh" and (tz is None or not zh["colour"].get(c1.casefold()) or not zh["gender"].get(g.casefold())):
             lang = "en"
         must0 = {"type": t, "gender": g}
@@ -280,7 +280,7 @@ def make_scripts(cat: Catalogue, n: int = 120, seed: int = 7, min_relevant: int 
             gz = zh["gender"][g.casefold()][0]
             steps.append(Step(f"{gz}{tz}", dict(must0), kind="first"))
             steps.append(Step(f"要{cz}的", {**must0, "colour": c1}, kind="colour"))
-            c2z = (zh["colour"].get(c2.casefold()) or [None])[0]
+            c2z = next(iter(zh["colour"].get(c2.casefold()) or []), None)
             if c2z:
                 steps.append(Step(f"不要{cz}", dict(must0), {"colour": c1}, kind="exclude"))
         else:

@@ -33,7 +33,7 @@ EVAL_USER = "sim-eval"
 class Http(Protocol):
     """What the simulator needs of an HTTP client (httpx.Client, FastAPI's TestClient)."""
 
-    def post(self, url: str, **kw: Any) -> Any: ...
+    def post(self, url: str, *, json: Any = None, headers: Any = None) -> Any: ...
 
 
 @dataclass

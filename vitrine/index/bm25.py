@@ -193,11 +193,11 @@ class MemoryBM25:
         for t, changes in touched.items():
             ids, fs = self._post.get(t, (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)))
             d = dict(zip(ids.tolist(), fs.tolist()))
-            for iid, f in changes.items():
-                if f is None:
+            for iid, change in changes.items():
+                if change is None:
                     d.pop(iid, None)
                 else:
-                    d[iid] = f
+                    d[iid] = change
             if d:
                 self._post[t] = _arrays(d)
             else:

@@ -52,7 +52,7 @@ def map_category(data: GraphData, name: str, path: Sequence[str]) -> CategoryMap
         return CategoryMapping(name, path, reviewed[0], 1.0, "reviewed", best_id=reviewed[0])
     if data.mapper is not None and data.taxonomy:
         try:
-            return data.mapper.map_path(path)  # type: ignore[no-any-return]
+            return data.mapper.map_path(path)
         except Exception as e:  # noqa: BLE001 - a failing text tower leaves the category unmapped
             log.warning("mapping category %r onto the taxonomy failed: %s", name, e)
             return CategoryMapping(name, path, None, 0.0, "unmapped")

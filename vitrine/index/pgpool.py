@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from vitrine.errors import MissingExtra, StorageError
 
@@ -43,10 +44,19 @@ def connection(pool: ConnectionPool, timeout_s: float, what: str) -> Iterator[ps
         raise StorageError(f"{what} refused: {str(e).strip()}") from e
 
 
+def scalar(cur: psycopg.Cursor[Any]) -> Any:
+    """The first column of the next row of ``cur``, for a query that always returns one
+    (``SELECT count(*)``, ``... RETURNING iid``, a row locked by the same transaction)."""
+    row = cur.fetchone()
+    if row is None:
+        raise StorageError("the database returned no row where it always returns one")
+    return row[0]
+
+
 def ensure_schema(c: psycopg.Connection, lock_id: int, schema: str) -> bool:
     """Create ``schema`` (idempotent DDL) under the advisory lock ``lock_id``, unless the database
     is a read-only standby; returns whether it is writable."""
-    if c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+    if scalar(c.execute("SELECT pg_is_in_recovery()")):
         return False
     with c.transaction():
         c.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id,))

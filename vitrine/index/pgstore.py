@@ -34,7 +34,7 @@ from typing import Any
 
 from vitrine.errors import StorageError
 from vitrine.index import pgtext
-from vitrine.index.pgpool import connection, open_pool, psycopg
+from vitrine.index.pgpool import connection, open_pool, psycopg, scalar
 from vitrine.index.records import (
     SCHEMA_VERSION,
     ImageStore,
@@ -109,7 +109,8 @@ class PgRecordStore:
         self.fts = True
         self._seq_seen: tuple[float, int] = (-1e9, 0)
         self._idf: dict[str, float] = {}  # word -> idf at change number _idf_seq (bm25)
-        self._idf_seq, self._live = -1, None
+        self._idf_seq = -1
+        self._live: float | None = None  # live products at _idf_seq (bm25's idf)
         self._idf_lock = threading.Lock()
         self._has_native = False  # vec_native: the text tower's own vectors (a standby may lack the column)
         self.pool = open_pool(url, name="vitrine", max_size=max(2, pool_size), timeout_s=timeout_s,
@@ -122,7 +123,7 @@ class PgRecordStore:
 
     def _ensure_schema(self) -> None:
         with self._conn() as c:
-            self.read_only = bool(c.execute("SELECT pg_is_in_recovery()").fetchone()[0])
+            self.read_only = bool(scalar(c.execute("SELECT pg_is_in_recovery()")))
             if not self.read_only:
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
@@ -178,7 +179,7 @@ class PgRecordStore:
     @staticmethod
     def _next_seq(c: psycopg.Connection) -> int:
         """The next change number; the row lock it takes orders this transaction's commit."""
-        return int(c.execute(f"SELECT value FROM {M} WHERE key='seq' FOR UPDATE").fetchone()[0]) + 1
+        return int(scalar(c.execute(f"SELECT value FROM {M} WHERE key='seq' FOR UPDATE"))) + 1
 
     # -- writes ---------------------------------------------------------------------------------
     def upsert_many(self, rows: Sequence[RecordRow]) -> tuple[int, list[int]]:
@@ -197,7 +198,7 @@ class PgRecordStore:
             with c.cursor() as cur:
                 cur.executemany(_UPSERT, params, returning=True)
                 while True:
-                    iids.append(int(cur.fetchone()[0]))  # type: ignore[index]
+                    iids.append(int(scalar(cur)))
                     if not cur.nextset():
                         break
             c.execute(f"UPDATE {M} SET value=%s WHERE key='seq'", (str(seq),))
@@ -219,7 +220,7 @@ class PgRecordStore:
                         c.execute(f"INSERT INTO {P} (id, version, seq, deleted) VALUES (%s, %s, %s, true)",
                                   (pid, ver, seq))
                         tombstoned = True
-                    elif ver is not None:
+                    elif ver is not None and row is not None:
                         c.execute(f"UPDATE {P} SET version=%s WHERE iid=%s AND (version IS NULL OR version < %s)",
                                   (ver, row[0], ver))
                     continue
@@ -276,7 +277,7 @@ class PgRecordStore:
                 self._idf, self._idf_seq, self._live = {}, seq, None
             cached, live = dict(self._idf), self._live
         if live is None:
-            live = float(c.execute(pgtext.live_count_sql(P)).fetchone()[0])  # type: ignore[index]
+            live = float(scalar(c.execute(pgtext.live_count_sql(P))))
         missing = [w for w in words if w not in cached]
         if missing:
             for w, df in c.execute(pgtext.df_sql(P), (missing,)).fetchall():
@@ -304,7 +305,7 @@ class PgRecordStore:
 
     def count(self) -> int:
         with self._conn() as c:
-            return int(c.execute(f"SELECT count(*) FROM {P} WHERE NOT deleted").fetchone()[0])  # type: ignore[index]
+            return int(scalar(c.execute(f"SELECT count(*) FROM {P} WHERE NOT deleted")))
 
     def ids(self) -> list[str]:
         with self._conn() as c:

@@ -32,6 +32,8 @@ try:
 except ImportError as e:  # pragma: no cover
     raise MissingExtra("the pgvector backend needs psycopg 3 and psycopg_pool: pip install 'vitrine[postgres]'") from e
 
+from vitrine.index.pgpool import scalar
+
 log = logging.getLogger(__name__)
 
 
@@ -54,7 +56,7 @@ class PgVectorIndex:
                                            kwargs={"autocommit": True, "connect_timeout": 3},
                                            check=ConnectionPool.check_connection, timeout=5.0)
         with self._conn() as c:
-            self.read_only = bool(c.execute("SELECT pg_is_in_recovery()").fetchone()[0])
+            self.read_only = bool(scalar(c.execute("SELECT pg_is_in_recovery()")))
             if not self.read_only:
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (0x76656374,))
@@ -78,7 +80,7 @@ class PgVectorIndex:
     # -- bookkeeping ---------------------------------------------------------------------------
     def __len__(self) -> int:
         with self._conn() as c:
-            return int(c.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])  # type: ignore[index]
+            return int(scalar(c.execute(f"SELECT count(*) FROM {self.table}")))
 
     def __contains__(self, id_: int) -> bool:
         with self._conn() as c:

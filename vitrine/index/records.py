@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import KW_ONLY, dataclass, field
@@ -321,7 +321,7 @@ class RecordStore:
         with self._lock:
             return symbolic.search(self._conn, text, k, only=only)
 
-    def bm25_scores(self, text: str) -> dict[int, float]:
+    def bm25_scores(self, text: str) -> Mapping[int, float]:
         """BM25 score of every live product matching ``text`` (iid -> score). Empty without FTS5."""
         if not self.fts:
             return {}
@@ -403,7 +403,7 @@ class ImageStore:
             return
         atomic_write_bytes(path, data)
 
-    def put_many(self, items: dict[str, bytes]) -> None:
+    def put_many(self, items: Mapping[str, bytes]) -> None:
         """Store photos, each flushed to disk before this returns. In threads: every photo waits
         for its own fsync, and waits side by side overlap (an ingest batch's photos took 0.5 ms
         each in turn on a quiet disk, 9 ms on a busy one: bench-results/ingest-profile)."""

@@ -116,10 +116,10 @@ class SuggestIndex:
                 continue
             top = peak[p.kind]
             scale = math.log1p(float(p.count)) / math.log1p(top) if top > 0 else 1.0
-            w = KIND_BASE[p.kind] * (0.5 + 0.5 * min(1.0, scale))
+            weight = KIND_BASE[p.kind] * (0.5 + 0.5 * min(1.0, scale))
             cur = best.get(key)
-            if cur is None or w > cur[0]:
-                best[key] = (w, text, p.kind, p.example or p.kind == "query" or (cur is not None and cur[3]))
+            if cur is None or weight > cur[0]:
+                best[key] = (weight, text, p.kind, p.example or p.kind == "query" or (cur is not None and cur[3]))
             elif p.example and not cur[3]:
                 best[key] = (*cur[:3], True)
         order = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))

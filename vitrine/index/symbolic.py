@@ -71,7 +71,7 @@ def ensure(conn: sqlite3.Connection) -> bool:
 
 def fields(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """The text of each column for a stored product document."""
-    attrs = []
+    attrs: list[str] = []
     for k, v in (doc.get("attributes") or {}).items():
         if str(k).casefold() in _SKIP_ATTRS or isinstance(v, bool):
             continue

@@ -37,7 +37,7 @@ _CONF_OFFSET, _CONF_SPAN = 0.6, 0.5
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset({"and", "the", "of", "for", "a", "in", "with", "other", "misc", "miscellaneous"})
 
-Embed = Callable[[Sequence[str]], np.ndarray]
+Embed = Callable[[list[str]], np.ndarray]
 
 
 def path_text(path: Sequence[str]) -> str:
@@ -243,19 +243,20 @@ def mapping_report(mappings: Sequence[CategoryMapping], reviewed: Mapping[str, i
         return a == b or (len(pa) == len(pb) + 1 and by_path.get(pa[:-1]) == b) or \
             (len(pb) == len(pa) + 1 and by_path.get(pb[:-1]) == a)
 
-    rows = [(m, reviewed[key(m.category)]) for m in mappings if key(m.category) in reviewed and m.best_id is not None]
+    rows = [(m, m.best_id, reviewed[key(m.category)]) for m in mappings
+            if key(m.category) in reviewed and m.best_id is not None]
     curve = []
     for th in thresholds:
-        kept = [(m, r) for m, r in rows if m.confidence >= th]
+        kept = [(best, r) for m, best, r in rows if m.confidence >= th]
         curve.append({"threshold": th, "coverage": round(len(kept) / max(1, len(rows)), 4), "mapped": len(kept),
-                      "accuracy": round(sum(m.best_id == r for m, r in kept) / max(1, len(kept)), 4),
-                      "accuracy_near": round(sum(near(m.best_id, r) for m, r in kept) / max(1, len(kept)), 4)})
+                      "accuracy": round(sum(best == r for best, r in kept) / max(1, len(kept)), 4),
+                      "accuracy_near": round(sum(near(best, r) for best, r in kept) / max(1, len(kept)), 4)})
     return {"categories": len(rows), "curve": curve,
-            "rows": [{"category": m.category, "path": " > ".join(m.path), "auto": m.best_id,
-                      "auto_path": " > ".join(taxonomy.get(m.best_id, ())), "reviewed": r,
+            "rows": [{"category": m.category, "path": " > ".join(m.path), "auto": best,
+                      "auto_path": " > ".join(taxonomy.get(best, ())), "reviewed": r,
                       "reviewed_path": " > ".join(taxonomy.get(r, ())), "confidence": m.confidence,
-                      "score": m.score, "margin": m.margin, "exact": m.best_id == r, "near": near(m.best_id, r)}
-                     for m, r in sorted(rows, key=lambda t: -t[0].confidence)]}
+                      "score": m.score, "margin": m.margin, "exact": best == r, "near": near(best, r)}
+                     for m, best, r in sorted(rows, key=lambda t: -t[0].confidence)]}
 
 
 def mapper_for(taxonomy: Mapping[int, tuple[str, ...]], taxonomy_sha256: str, embed: Embed, tower: str,

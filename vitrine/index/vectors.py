@@ -29,7 +29,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -159,8 +159,8 @@ class VectorIndex:
         self._row_ids = np.zeros(0, dtype=np.int64)  # id stored in each row, -1 = dead
         self._n = 0  # rows used
         self._row_of = RowMap()
-        self._index = None  # faiss index over rows [0, self._indexed)
-        self._gpu_index = None
+        self._index: Any = None  # faiss index over rows [0, self._indexed) (faiss has no type hints)
+        self._gpu_index: Any = None
         self._gpu_res = None  # faiss.StandardGpuResources, created on first GPU copy
         self._indexed = 0
 
@@ -478,7 +478,7 @@ class VectorIndex:
                 "format": FORMAT_VERSION, "dim": self.dim, "factory": self.factory, "n": self._n,
                 "indexed": self._indexed, "nprobe": self.nprobe, "ef_search": self.ef_search,
             }
-            arrays = {
+            arrays: dict[str, Any] = {
                 "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
                 "vectors": self._vecs[: self._n],
                 "ids": self._row_ids[: self._n],

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
@@ -29,6 +29,9 @@ from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
 from vitrine.search.writes import ProductInput
 from vitrine.search.models import ItemError, Product, UpsertReport
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ def read_csv(path: Path) -> Iterator[Parsed]:
         for row in reader:
             line = reader.line_num
             if None in row:
-                yield Parsed(line=line, error=f"row has {len(row[None]) + len(reader.fieldnames)} fields, "  # type: ignore[arg-type]
+                yield Parsed(line=line, error=f"row has {len(row[None]) + len(reader.fieldnames)} fields, "
                                                 f"header has {len(reader.fieldnames)}")
                 continue
             obj = {k: _csv_value(k, v or "") for k, v in row.items() if k}
@@ -122,7 +125,7 @@ class PhotoResolver:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.allow_http = allow_http
-        self._client = None
+        self._client: httpx.Client | None = None  # made on the first URL (httpx is imported then)
 
     def _local(self, rel: str) -> bytes:
         p = Path(rel)
@@ -202,7 +205,7 @@ def ingest_records(
     s = engine.settings
     resolver = PhotoResolver(root, max_bytes=s.encoders.max_image_bytes, timeout_s=s.ingest.fetch_timeout_s)
     report = UpsertReport()
-    bar = progress_bar(total=total, desc="ingest", unit="product", enabled=progress)
+    bar: Any = progress_bar(total=total, desc="ingest", unit="product", enabled=progress)  # tqdm or NoBar
     pool = ThreadPoolExecutor(max_workers=8)
     stop = threading.Event()
 

@@ -135,7 +135,7 @@ def _describe(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteEvent | ShopperEvent:
+def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteEvent | PatchEvent | ShopperEvent:
     """Bytes off the topic -> a validated event, or :class:`BadEvent` saying why not."""
     key_s: str | None = None
     if key is not None:
@@ -171,12 +171,13 @@ def parse_event(key: bytes | None, value: bytes | None) -> UpsertEvent | DeleteE
     return ev
 
 
-def encode_event(ev: UpsertEvent | DeleteEvent | ShopperEvent) -> tuple[bytes, bytes]:
+def encode_event(ev: UpsertEvent | DeleteEvent | PatchEvent | ShopperEvent) -> tuple[bytes, bytes]:
     """An event -> (key, value) bytes as they go on the topic."""
+    body: dict[str, Any]
     if isinstance(ev, ShopperEvent):
-        body: dict[str, Any] = {"op": "event", "event": ev.event.model_dump(exclude_none=True)}
+        body = {"op": "event", "event": ev.event.model_dump(exclude_none=True)}
     elif isinstance(ev, UpsertEvent):
-        body: dict[str, Any] = {"op": "upsert", "product": ev.product.model_dump(exclude_none=True)}
+        body = {"op": "upsert", "product": ev.product.model_dump(exclude_none=True)}
         if ev.version is not None:
             body["version"] = ev.version
     elif isinstance(ev, PatchEvent):

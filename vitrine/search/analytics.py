@@ -111,7 +111,7 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
     series = [BucketFigures(start=b * bucket, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(b * bucket)),
                             **figures(r)) for b, *r in rows["buckets"]]
     return AnalyticsReport(
-        since=since, until=until, granularity=granularity,  # type: ignore[arg-type]
+        since=since, until=until, granularity=granularity,
         distinct_queries=int(total[len(ANALYTICS_FIELDS)] or 0), totals=Figures(**figures(total[:len(ANALYTICS_FIELDS)])),
         series=series, top_queries=[QueryFigures(query=q, **figures(r)) for q, *r in rows["queries"]],
         no_result_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_results"]],

@@ -125,16 +125,16 @@ def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float
                 seen[key] = (r, max(s.ts, seen.get(key, (0, 0.0))[1]))
     won: dict[tuple[str, str, str], tuple[float, float]] = {}
     for e in fb.events:
-        s = by_id.get(e.query_id)
-        if s is None:
+        found = by_id.get(e.query_id)
+        if found is None:
             continue
-        u = user_of(s, event_user.get(s.query_id))
-        key = (s.norm, e.product_id, u)
+        u = user_of(found, event_user.get(found.query_id))
+        key = (found.norm, e.product_id, u)
         w = EVENT_WEIGHT.get(e.type, 0.0)
         if key not in won or w > won[key][0]:
             won[key] = (w, e.ts)
         if key not in seen:  # an event under another token than the search's: its exposure is the search's
-            seen[key] = (e.position, s.ts)
+            seen[key] = (e.position, found.ts)
     for (q, d, u), (r, _) in seen.items():
         cell = cells[(q, d, r)]
         cell[0] += 1

@@ -94,7 +94,7 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
     if not fb.events:
         report["outcome"] = "no events in the log: nothing learned"
         return LearnResult(None, None, texts, report)
-    kw = {"min_users": settings.learn_min_users, "half_life_days": settings.learn_half_life_days,
+    kw: dict[str, Any] = {"min_users": settings.learn_min_users, "half_life_days": settings.learn_half_life_days,
           "max_queries": settings.learn_max_queries, "em": settings.learn_propensity == "em"}
     early, late = split_in_time(fb, heldout)
     serving = learned.table()

@@ -101,15 +101,15 @@ def arrange(reader: "ReadContext", req: SearchRequest, ranked: Ranked, *, exhaus
     product within the filters (so the total is exact). ``matching``: how many of the ranking's
     head match, when a step after ranking decided it (merchandising rules); else the floor says."""
     n_match = above_floor(ranked, reader.settings.search.relevance_floor) if matching is None else matching
-    matching = ranked[:n_match]
+    head = ranked[:n_match]
     if req.sort == "relevance":
         ordered = ranked
     else:
-        ordered = sort(reader, matching, req.sort)
+        ordered = sort(reader, head, req.sort)
     page = ordered[req.offset: req.offset + req.k]
     out = Arranged(page=page, total=n_match, total_exact=exhaustive, pool=len(ranked))
     if req.facets:
-        out.facets = facet_counts(reader, [iid for iid, _, _ in matching], req.facets)
+        out.facets = facet_counts(reader, [iid for iid, _, _ in head], req.facets)
     return out
 
 

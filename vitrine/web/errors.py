@@ -110,7 +110,7 @@ async def _domain(_: Request, e: VitrineError) -> JSONResponse:
     status, code = status_for(e)
     if status >= 500:
         log.error("%s: %s", code, e)
-    report = getattr(e, "report", None)
+    report: Any = getattr(e, "report", None)  # a pydantic model where the error carries one
     detail = report.model_dump() if hasattr(report, "model_dump") else None
     return JSONResponse(error_body(status, code, str(e), detail), status_code=status)
 

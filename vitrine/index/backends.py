@@ -14,8 +14,10 @@ from pathlib import Path
 from vitrine.errors import InvalidInput
 from vitrine.index.eventlog import FILE as EVENTS_FILE
 from vitrine.index.eventlog import EventLog, EventLogAPI
-from vitrine.index.rulestore import RuleStoreAPI, SqliteRuleStore
-from vitrine.index.sessionstore import MemorySessionStore, SessionStoreAPI, SqliteSessionStore
+from vitrine.index.rule_types import RuleStoreAPI
+from vitrine.index.rulestore import SqliteRuleStore
+from vitrine.index.session_types import SessionStoreAPI
+from vitrine.index.sessionstore import MemorySessionStore, SqliteSessionStore
 from vitrine.index.store import is_database_url
 
 

@@ -13,13 +13,7 @@ from typing import Any
 
 from vitrine.errors import InvalidInput
 from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg
-from vitrine.index.rulestore import (
-    StoredRule,
-    body_json,
-    check_id,
-    stored_rule,
-    too_many,
-)
+from vitrine.index.rule_types import StoredRule, body_json, check_id, stored_rule, too_many
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from vitrine.errors import StorageError
 from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg
-from vitrine.index.sessionstore import PURGE_EVERY, StoredSession
+from vitrine.index.session_types import PURGE_EVERY, StoredSession
 
 log = logging.getLogger(__name__)
 

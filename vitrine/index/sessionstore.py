@@ -13,7 +13,8 @@ photo). Three stores keep the same contract:
 
 Every store expires a session ``ttl_s`` after its last write (an expired one reads as absent,
 with ``expired`` said) and keeps at most ``max_sessions`` (the least recently written go first).
-Purging runs every ``PURGE_EVERY`` writes, not on every search.
+Purging runs every ``PURGE_EVERY`` writes, not on every search. What every store shares (a session
+as stored, the interface) is vitrine/index/session_types.py.
 """
 
 from __future__ import annotations
@@ -25,41 +26,14 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from vitrine.errors import StorageError
 from vitrine.sqlite import connect_wal
+from vitrine.index.session_types import PURGE_EVERY, StoredSession
 
 log = logging.getLogger(__name__)
-
-PURGE_EVERY = 500  # writes between two purges of expired and surplus sessions
-
-
-@dataclass
-class StoredSession:
-    """A session as stored: its JSON state, its photo vector bytes (float32) and when it was written."""
-
-    state: dict[str, Any]
-    vector: bytes | None
-    touched: float
-    expired: bool = False
-
-
-@runtime_checkable
-class SessionStoreAPI(Protocol):
-    def get(self, sid: str) -> StoredSession | None: ...
-
-    def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None: ...
-
-    def delete(self, sid: str) -> None: ...
-
-    def count(self) -> int: ...
-
-    def purge(self) -> int: ...
-
-    def close(self) -> None: ...
 
 
 class MemorySessionStore:

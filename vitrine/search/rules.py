@@ -45,7 +45,7 @@ from pydantic import (
 )
 
 from vitrine.errors import InvalidInput, NotFound
-from vitrine.index.rulestore import RuleStoreAPI, StoredRule
+from vitrine.index.rule_types import RuleStoreAPI, StoredRule
 from vitrine.search import stock, storefront
 from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
 from vitrine.search.rule_models import Rule, RuleOut, check_rule, has_cjk, normalise

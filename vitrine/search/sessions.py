@@ -39,7 +39,7 @@ import numpy as np
 
 from vitrine.errors import VitrineError
 from vitrine.index.backends import open_session_store
-from vitrine.index.sessionstore import SessionStoreAPI
+from vitrine.index.session_types import SessionStoreAPI
 from vitrine.search.models import (
     CompareResponse,
     Filters,

@@ -1,0 +1,36 @@
+"""What every session store shares (memory and SQLite: vitrine/index/sessionstore.py, PostgreSQL:
+vitrine/index/pgsessions.py): a session as stored and the store's interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+PURGE_EVERY = 500  # writes between two purges of expired and surplus sessions
+
+
+@dataclass
+class StoredSession:
+    """A session as stored: its JSON state, its photo vector bytes (float32) and when it was written."""
+
+    state: dict[str, Any]
+    vector: bytes | None
+    touched: float
+    expired: bool = False
+
+
+@runtime_checkable
+class SessionStoreAPI(Protocol):
+    def get(self, sid: str) -> StoredSession | None: ...
+
+    def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None: ...
+
+    def delete(self, sid: str) -> None: ...
+
+    def count(self) -> int: ...
+
+    def purge(self) -> int: ...
+
+    def close(self) -> None: ...

@@ -145,7 +145,7 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
         rep.table(search_rows, ["fusion", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "n"],
                   f"Search latency on {data_dir} (text queries, k=10, in process)")
 
-    def draw(ax):  # noqa: ANN001
+    def draw(ax):
         ax.hist([np.array(upd) * 1000, np.array(ins) * 1000], bins=40, label=["update", "new product"],
                 color=["#4c72b0", "#dd8452"])
         ax.set_xlabel("graph upsert latency (ms)")

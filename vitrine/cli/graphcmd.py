@@ -51,7 +51,7 @@ def learn_brands_cmd(source: Path | None, catalog: Path | None, graph_dir: Path 
     click.echo(f"{len(brands)} brands from {len(rows)} titles -> {path}")
 
 
-def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:  # noqa: ANN001
+def _print_catalogue_brands(catalog: Path, settings, min_count: int) -> None:
     """The brands a graph over ``catalog`` holds: the ``brand`` field where records have one, else
     what the titles say (the shipped lexicon, the words before a gender word, leading words)."""
     from collections import Counter
@@ -158,7 +158,7 @@ def _leaf_paths(docs: list[dict]) -> list[tuple[str, ...]]:
     return list(best.values())
 
 
-def _mapper(settings, threshold: float | None):  # noqa: ANN001, ANN202
+def _mapper(settings, threshold: float | None):
     from vitrine.index.vocabulary import GraphData
     from vitrine.index.taxonomy_map import mapper_for
     from vitrine.search.engine import build_encoder

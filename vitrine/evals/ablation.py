@@ -104,10 +104,10 @@ def conse_embedder(encoder: MultimodalEncoder) -> Embedder:
     the mean of the text-tower embeddings of its top ImageNet class names weighted by their
     probabilities; a text is its text-tower embedding. No training on the catalogue."""
     try:
-        from torchvision.models._meta import _IMAGENET_CATEGORIES as classes  # noqa: PLC0415
+        from torchvision.models._meta import _IMAGENET_CATEGORIES as classes
     except ImportError as e:  # pragma: no cover - torchvision is a core dependency
         raise MissingExtra("the ConSE baseline needs torchvision's ImageNet class names") from e
-    from vitrine.encoders.factory import _load_torch_weights, load_model_config, resolve_package_path  # noqa: PLC0415
+    from vitrine.encoders.factory import _load_torch_weights, load_model_config, resolve_package_path
 
     cfg = encoder.towers.config or load_model_config(encoder.towers.name)[1]
     try:

@@ -19,7 +19,7 @@ from vitrine.evals.word_queries import word_queries
 from vitrine.index.vocabulary import GraphData
 
 
-def _seeded(graph_dir: Path, taxonomy_file: Path, split: str):  # noqa: ANN202
+def _seeded(graph_dir: Path, taxonomy_file: Path, split: str):
     source = bundled_dir()
     rows = read_styles(source)
     splits = read_splits(source)

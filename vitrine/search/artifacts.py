@@ -34,8 +34,8 @@ class ModelSpec:
 
 
 def adapter_folder(adapter: str) -> Path | None:
-    from vitrine.encoders.adapter_base import CONFIG_NAME  # noqa: PLC0415
-    from vitrine.encoders.adapters import WEIGHTS_DIR  # noqa: PLC0415
+    from vitrine.encoders.adapter_base import CONFIG_NAME
+    from vitrine.encoders.adapters import WEIGHTS_DIR
 
     p = Path(adapter)
     if (p / CONFIG_NAME).is_file():
@@ -47,7 +47,7 @@ def adapter_folder(adapter: str) -> Path | None:
 def model_artifacts(spec: ModelSpec, encoder: MultimodalEncoder, intent_model: str | None = None) -> dict[str, Any]:
     """Every model artifact behind a model version with its SHA-256 (and the pin it was checked
     against): tower weights, the adapter's config and weights, the intent classifier's."""
-    from vitrine.encoders.factory import resolve_package_path, sha256_file  # noqa: PLC0415
+    from vitrine.encoders.factory import resolve_package_path, sha256_file
 
     out: dict[str, Any] = {"towers_key": encoder.towers.key, "files": {}}
     files = out["files"]
@@ -68,7 +68,7 @@ def model_artifacts(spec: ModelSpec, encoder: MultimodalEncoder, intent_model: s
                                     "sha256": _sha(folder / "model.safetensors"), "pinned": cfg.get("weights_sha256")}
     if intent_model:
         try:
-            from vitrine.intent.model import CONFIG_NAME, WEIGHTS_NAME, resolve_weights  # noqa: PLC0415
+            from vitrine.intent.model import CONFIG_NAME, WEIGHTS_NAME, resolve_weights
 
             ip = resolve_weights(intent_model)
             icfg = json.loads((ip / CONFIG_NAME).read_text(encoding="utf-8"))
@@ -98,7 +98,7 @@ def verify_artifacts(artifacts: dict[str, Any]) -> list[str]:
 
 
 def _sha(path: Path) -> str:
-    from vitrine.encoders.factory import sha256_file  # noqa: PLC0415
+    from vitrine.encoders.factory import sha256_file
 
     return sha256_file(path)
 

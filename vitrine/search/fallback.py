@@ -86,7 +86,7 @@ class QueryVectors(Mapping[str, np.ndarray]):
         if self._vector is None:
             try:
                 self._vector = self._query.vector(self._reader.settings.search.gate_timeout_ms / 1000)
-            except Exception as e:  # noqa: BLE001 - the adapter failing here degrades like it does up front
+            except Exception as e:  # the adapter failing here degrades like it does up front
                 log.warning("query embedding failed (%s); degrading to the light path", e)
                 self.degraded.append("gate")
                 light = light_query_vectors(self._reader, self._query.text, None)
@@ -104,7 +104,7 @@ class QueryVectors(Mapping[str, np.ndarray]):
 
 def light_query_vectors(reader: ReadContext, text: str | None, image: bytes | None) -> dict[str, np.ndarray]:
     """Query vectors from the adapter's light path (``forward_light``), or none when it has none."""
-    import torch  # noqa: PLC0415
+    import torch
 
     enc = reader.encoder
     light = getattr(enc.adapter, "forward_light", None)
@@ -149,7 +149,7 @@ def lexical_rank(reader: ReadContext, qv: dict[str, np.ndarray], text: str | Non
     terms = QueryTerms()
     if len(out) < k:
         try:
-            from vitrine.search.fusion import graph_candidate_ids  # noqa: PLC0415
+            from vitrine.search.fusion import graph_candidate_ids
 
             terms = reader.state.graph.match_query(text)
             more = graph_candidate_ids(reader.state.graph, terms).tolist() if terms else []

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from vitrine.index.graph import ProductGraph
+from vitrine.index.vectors import VectorIndexAPI
 from vitrine.index.vocabulary import QueryTerms, norm_key
 from vitrine.search.models import Ranked
 from vitrine.search.read_context import ReadContext
@@ -220,7 +221,7 @@ _CATEGORY_COLUMNS = [GRAPH_SIGNALS.index("graph:category"), GRAPH_SIGNALS.index(
 _PART_NAMES = {"image": "image->image", "text": "text->fused", "native": "text->native"}
 
 
-def _space(reader: ReadContext, modality: str):  # noqa: ANN202 - a VectorIndex
+def _space(reader: ReadContext, modality: str) -> VectorIndexAPI:
     """The product vectors a query vector of ``modality`` is compared with."""
     if modality == "native":
         return reader.state.native.index

@@ -22,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[1] / "vitrine"
 # (module path relative to vitrine/, attribute): why this one private name of a third-party
 # library is used.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("encoders/queries.py", "_attn_implementation"): "transformers keeps a built model's attention kernel "
+    ("onnxrt.py", "_attn_implementation"): "transformers keeps a built model's attention kernel "
     "only there; the ONNX export switches it to eager and back (set_attn_implementation has no getter)",
-    ("intent/classifier.py", "_attn_implementation"): "the same switch for the intent model's ONNX export",
 }
 
 

@@ -14,7 +14,7 @@ import os
 import re
 import time
 import unicodedata
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from vitrine.errors import InvalidInput, ModelError, VitrineError
 from vitrine.intent import decision
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.cues import CueWords
-from vitrine.intent.model import DEFAULT_WEIGHTS, EOS, PAD, UNK, IntentModel, resolve_weights
+from vitrine.intent.member import IntentMember
+from vitrine.intent.model import DEFAULT_WEIGHTS, PAD, IntentModel, resolve_weights
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,10 @@ class IntentResult:
 
 
 class IntentClassifier:
-    """Tokenizer + Qwen2 sequence classifier, with a confidence floor."""
+    """The intent ensemble behind one decision: its members' mean label probabilities (the first
+    member is ``model``), a confidence floor, the decision rule and its cue words. Each member is an
+    :class:`~vitrine.intent.member.IntentMember`; with onnxruntime all of them may run as one
+    stacked graph (:mod:`vitrine.intent.stacked`)."""
 
     def __init__(self, model: IntentModel, tokenizer: Any, *, min_confidence: float = 0.5,
                  max_chars: int = 2000, runtime: str = "torch", onnx_dir: Path | None = None,
@@ -73,15 +77,26 @@ class IntentClassifier:
         self.min_confidence = float(min_confidence)
         self.max_chars = int(max_chars)
         self.name = str(model.config.get("name", "intent"))
-        self._onnx: onnxrt.OnnxModule | None = None
-        self.runtime = self._pick_runtime(runtime, onnx_dir, threads)
-        # an ensemble's other members (same tokenizer and labels): probabilities are averaged
-        self.members: list[IntentClassifier] = []
+        self.first = IntentMember(model, tokenizer)
+        self.runtime = self.first.serve(runtime, onnx_dir, threads)
+        # the ensemble's other members (same tokenizer and labels): probabilities are averaged
+        self._members: list[IntentMember] = []
         self._stacked: onnxrt.OnnxModule | None = None  # all members in one onnxruntime graph
         self._stack_offsets = np.zeros(1, dtype=np.int64)
         self._stack_rows: Any = None  # stacked.RowTable: token ids -> the stacked graph's inputs
         self.rule = decision.DecisionRule(lexical_prior=False)  # load() reads the weights' own rule
         self.cues: CueWords | None = None
+
+    @property
+    def members(self) -> list[IntentMember]:
+        """The ensemble's members after the first (``model``)."""
+        return self._members
+
+    @members.setter
+    def members(self, members: Sequence[IntentMember | IntentClassifier]) -> None:
+        """Members, or classifiers of one model each (their model and tokenizer become a member)."""
+        self._members = [m if isinstance(m, IntentMember) else IntentMember(m.model, m.tokenizer) for m in members]
+        self._stacked, self._stack_rows = None, None
 
     @classmethod
     def load(cls, weights: str | os.PathLike[str] = DEFAULT_WEIGHTS, *, cache_dir: Path | None = None,
@@ -103,151 +118,51 @@ class IntentClassifier:
         root = resolve_weights(weights)
         out.rule = rule if rule is not None else decision.load(root)
         out.cues = out.rule.cues()
+        others = []
         for rel in model.config.get("ensemble", [])[: members - 1 if members else None]:
             member = IntentModel.from_pretrained(root / rel)
             if list(member.labels) != out.labels:
                 raise ModelError(f"ensemble member {root / rel} has labels {member.labels}, not {out.labels}")
-            out.members.append(cls(member, tok, min_confidence=min_confidence, max_chars=max_chars,
-                                   runtime="torch", onnx_dir=cache_dir, threads=threads))
-        if out._onnx is not None and out.members:
+            others.append(IntentMember(member, tok))
+        out.members = others
+        if out.runtime == "onnx" and out.members:
             out._serve_members(cache_dir, threads, stack)
         log.info("intent classifier %s loaded (%d member(s), %d parameters each, %s) in %.2fs", weights,
                  1 + len(out.members), model.n_parameters(), out.runtime, time.perf_counter() - t0)
         return out
 
-    def _pick_runtime(self, runtime: str, onnx_dir: Path | None, threads: int) -> str:
-        if runtime not in ("auto", "torch", "onnx"):
-            raise InvalidInput(f"unknown intent runtime {runtime!r}; use auto, torch or onnx")
-        if runtime == "torch" or (runtime == "auto" and not onnxrt.available()):
-            return "torch"
-        try:
-            self._onnx = self._export(onnx_dir, threads)
-            return "onnx"
-        except VitrineError as e:
-            if runtime == "onnx":
-                raise
-            log.warning("intent classifier runs in torch: %s", e)
-            return "torch"
-
-    def _export(self, onnx_dir: Path | None, threads: int) -> onnxrt.OnnxModule:
-        import tempfile  # noqa: PLC0415
-
-        import torch  # noqa: PLC0415
-
-        net = self.model.model
-        probes = [self.model.batch([self.model.rows(self.token_ids(t))]) for t in
-                  ("women red heels under 1500", "x", "这个耳机和AirPods Pro 2比，降噪强吗？")]
-        probes.append(self.model.batch([self.model.rows(self.token_ids(t)) for t in
-                                        ("nike vs puma running shoes", "how do I return these sandals",
-                                         "what goes with a navy blazer for a wedding in june")]))
-        cfg = net.config
-
-        class Logits(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.net = net
-
-            def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-                return self.net(input_ids=ids, attention_mask=mask).logits
-
-        def prepare():  # noqa: ANN202 - attention written out exports; sdpa agrees with it in torch
-            old = cfg._attn_implementation
-            cfg._attn_implementation = "eager"
-            return lambda: setattr(cfg, "_attn_implementation", old)
-
-        key = f"intent:{self.model.config.get('weights_sha256') or self.name}"
-        return onnxrt.OnnxModule.export(
-            Logits().eval(), probes[0], key=key, cache_dir=onnx_dir or Path(tempfile.gettempdir()),
-            input_names=["ids", "mask"], dynamic_axes={"ids": {0: "batch", 1: "tokens"},
-                                                       "mask": {0: "batch", 1: "tokens"}, "out": {0: "batch"}},
-            probes=probes, threads=threads, prepare=prepare)
-
     def _serve_members(self, onnx_dir: Path | None, threads: int, stack: bool = True) -> None:
         """The ensemble through onnxruntime: all members stacked into one graph (one pass of
         batched products, ~the cost of one member); if that cannot be built or does not match
         the members, each member gets its own graph and they run one after another."""
+        from vitrine.intent.stacked import export_stacked, row_table
+
         if stack:
+            everyone = [self.first, *self.members]
             try:
-                self._stacked = self._export_stacked(onnx_dir, threads)
-                self._stack_rows = self._row_table()
+                self._stacked, self._stack_offsets = export_stacked(everyone, onnx_dir, threads)
+                self._stack_rows = row_table(everyone, self._stack_offsets)
                 return
             except VitrineError as e:
                 log.warning("intent ensemble runs member by member: %s", e)
         for m in self.members:
-            m._onnx = m._export(onnx_dir, threads)
-            m.runtime = "onnx"
-
-    def _row_table(self) -> Any:
-        """Every member's rows in one gather, when the members share the token limit and the id
-        table's length (else None: each member looks up its own rows)."""
-        from vitrine.intent.stacked import RowTable  # noqa: PLC0415
-
-        everyone = [self, *self.members]
-        if len({c.model.max_tokens for c in everyone}) != 1:
-            return None
-        try:
-            return RowTable([c.model.row_of for c in everyone], self._stack_offsets, pad=PAD, unk=UNK, eos=EOS)
-        except VitrineError as e:
-            log.info("intent ensemble looks up each member's rows: %s", e)
-            return None
-
-    def _export_stacked(self, onnx_dir: Path | None, threads: int) -> onnxrt.OnnxModule:
-        import tempfile  # noqa: PLC0415
-
-        import torch  # noqa: PLC0415
-
-        from vitrine.intent.stacked import StackedQwen2, stack_inputs  # noqa: PLC0415
-
-        everyone = [self, *self.members]
-        net = StackedQwen2([c.model.model for c in everyone]).eval()
-        self._stack_offsets = net.row_offsets
-        texts = ("women red heels under 1500", "x", "这个耳机和AirPods Pro 2比，降噪强吗？", "nike vs puma running shoes",
-                 "how do I return these sandals", "what goes with a navy blazer for a wedding in june " * 4)
-        probes = []
-        for batch in (texts[:1], texts[1:2], texts[2:3], texts):
-            ids = [self.token_ids(t) for t in batch]
-            rows, last = stack_inputs([[c.model.rows(i).rows for i in ids] for c in everyone], net.row_offsets, PAD)
-            with torch.inference_mode():
-                got = net(torch.from_numpy(rows), torch.from_numpy(last)).numpy()
-            want = np.mean([c.model.probabilities([c.model.rows(i) for i in ids]) for c in everyone], axis=0)
-            if got.shape != want.shape or float(np.abs(got - want).max()) > 1e-5:
-                raise ModelError(f"the stacked ensemble disagrees with its members on {batch[0]!r}")
-            probes.append((torch.from_numpy(rows), torch.from_numpy(last)))
-        key = "intent-stacked-2d:" + ",".join(str(c.model.config.get("weights_sha256") or c.name) for c in everyone)
-        return onnxrt.OnnxModule.export(
-            net, probes[0], key=key, cache_dir=onnx_dir or Path(tempfile.gettempdir()),
-            input_names=["rows", "last"], dynamic_axes={"rows": {1: "batch", 2: "tokens"}, "last": {0: "batch"},
-                                                        "out": {0: "batch"}},
-            probes=probes, atol=1e-5, threads=threads)
-
-    def _probabilities(self, encs: list[Any]) -> np.ndarray:
-        if self._onnx is None:
-            return self.model.probabilities(encs)
-        width = max(len(e.rows) for e in encs)
-        ids = np.full((len(encs), width), PAD, dtype=np.int64)
-        mask = np.zeros((len(encs), width), dtype=np.int64)
-        for i, e in enumerate(encs):  # as IntentModel.batch, without building torch tensors
-            ids[i, : len(e.rows)] = e.rows
-            mask[i, : len(e.rows)] = 1
-        z = self._onnx(ids, mask).astype(np.float64)
-        z = np.exp(z - z.max(axis=1, keepdims=True))
-        return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+            m.use_onnx(onnx_dir, threads)
 
     def _ensemble_probabilities(self, ids: list[list[int]], encs: list[Any]) -> np.ndarray:
         """The mean of the members' probabilities; each member maps the ids to its own vocabulary
         rows. With onnxruntime, all members in one stacked graph."""
         if not self.members:
-            return self._probabilities(encs)
+            return self.first.probabilities(encs)
         if self._stacked is not None:
-            from vitrine.intent.stacked import stack_inputs  # noqa: PLC0415
+            from vitrine.intent.stacked import stack_inputs
 
             if self._stack_rows is not None:
                 return self._stacked(*self._stack_rows([self.model.clip(i)[0] for i in ids]))
             rows = [[e.rows for e in encs]] + [[m.model.rows(i).rows for i in ids] for m in self.members]
             return self._stacked(*stack_inputs(rows, self._stack_offsets, PAD))
-        probs = self._probabilities(encs)
+        probs = self.first.probabilities(encs)
         for m in self.members:
-            probs = probs + m._probabilities([m.model.rows(i) for i in ids])
+            probs = probs + m.probabilities([m.model.rows(i) for i in ids])
         return probs / (1 + len(self.members))
 
     def token_ids(self, text: str) -> list[int]:

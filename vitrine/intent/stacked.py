@@ -12,7 +12,7 @@ while a stacked 3D weight was packed again on every call (1.3 ms more CPU per qu
 
 It is a serving form, not a model format: it is built from the trained members (which persist
 as config.json + safetensors) and is checked against transformers' own forward of each member
-before use (:func:`check_against_members`). It reproduces Qwen2's decoder exactly: RMSNorm,
+before use (:func:`export_stacked`). It reproduces Qwen2's decoder exactly: RMSNorm,
 rotary positions, grouped-query causal attention with q/k/v biases, SiLU-gated MLP, and the
 sequence head read at the last real token. Inputs are right-padded (every query ends with EOS),
 so under causal attention no real token ever sees a pad: the causal mask alone is exact.
@@ -20,13 +20,22 @@ so under causal attention no real token ever sees a pad: the causal mask alone i
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from vitrine.errors import ModelError
+from vitrine import onnxrt
+from vitrine.errors import ModelError, VitrineError
+from vitrine.intent.model import EOS, PAD, UNK
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitrine.intent.member import IntentMember
+
+log = logging.getLogger(__name__)
 
 # A member is a transformers Qwen2ForSequenceClassification; these config fields must agree.
 _SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -187,3 +196,43 @@ class RowTable:
             out[:, b, : len(i)] = rows if ok.all() else np.where(ok, rows, self.unk[:, None])
             out[:, b, len(i)] = self.eos
         return out, np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+
+
+def export_stacked(members: list[IntentMember], onnx_dir: Path | None,
+                   threads: int) -> tuple[onnxrt.OnnxModule, np.ndarray]:
+    """``members`` (the first one's tokenizer reads the queries) as one checked onnxruntime graph of
+    their mean probabilities, cached in ``onnx_dir``; returns it with its row offsets. Raises
+    :class:`~vitrine.errors.ModelError` when the stacked form disagrees with the members."""
+    net = StackedQwen2([c.model.model for c in members]).eval()
+    texts = ("women red heels under 1500", "x", "这个耳机和AirPods Pro 2比，降噪强吗？", "nike vs puma running shoes",
+             "how do I return these sandals", "what goes with a navy blazer for a wedding in june " * 4)
+    probes = []
+    for batch in (texts[:1], texts[1:2], texts[2:3], texts):
+        ids = [members[0].token_ids(t) for t in batch]
+        rows, last = stack_inputs([[c.model.rows(i).rows for i in ids] for c in members], net.row_offsets, PAD)
+        with torch.inference_mode():
+            got = net(torch.from_numpy(rows), torch.from_numpy(last)).numpy()
+        want = np.mean([c.model.probabilities([c.model.rows(i) for i in ids]) for c in members], axis=0)
+        if got.shape != want.shape or float(np.abs(got - want).max()) > 1e-5:
+            raise ModelError(f"the stacked ensemble disagrees with its members on {batch[0]!r}")
+        probes.append((torch.from_numpy(rows), torch.from_numpy(last)))
+    key = "intent-stacked-2d:" + ",".join(str(c.model.config.get("weights_sha256") or c.model.config.get("name", "intent"))
+                                          for c in members)
+    graph = onnxrt.OnnxModule.export(
+        net, probes[0], key=key, cache_dir=onnx_dir,
+        input_names=["rows", "last"], dynamic_axes={"rows": {1: "batch", 2: "tokens"}, "last": {0: "batch"},
+                                                    "out": {0: "batch"}},
+        probes=probes, atol=1e-5, threads=threads)
+    return graph, net.row_offsets
+
+
+def row_table(members: list[IntentMember], offsets: np.ndarray) -> RowTable | None:
+    """Every member's rows in one gather, when the members share the token limit and the id
+    table's length (else None: each member looks up its own rows)."""
+    if len({c.model.max_tokens for c in members}) != 1:
+        return None
+    try:
+        return RowTable([c.model.row_of for c in members], offsets, pad=PAD, unk=UNK, eos=EOS)
+    except VitrineError as e:
+        log.info("intent ensemble looks up each member's rows: %s", e)
+        return None

@@ -100,7 +100,7 @@ def comparable(rep: dict) -> dict:
 
 def synthetic_log(n_searches=3000, seed=0, days=5):
     """A log with known structure: several days, repeated queries, users, empty pages, every event type."""
-    from vitrine.index.eventlog import EventRecord, SearchLog
+    from vitrine.index.event_types import EventRecord, SearchLog
     from vitrine.index.querytext import normalise_query
 
     rng = random.Random(seed)

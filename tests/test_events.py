@@ -146,7 +146,7 @@ def test_tune_learns_a_head_query_from_clicks_and_leaves_other_queries_alone(cli
 def test_learning_counts_each_user_once_and_needs_enough_users():
     """The click model's caps against a brute-force count on a hand-made log."""
     from vitrine.search import clicks
-    from vitrine.index.eventlog import EventRecord, FeedbackSlice, SearchLog
+    from vitrine.index.event_types import EventRecord, FeedbackSlice, SearchLog
 
     now = time.time()
     searches, events = [], []

@@ -134,7 +134,8 @@ def test_purge_forgets_what_is_older_than_the_retention(tmp_path, monkeypatch):
 
     from vitrine.cli.app import main
     from vitrine.errors import InvalidInput
-    from vitrine.index.eventlog import EventLog, EventRecord, SearchLog
+    from vitrine.index.event_types import EventRecord, SearchLog
+    from vitrine.index.eventlog import EventLog
     from vitrine.search.feedback import EventIn, Feedback
     from vitrine.settings import FeedbackSettings
 

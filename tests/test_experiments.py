@@ -328,7 +328,8 @@ def test_cli_start_split_status_stop(tmp_path):
 
 
 def test_postgres_and_sqlite_report_the_same_experiment(tmp_path, pg_url):
-    from vitrine.index.eventlog import EventLog, EventRecord, SearchLog
+    from vitrine.index.event_types import EventRecord, SearchLog
+    from vitrine.index.eventlog import EventLog
     from vitrine.index.pgevents import PgEventLog
     from vitrine.search.experiment_models import ExperimentCreate, VariantSettings
     from vitrine.search.experiments import Experiments

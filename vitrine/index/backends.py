@@ -13,7 +13,8 @@ from pathlib import Path
 
 from vitrine.errors import InvalidInput
 from vitrine.index.eventlog import FILE as EVENTS_FILE
-from vitrine.index.eventlog import EventLog, EventLogAPI
+from vitrine.index.event_types import EventLogAPI
+from vitrine.index.eventlog import EventLog
 from vitrine.index.rule_types import RuleStoreAPI
 from vitrine.index.rulestore import SqliteRuleStore
 from vitrine.index.session_types import SessionStoreAPI

@@ -10,17 +10,13 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 from vitrine.errors import StorageError
-from vitrine.index.eventlog import (
+from vitrine.index.event_sql import (
     EVENT_COLUMNS,
+    EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
     EXPERIMENT_UNITS_SQL,
-    EXPERIMENTS_SCHEMA,
     POPULAR_SQL,
     SEARCH_COLUMNS,
-    EventRecord,
-    FeedbackSlice,
-    SearchLog,
-    UserHasher,
     analytics_rows,
     analytics_sql,
     event_from_row,
@@ -29,6 +25,7 @@ from vitrine.index.eventlog import (
     search_from_row,
     search_row,
 )
+from vitrine.index.event_types import EventRecord, FeedbackSlice, SearchLog, UserHasher
 from vitrine.index.pgpool import (
     ConnectionPool,
     connection,
@@ -139,7 +136,7 @@ class PgEventLog:
             return {"searches": c.execute(f"SELECT COUNT(*) FROM {S}").fetchone()[0],
                     "events": c.execute(f"SELECT COUNT(*) FROM {E}").fetchone()[0]}
 
-    # -- analytics and experiments (the same queries as SQLite's: vitrine/index/eventlog.py) --------
+    # -- analytics and experiments (the same queries as SQLite's: vitrine/index/event_sql.py) --------
     _SQL = analytics_sql(p="%s", bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', searches=S, events=E)
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="%s", c='COLLATE "C"', searches=S, events=E)
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="%s", teams=T, events=E)

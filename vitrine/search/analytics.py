@@ -26,7 +26,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from vitrine.errors import InvalidInput
-from vitrine.index.eventlog import ANALYTICS_FIELDS, EventLogAPI
+from vitrine.index.event_sql import ANALYTICS_FIELDS
+from vitrine.index.event_types import EventLogAPI
 
 Granularity = Literal["hour", "day"]
 BUCKET_S: dict[str, float] = {"hour": 3600.0, "day": 86400.0}

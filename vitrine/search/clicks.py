@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.index.eventlog import FeedbackSlice, SearchLog
+from vitrine.index.event_types import FeedbackSlice, SearchLog
 from vitrine.search.feedback import LearnedTable
 
 log = logging.getLogger(__name__)

@@ -30,14 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
-from vitrine.index.eventlog import (
-    EventLogAPI,
-    EventRecord,
-    SearchLog,
-    event_key,
-    new_query_id,
-    query_id_time,
-)
+from vitrine.index.event_types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked, SearchRequest, SearchResponse
 from vitrine.settings import FeedbackSettings

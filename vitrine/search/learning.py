@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.index.eventlog import EventLogAPI, FeedbackSlice, SearchLog
+from vitrine.index.event_types import EventLogAPI, FeedbackSlice, SearchLog
 from vitrine.search import clicks
 from vitrine.search.feedback import LearnedQueries, LearnedTable, save_learned
 from vitrine.settings import FeedbackSettings

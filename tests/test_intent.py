@@ -340,7 +340,7 @@ def test_slots_come_from_any_catalogues_facets():
 
 # -- the shipped classifier ---------------------------------------------------------------------------------------
 def test_shipped_classifier_on_heldout_queries(classifier, splits, extractor):
-    from vitrine.training.intent import evaluate
+    from vitrine.training.intent_metrics import evaluate
 
     _, test = splits
     m = evaluate(classifier, test, extractor)
@@ -383,7 +383,7 @@ def test_heldout_catalogue_titles_are_searches(classifier, terms):
     """Real product titles of brands and article types no training query had, typed as queries:
     each is a search (the deployed rule: not confident means search)."""
     from vitrine.training.intent_queries import heldout_titles
-    from vitrine.training.intent import title_search_rate
+    from vitrine.training.intent_metrics import title_search_rate
 
     r = title_search_rate(classifier, heldout_titles(terms))
     assert r["n"] == 600 and r["search_rate"] >= 0.97, r["errors_sample"]
@@ -494,7 +494,7 @@ def test_catalogue_words_reach_the_intent_rule_through_the_engine(fresh_engine):
 def test_heldout_leaves_read_as_search_with_the_rule(classifier):
     """The issue's bar on the held-out half of the taxonomy's leaves (measured by `vitrine eval
     --protocol intent`); the rule must not cost held-out accuracy (checked there too)."""
-    from vitrine.training.intent import leaf_search_rate
+    from vitrine.training.intent_metrics import leaf_search_rate
 
     assert leaf_search_rate(classifier)["search_rate"] >= 0.98
 
@@ -567,6 +567,10 @@ def test_training_smoke(tmp_path, tok_cache):
     assert s["train_queries"] == 120 and s["heldout"]["n"] > 0 and len(s["history"]) == 1
     assert s["members"] == 3 and len(s["member_val"]) == 3
     assert all((out / "members" / str(m) / "model.safetensors").is_file() for m in (1, 2))
+    from vitrine.training.recipe import IntentRecipe, load_recipe
+
+    assert load_recipe(out, IntentRecipe) == IntentRecipe(epochs=1, train_per_label=20, test_per_label=5,
+                                                          val_per_label=5, members=3, seed=3)
     clf = IntentClassifier.load(out, cache_dir=tok_cache)
     assert clf.predict("nike shoes").label in LABELS
     # the ensemble's probabilities are the mean of its members', each member on its own vocabulary

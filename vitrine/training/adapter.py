@@ -150,193 +150,249 @@ def train_adapter(
     seed_everything(cfg.seed)
     dev = torch.device(cfg.device)
     adapter.to(dev)
-    text_only = train.text_only
-    if text_only and towers is not None:
+    if train.text_only and towers is not None:
         raise ValueError("tower LoRA trains with photos; a text-only PairSet has none")
     if hasattr(adapter, "set_training_routing"):  # the MoE gate: how it routes while training
         adapter.set_training_routing(gumbel_tau=cfg.gumbel_tau)
-    txt = torch.from_numpy(train.text).to(dev)
-    # text-only: ``img`` holds the title variants (text features), the products' second view
-    img = torch.from_numpy(train.variant if text_only else train.image).to(dev)  # type: ignore[arg-type]
+    data = _Tensors.of(train, dev)
     if cfg.feature_stats:
-        adapter.set_feature_stats(None if text_only else img, txt)
-    score_fn = score_fn or (lambda m: m["MRR@10"])
-
-    grp = torch.from_numpy(train.group).to(dev)
-    has_q = train.query_rows is not None and train.query_text is not None
-    if has_q:
-        q_rows = torch.from_numpy(train.query_rows).to(dev)
-        q_txt = torch.from_numpy(train.query_text).to(dev)
-        q_sub = torch.from_numpy(train.query_subset).to(dev)
-        q_key = torch.from_numpy(train.query_key).to(dev)
-        p_keys = torch.from_numpy(train.product_keys).to(dev)
-    hard = torch.from_numpy(train.hard_negatives).to(dev) if train.hard_negatives is not None else None
-    views = view_ok = None
-    if train.image_views is not None:  # a view may exist for some rows only (NaN rows): they keep their photo
-        view_ok = torch.from_numpy(~np.isnan(train.image_views).any(-1)).to(dev)
-        views = torch.from_numpy(np.nan_to_num(train.image_views)).to(dev)
-
-    params = [p for p in adapter.parameters() if p.requires_grad]
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    groups: list[dict[str, Any]] = [{"params": decay, "weight_decay": cfg.weight_decay},
-                                    {"params": no_decay, "weight_decay": 0.0}]
-    if towers is not None:
-        groups.append({"params": towers.parameters(), "weight_decay": 0.0, "lr_scale": towers.lr_scale})
-        params = params + towers.parameters()
-    opt = torch.optim.AdamW(groups, lr=cfg.lr)
-    n = len(img)
-    steps_per_epoch = max(1, math.ceil(n / cfg.batch_size))
-    total = steps_per_epoch * cfg.epochs
-    warm = int(steps_per_epoch * cfg.warmup_epochs)
-
-    def lr_at(step: int) -> float:
-        if step < warm:
-            return cfg.lr * (step + 1) / max(1, warm)
-        prog = (step - warm) / max(1, total - warm)
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
-
-    best_state: dict[str, torch.Tensor] | None = None
-    best_towers: dict[str, torch.Tensor] | None = None
-    best_score, best_epoch, bad_epochs = -1.0, -1, 0
-    history: list[dict[str, float]] = []
-    t0, c0 = time.time(), time.process_time()
-    step = 0
-    gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
-    ema: dict[str, torch.Tensor] | None = None
-    if cfg.ema_decay > 0:
-        ema = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
+        adapter.set_feature_stats(None if data.text_only else data.img, data.txt)
+    run = _Run(adapter, cfg, data, towers, score_fn or (lambda m: m["MRR@10"]))
     log_file = open(log_path, "w", encoding="utf-8") if log_path else None
     bar = progress_bar(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", enabled=progress)
     try:
         for epoch in range(cfg.epochs):
-            adapter.train()
-            perm = torch.randperm(n, generator=gen).to(dev)
-            sums: dict[str, float] = {}
-            for s in range(0, n, cfg.batch_size):
-                idx = perm[s:s + cfg.batch_size]
-                if hard is not None:
-                    # Pull each row's hard negatives into the batch so the loss must separate them.
-                    extra_rows = hard[idx[: len(idx) // 4]].flatten()
-                    extra_rows = extra_rows[extra_rows >= 0]
-                    idx = torch.unique(torch.cat([idx, extra_rows]))
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step) * g.get("lr_scale", 1.0)
-                bi, bt, bg = img[idx], txt[idx], grp[idx]
-                if views is not None and cfg.view_prob > 0:
-                    # Feature-level augmentation: some rows see an augmented view of their photo.
-                    v = torch.randint(0, len(views), (len(idx),), generator=gen).to(dev)
-                    use = (torch.rand(len(idx), generator=gen) < cfg.view_prob).to(dev)
-                    use = use & view_ok[v, idx]
-                    bi = torch.where(use[:, None], views[v, idx], bi)
-                if cfg.modality_dropout > 0:
-                    hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout
-                else:
-                    hide = None
-                if towers is not None:  # the step's rows through the towers' deltas (with grad)
-                    bi, bt = towers.batch(idx, bi, bt)
-                scale = adapter.logit_scale.exp().clamp(max=100.0)
-                if text_only:  # products as the engine indexes them without a photo: the text token alone
-                    out = adapter(None, bt)
-                    var = adapter(None, bi)
-                    loss = contrastive_loss(var.text, out.text, bg, bg, scale)
-                    if var.aux.get("loss") is not None:  # the variants' routing is balanced too
-                        loss = loss + cfg.aux_weight * var.aux["loss"]
-                else:
-                    out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
-                        else adapter(bi, bt)
-                    loss = contrastive_loss(out.text, out.image, bg, bg, scale)
-                parts = {"contrastive": loss.item()}
-                if "fused" in out.aux.get("train_terms", ()) and not text_only:
-                    lf = contrastive_loss(out.text, out.fused, bg, bg, scale)
-                    loss = loss + 0.5 * lf
-                    parts["fused"] = lf.item()
-                if has_q:
-                    # Pseudo-queries whose product is in this batch; every batch product that
-                    # matches the query's attributes is a positive.
-                    inb = torch.zeros(n, dtype=torch.bool, device=dev)
-                    inb[idx] = True
-                    sel = inb[q_rows].nonzero().flatten()
-                    if len(sel) > cfg.batch_size:
-                        sel = sel[torch.randperm(len(sel), generator=gen)[: cfg.batch_size].to(dev)]
-                    if len(sel):
-                        qo = adapter(None, towers.queries(sel, q_txt[sel]) if towers is not None else q_txt[sel])
-                        pos = p_keys[q_sub[sel]][:, idx] == q_key[sel][:, None]
-                        target = out.text if text_only else \
-                            out.fused if "fused" in out.aux.get("train_terms", ()) else out.image
-                        lq = multi_positive_ce(scale * qo.text @ target.t(), pos)
-                        if cfg.text_text_weight > 0 and not text_only:
-                            lq = lq + cfg.text_text_weight * multi_positive_ce(scale * qo.text @ out.text.t(), pos)
-                        loss = loss + cfg.query_weight * lq
-                        parts["query"] = lq.item()
-                route_kl = out.aux.get("route_kl")
-                if cfg.route_kl_weight > 0 and route_kl is not None:
-                    loss = loss + cfg.route_kl_weight * route_kl
-                    parts["route_kl"] = float(route_kl.item())
-                aux_loss = out.aux.get("loss")
-                if aux_loss is not None:
-                    loss = loss + cfg.aux_weight * aux_loss
-                    parts["aux"] = float(aux_loss.item())
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                opt.step()
-                if hasattr(adapter, "after_step"):  # e.g. the MoE gate's loss-free load balancing
-                    adapter.after_step(out.aux)
-                if ema is not None:
-                    with torch.no_grad():
-                        for k, v in adapter.state_dict().items():
-                            if v.is_floating_point():
-                                ema[k].lerp_(v, 1.0 - cfg.ema_decay)
-                            else:
-                                ema[k].copy_(v)
-                step += 1
-                for k, v in parts.items():
-                    sums[k] = sums.get(k, 0.0) + v
-            live: dict[str, torch.Tensor] | None = None
-            if ema is not None:  # validate (and keep) the averaged weights
-                live = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
-                adapter.load_state_dict(ema)
-            metrics = evaluate_pairs(adapter, towers.refresh(val, "val") if towers is not None else val, cfg.device)
-            score = score_fn(metrics)
-            row = {"epoch": epoch, **{f"loss_{k}": v / steps_per_epoch for k, v in sums.items()}, **metrics,
-                   "score": score, "lr": lr_at(step - 1), "seconds": time.time() - t0,
-                   "cpu_seconds": time.process_time() - c0}
-            history.append(row)
+            row = run.epoch(epoch, val)
             if log_file:
                 log_file.write(json.dumps(row) + "\n")
                 log_file.flush()
-            log.info("epoch %d %s", epoch, {k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
-            bar.set_postfix(score=f"{score:.4f}", best=f"{max(best_score, score):.4f}")
+            bar.set_postfix(score=f"{row['score']:.4f}", best=f"{run.best_score:.4f}")
             bar.update(1)
-            improved = score > best_score
-            if improved:
-                best_score, best_epoch, bad_epochs = score, epoch, 0
-                best_state = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
-                best_towers = towers.state() if towers is not None else None
-            if live is not None:
-                adapter.load_state_dict(live)
-            if not improved:
-                bad_epochs += 1
-                if bad_epochs >= cfg.patience:
-                    log.info("early stop at epoch %d (best %d: %.4f)", epoch, best_epoch, best_score)
-                    break
+            if run.bad_epochs and run.bad_epochs >= cfg.patience:
+                log.info("early stop at epoch %d (best %d: %.4f)", epoch, run.best_epoch, run.best_score)
+                break
     finally:
         bar.close()
         if log_file:
             log_file.close()
-    if best_state is not None:
-        adapter.load_state_dict(best_state)
-    if towers is not None and best_towers is not None:
-        towers.load_state(best_towers)
-        adapted = towers.refresh(train, "train")  # the balance settles on the adapted tokens
-        img, txt = torch.from_numpy(adapted.image).to(dev), torch.from_numpy(adapted.text).to(dev)
-    balance: dict[str, float] = {}
-    if hasattr(adapter, "calibrate_balance"):
-        balance = adapter.calibrate_balance(None if text_only else img, txt)
-        if balance:
-            log.info("routing balance on the training tokens: %s", balance)
-    adapter.eval()
-    adapter.config["train"] = {"config": asdict(cfg), "best_epoch": best_epoch, "val_score": best_score,
-                               **({"balance": balance} if balance else {})}
-    return TrainResult(best_epoch=best_epoch, best_score=best_score, history=history, seconds=time.time() - t0)
+    return run.finish(train)
+
+
+@dataclass
+class _Tensors:
+    """A PairSet's arrays as tensors on the training device. Text-only: ``img`` holds the title
+    variants (text features), the products' second view."""
+
+    text_only: bool
+    img: torch.Tensor
+    txt: torch.Tensor
+    grp: torch.Tensor
+    queries: tuple[torch.Tensor, ...] | None  # (rows, text, subset, key, product keys)
+    hard: torch.Tensor | None
+    views: torch.Tensor | None
+    view_ok: torch.Tensor | None
+
+    @classmethod
+    def of(cls, train: PairSet, dev: torch.device) -> _Tensors:
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a).to(dev)
+
+        queries = None
+        if train.query_rows is not None and train.query_text is not None:
+            queries = (t(train.query_rows), t(train.query_text), t(train.query_subset),  # type: ignore[arg-type]
+                       t(train.query_key), t(train.product_keys))  # type: ignore[arg-type]
+        views = view_ok = None
+        if train.image_views is not None:  # a view may exist for some rows only (NaN rows): they keep their photo
+            view_ok = t(~np.isnan(train.image_views).any(-1))
+            views = t(np.nan_to_num(train.image_views))
+        return cls(text_only=train.text_only, img=t(train.variant if train.text_only else train.image),  # type: ignore[arg-type]
+                   txt=t(train.text), grp=t(train.group), queries=queries,
+                   hard=t(train.hard_negatives) if train.hard_negatives is not None else None,
+                   views=views, view_ok=view_ok)
+
+
+class _Run:
+    """One training run's state: optimiser, schedule, best weights, EMA, history."""
+
+    def __init__(self, adapter: Adapter, cfg: TrainConfig, data: _Tensors, towers: JointTowers | None,
+                 score_fn: Callable[[dict[str, float]], float]) -> None:
+        self.adapter, self.cfg, self.data, self.towers, self.score_fn = adapter, cfg, data, towers, score_fn
+        self.dev = torch.device(cfg.device)
+        params = [p for p in adapter.parameters() if p.requires_grad]
+        groups: list[dict[str, Any]] = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+                                        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+        if towers is not None:
+            groups.append({"params": towers.parameters(), "weight_decay": 0.0, "lr_scale": towers.lr_scale})
+            params = params + towers.parameters()
+        self.params = params
+        self.opt = torch.optim.AdamW(groups, lr=cfg.lr)
+        self.n = len(data.img)
+        self.steps_per_epoch = max(1, math.ceil(self.n / cfg.batch_size))
+        self.total = self.steps_per_epoch * cfg.epochs
+        self.warm = int(self.steps_per_epoch * cfg.warmup_epochs)
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.best_towers: dict[str, torch.Tensor] | None = None
+        self.best_score, self.best_epoch, self.bad_epochs = -1.0, -1, 0
+        self.history: list[dict[str, float]] = []
+        self.t0, self.c0 = time.time(), time.process_time()
+        self.step = 0
+        self.gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
+        self.ema = {k: v.detach().clone() for k, v in adapter.state_dict().items()} if cfg.ema_decay > 0 else None
+
+    def lr_at(self, step: int) -> float:
+        cfg = self.cfg
+        if step < self.warm:
+            return cfg.lr * (step + 1) / max(1, self.warm)
+        prog = (step - self.warm) / max(1, self.total - self.warm)
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
+
+    def epoch(self, epoch: int, val: PairSet) -> dict[str, float]:
+        """One pass over the training rows, then validation; returns the epoch's log row."""
+        self.adapter.train()
+        perm = torch.randperm(self.n, generator=self.gen).to(self.dev)
+        sums: dict[str, float] = {}
+        for s in range(0, self.n, self.cfg.batch_size):
+            for k, v in self.train_step(perm[s:s + self.cfg.batch_size]).items():
+                sums[k] = sums.get(k, 0.0) + v
+        return self.validate(epoch, val, sums)
+
+    def batch_rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                      torch.Tensor | None]:
+        """The step's rows (with hard negatives pulled in), their photo (or an augmented view),
+        title, group, and which photos are hidden."""
+        d, cfg, gen, dev = self.data, self.cfg, self.gen, self.dev
+        if d.hard is not None:
+            # Pull each row's hard negatives into the batch so the loss must separate them.
+            extra_rows = d.hard[idx[: len(idx) // 4]].flatten()
+            idx = torch.unique(torch.cat([idx, extra_rows[extra_rows >= 0]]))
+        bi, bt, bg = d.img[idx], d.txt[idx], d.grp[idx]
+        if d.views is not None and cfg.view_prob > 0:
+            # Feature-level augmentation: some rows see an augmented view of their photo.
+            v = torch.randint(0, len(d.views), (len(idx),), generator=gen).to(dev)
+            use = (torch.rand(len(idx), generator=gen) < cfg.view_prob).to(dev)
+            use = use & d.view_ok[v, idx]  # type: ignore[index]
+            bi = torch.where(use[:, None], d.views[v, idx], bi)
+        hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout if cfg.modality_dropout > 0 else None
+        if self.towers is not None:  # the step's rows through the towers' deltas (with grad)
+            bi, bt = self.towers.batch(idx, bi, bt)
+        return idx, bi, bt, bg, hide
+
+    def train_step(self, idx: torch.Tensor) -> dict[str, float]:
+        adapter, cfg = self.adapter, self.cfg
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr_at(self.step) * g.get("lr_scale", 1.0)
+        idx, bi, bt, bg, hide = self.batch_rows(idx)
+        scale = adapter.logit_scale.exp().clamp(max=100.0)
+        if self.data.text_only:  # products as the engine indexes them without a photo: the text token alone
+            out = adapter(None, bt)
+            var = adapter(None, bi)
+            loss = contrastive_loss(var.text, out.text, bg, bg, scale)
+            if var.aux.get("loss") is not None:  # the variants' routing is balanced too
+                loss = loss + cfg.aux_weight * var.aux["loss"]
+        else:
+            out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
+                else adapter(bi, bt)
+            loss = contrastive_loss(out.text, out.image, bg, bg, scale)
+        parts = {"contrastive": loss.item()}
+        if "fused" in out.aux.get("train_terms", ()) and not self.data.text_only:
+            lf = contrastive_loss(out.text, out.fused, bg, bg, scale)
+            loss = loss + 0.5 * lf
+            parts["fused"] = lf.item()
+        lq = self.query_loss(idx, out, scale)
+        if lq is not None:
+            loss = loss + cfg.query_weight * lq
+            parts["query"] = lq.item()
+        route_kl = out.aux.get("route_kl")
+        if cfg.route_kl_weight > 0 and route_kl is not None:
+            loss = loss + cfg.route_kl_weight * route_kl
+            parts["route_kl"] = float(route_kl.item())
+        aux_loss = out.aux.get("loss")
+        if aux_loss is not None:
+            loss = loss + cfg.aux_weight * aux_loss
+            parts["aux"] = float(aux_loss.item())
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        if hasattr(adapter, "after_step"):  # e.g. the MoE gate's loss-free load balancing
+            adapter.after_step(out.aux)
+        self.update_ema()
+        self.step += 1
+        return parts
+
+    def query_loss(self, idx: torch.Tensor, out: Any, scale: torch.Tensor) -> torch.Tensor | None:
+        """Pseudo-queries whose product is in this batch; every batch product that matches the
+        query's attributes is a positive."""
+        if self.data.queries is None:
+            return None
+        q_rows, q_txt, q_sub, q_key, p_keys = self.data.queries
+        cfg, text_only = self.cfg, self.data.text_only
+        inb = torch.zeros(self.n, dtype=torch.bool, device=self.dev)
+        inb[idx] = True
+        sel = inb[q_rows].nonzero().flatten()
+        if len(sel) > cfg.batch_size:
+            sel = sel[torch.randperm(len(sel), generator=self.gen)[: cfg.batch_size].to(self.dev)]
+        if not len(sel):
+            return None
+        qo = self.adapter(None, self.towers.queries(sel, q_txt[sel]) if self.towers is not None else q_txt[sel])
+        pos = p_keys[q_sub[sel]][:, idx] == q_key[sel][:, None]
+        target = out.text if text_only else out.fused if "fused" in out.aux.get("train_terms", ()) else out.image
+        lq = multi_positive_ce(scale * qo.text @ target.t(), pos)
+        if cfg.text_text_weight > 0 and not text_only:
+            lq = lq + cfg.text_text_weight * multi_positive_ce(scale * qo.text @ out.text.t(), pos)
+        return lq
+
+    def update_ema(self) -> None:
+        if self.ema is None:
+            return
+        with torch.no_grad():
+            for k, v in self.adapter.state_dict().items():
+                if v.is_floating_point():
+                    self.ema[k].lerp_(v, 1.0 - self.cfg.ema_decay)
+                else:
+                    self.ema[k].copy_(v)
+
+    def validate(self, epoch: int, val: PairSet, sums: dict[str, float]) -> dict[str, float]:
+        """Score the epoch's weights (the EMA's, when kept) on val; keep them if they are the best."""
+        adapter, towers = self.adapter, self.towers
+        live: dict[str, torch.Tensor] | None = None
+        if self.ema is not None:  # validate (and keep) the averaged weights
+            live = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
+            adapter.load_state_dict(self.ema)
+        metrics = evaluate_pairs(adapter, towers.refresh(val, "val") if towers is not None else val, self.cfg.device)
+        score = self.score_fn(metrics)
+        row = {"epoch": epoch, **{f"loss_{k}": v / self.steps_per_epoch for k, v in sums.items()}, **metrics,
+               "score": score, "lr": self.lr_at(self.step - 1), "seconds": time.time() - self.t0,
+               "cpu_seconds": time.process_time() - self.c0}
+        self.history.append(row)
+        log.info("epoch %d %s", epoch, {k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
+        if score > self.best_score:
+            self.best_score, self.best_epoch, self.bad_epochs = score, epoch, 0
+            self.best_state = {k: v.detach().clone() for k, v in adapter.state_dict().items()}
+            self.best_towers = towers.state() if towers is not None else None
+        else:
+            self.bad_epochs += 1
+        if live is not None:
+            adapter.load_state_dict(live)
+        return row
+
+    def finish(self, train: PairSet) -> TrainResult:
+        """Back to the best weights; settle the routing balance on the training tokens."""
+        adapter, towers, dev = self.adapter, self.towers, self.dev
+        img, txt = self.data.img, self.data.txt
+        if self.best_state is not None:
+            adapter.load_state_dict(self.best_state)
+        if towers is not None and self.best_towers is not None:
+            towers.load_state(self.best_towers)
+            adapted = towers.refresh(train, "train")  # the balance settles on the adapted tokens
+            img, txt = torch.from_numpy(adapted.image).to(dev), torch.from_numpy(adapted.text).to(dev)
+        balance: dict[str, float] = {}
+        if hasattr(adapter, "calibrate_balance"):
+            balance = adapter.calibrate_balance(None if self.data.text_only else img, txt)
+            if balance:
+                log.info("routing balance on the training tokens: %s", balance)
+        adapter.eval()
+        adapter.config["train"] = {"config": asdict(self.cfg), "best_epoch": self.best_epoch,
+                                   "val_score": self.best_score, **({"balance": balance} if balance else {})}
+        return TrainResult(best_epoch=self.best_epoch, best_score=self.best_score, history=self.history,
+                           seconds=time.time() - self.t0)

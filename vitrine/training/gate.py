@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +114,7 @@ def train_gate(settings: Settings, recipe: GateRecipe, out: Path | None = None) 
     from vitrine.training.lora_data import limited_catalog  # noqa: PLC0415
     from vitrine.training.pairs import build_pairs  # noqa: PLC0415
 
-    recipe = recipe.resolved()
+    recipe = replace(recipe.resolved(), model=settings.encoders.model)
     t0 = time.time()
     seed_everything(recipe.seed)
     encoder = features_encoder(settings)

@@ -70,7 +70,7 @@ def train_on_data(engine: Engine, out: Path, recipe: GateRecipe, *, install: boo
     before = evaluate_pairs(live, val)["MRR@10"]  # the served aligner on the same held-out queries
     adapter = _initial_adapter(engine, recipe, init)
     out.mkdir(parents=True, exist_ok=True)
-    recipe = replace(recipe, init=init, lr=recipe.lr if recipe.lr is not None else (5e-4 if init == "live" else 2e-3))
+    recipe = replace(recipe, model=engine.settings.encoders.model, init=init, lr=recipe.lr if recipe.lr is not None else (5e-4 if init == "live" else 2e-3))
     assert recipe.epochs is not None and recipe.patience is not None and recipe.lr is not None
     tcfg = TrainConfig(epochs=recipe.epochs, batch_size=recipe.batch_size, lr=recipe.lr, seed=recipe.seed,
                        patience=recipe.patience, feature_stats=init == "fresh",

@@ -16,6 +16,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,15 @@ from vitrine.intent.model import (
     init_from_pretrained,
     load_arch_config,
 )
-from vitrine.intent.slots import SlotExtractor, slots_equal
-from vitrine.intent.taxonomy import heldout_leaf_queries
+from vitrine.intent.slots import SlotExtractor
+from vitrine.training.intent_metrics import classification_metrics, evaluate, leaf_search_rate, title_search_rate
+from vitrine.training.recipe import IntentRecipe, save_recipe
 
 log = logging.getLogger(__name__)
 
-DEFAULTS: dict[str, Any] = {
-    "epochs": 6, "batch_size": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup": 0.06, "token_dropout": 0.2,
-    "label_smoothing": 0.05, "train_per_label": 4000, "test_per_label": 400, "val_per_label": 400,
-    "distill_weight": 1.0, "members": 5,
-}
+#: The training defaults: :class:`~vitrine.training.recipe.IntentRecipe`'s (less the seed, the
+#: architecture config and the checkpoint, which are arguments of train_intent).
+DEFAULTS: dict[str, Any] = {k: v for k, v in asdict(IntentRecipe()).items() if k not in ("seed", "config", "init_from")}
 # Training settings that ``hparams`` may override (the rest are arguments of train_intent).
 # distill_weight: an auxiliary loss (weight) that makes the classifier's pooled state predict the
 # MiniLM sentence embedding of each English training query (through a linear map used in training
@@ -90,89 +90,7 @@ def heldout_examples(source: Path | None = None, seed: int = 0, per_label: int =
     return test, terms
 
 
-# -- metrics ----------------------------------------------------------------------------------------------
-def classification_metrics(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str] = LABELS) -> dict[str, Any]:
-    n = len(gold)
-    acc = sum(g == p for g, p in zip(gold, pred)) / n if n else float("nan")
-    per: dict[str, dict[str, float]] = {}
-    for lab in labels:
-        tp = sum(g == lab and p == lab for g, p in zip(gold, pred))
-        fp = sum(g != lab and p == lab for g, p in zip(gold, pred))
-        fn = sum(g == lab and p != lab for g, p in zip(gold, pred))
-        prec = tp / (tp + fp) if tp + fp else 0.0
-        rec = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        per[lab] = {"precision": round(prec, 4), "recall": round(rec, 4), "f1": round(f1, 4), "support": tp + fn}
-    macro = float(np.mean([per[lab]["f1"] for lab in labels if per[lab]["support"]])) if n else float("nan")
-    confusion = {g: dict(Counter(p for gg, p in zip(gold, pred) if gg == g)) for g in labels}
-    return {"accuracy": round(acc, 4), "macro_f1": round(macro, 4), "per_label": per, "confusion": confusion, "n": n}
-
-
-def evaluate(classifier: IntentClassifier, examples: Sequence[Example], extractor: SlotExtractor | None = None,
-             *, batch_size: int = 128) -> dict[str, Any]:
-    """Accuracy, macro-F1, per-label scores on ``examples``; slot exact-match when given an extractor."""
-    preds: list[str] = []
-    for i in range(0, len(examples), batch_size):
-        preds += [r.predicted for r in classifier.predict_batch([e.text for e in examples[i:i + batch_size]])]
-    out = classification_metrics([e.label for e in examples], preds)
-    by_lang: dict[str, Any] = {}
-    for lang in sorted({e.lang for e in examples}):
-        idx = [i for i, e in enumerate(examples) if e.lang == lang]
-        m = classification_metrics([examples[i].label for i in idx], [preds[i] for i in idx])
-        by_lang[lang] = {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "n": m["n"]}
-    out["by_language"] = by_lang
-    if extractor is not None:
-        labelled = [e for e in examples if e.slots is not None]
-        ok = [slots_equal(extractor.extract(e.text).values(), e.slots) for e in labelled]  # type: ignore[arg-type]
-        with_slots = [o for o, e in zip(ok, labelled) if e.slots]
-        out["slot_exact_match"] = round(sum(ok) / len(ok), 4) if ok else float("nan")
-        out["slot_exact_match_with_slots"] = round(sum(with_slots) / len(with_slots), 4) if with_slots else float("nan")
-    errors = [{"text": e.text, "gold": e.label, "pred": p} for e, p in zip(examples, preds) if e.label != p]
-    out["errors_sample"] = errors[:25]
-    return out
-
-
-def title_search_rate(classifier: IntentClassifier, titles: Sequence[str], *, batch_size: int = 128,
-                      prior: bool = True) -> dict[str, Any]:
-    """Share of real product titles, typed as queries, that the deployed rule sends to search
-    (a title is always a search; another intent would show an answer instead of products)."""
-    results = []
-    for i in range(0, len(titles), batch_size):
-        results += classifier.predict_batch(list(titles[i:i + batch_size]), prior=prior)
-    wrong = [{"text": t, "label": r.label, "p": round(r.scores[r.label], 3)}
-             for t, r in zip(titles, results) if r.label != "search"]
-    n = len(titles)
-    return {"n": n, "search_rate": round(1 - len(wrong) / n, 4) if n else float("nan"), "errors_sample": wrong[:15]}
-
-
-def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size: int = 128,
-                     prior: bool = True) -> dict[str, Any]:
-    """Share of Google-taxonomy leaves no training query had, typed as a shopper would (English,
-    lower-cased, a third with a typo), that the deployed rule sends to search; overall and per
-    top-level domain of the taxonomy."""
-    from vitrine.intent.taxonomy import taxonomy_paths  # noqa: PLC0415
-
-    pairs = heldout_leaf_queries(seed)
-    results = []
-    for i in range(0, len(pairs), batch_size):
-        results += classifier.predict_batch([q for q, _ in pairs[i:i + batch_size]], prior=prior)
-    root: dict[str, str] = {}
-    for path in taxonomy_paths():
-        root.setdefault(path[-1], path[0])
-    errors = [{"text": q, "leaf": leaf, "label": r.label, "p": round(r.scores[r.label], 3)}
-              for (q, leaf), r in zip(pairs, results) if r.label != "search"]
-    by_domain: dict[str, list[int]] = {}
-    for (_, leaf), r in zip(pairs, results):
-        n_ok = by_domain.setdefault(root.get(leaf, "?"), [0, 0])
-        n_ok[0] += 1
-        n_ok[1] += r.label == "search"
-    n = len(pairs)
-    return {"n": n, "search_rate": round(1 - len(errors) / n, 4) if n else float("nan"),
-            "by_domain": {d: {"n": k, "search_rate": round(ok / k, 4)} for d, (k, ok) in sorted(by_domain.items())},
-            "labels_of_errors": dict(Counter(e["label"] for e in errors)), "errors_sample": errors[:40]}
-
-
-def _length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffled batches of similar length (less padding): shuffle, sort within chunks of 50
     batches by length, cut, shuffle the batches."""
     order = rng.permutation(len(lengths))
@@ -238,9 +156,6 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
            lr: float, val_per_label: int, hparams: dict[str, float], heldout: bool,
            progress: bool, members: int, extra_titles: Sequence[str] = (),
            only: Sequence[int] | None = None) -> dict[str, Any]:
-    import torch  # noqa: PLC0415
-    from vitrine.progress import progress_bar  # noqa: PLC0415
-
     t0 = time.time()
     if epochs < 1:
         raise InvalidInput("epochs must be at least 1")
@@ -270,142 +185,203 @@ def _train(out: Path | None, init_from: Path | None, seed: int, epochs: int, *, 
     # crash mid-training leaves the shipped ensemble as it was.
     staging = out / f"{MEMBERS_DIR}.new"
     shutil.rmtree(staging, ignore_errors=True)
-
-    # shared by every member: the tokenizer's ranks, frequent English words kept beyond the
-    # training queries, and the distillation targets (one MiniLM pass over all members' queries)
-    ranks = qtok.load_ranks()
-    extra_rank = int(arch.get("extra_english_max_rank", 0) or 0)
-    extra_ids: set[int] = set()
-    if extra_rank and init_from is None:
-        from vitrine.training.embed_init import english_word_ids  # noqa: PLC0415
-
-        extra_ids = set(english_word_ids(ranks, extra_rank))
     todo = sorted(set(only)) if only is not None else list(range(members))
     if any(not 0 <= m < members for m in todo):
         raise InvalidInput(f"members to train must be in 0..{members - 1}")
-    targets = _distill_targets([trains[m] for m in todo]) if hp["distill_weight"] > 0 else [None] * len(todo)
-    distills: dict[int, Any] = dict(zip(todo, targets))
-
-    def fit(member: int, train: list[Example], out_m: Path) -> tuple[IntentModel, IntentClassifier, int, list[Any], int]:
-        """One member: its vocabulary, model and training; the epoch with the best validation
-        macro-F1 is kept."""
-        member_seed = seed if member == 0 else seed * 1000 + member
-        _seed_all(member_seed)
-        train_ids = [qtok.encode(tok, e.text) for e in train]
-        counts = Counter(i for ids in train_ids for i in ids)
-        min_count = int(arch.get("min_token_count", 1))
-        keep_set = {i for i, c in counts.items() if c >= min_count} | extra_ids
-        keep = np.array(sorted(keep_set), dtype=np.int64)
-        labels = list(LABELS)
-        tok_info = {"source_package": qtok.SOURCE_PACKAGE, "source_version": qtok.source_version(),
-                    "source_sha256": qtok.SOURCE_SHA256, "converter_version": qtok.CONVERTER_VERSION,
-                    "vocab_size": qtok.VOCAB_SIZE, "eos_token": qtok.ENDOFTEXT}
-        if init_from is not None:
-            model = init_from_pretrained(Path(init_from), arch, keep, labels)
-            model.config["tokenizer"] = tok_info
-        else:
-            model = IntentModel(dict(arch, labels=labels, tokenizer=tok_info), keep)
-        if init_from is None and arch.get("embedding_init") == "minilm":
-            from vitrine.training.embed_init import init_embeddings  # noqa: PLC0415
-
-            log.info("initialising %d token embeddings from MiniLM word vectors", len(keep))
-            model.config.update(init_embeddings(model.model, keep, ranks, n_special=3, pad=PAD, unk=UNK, eos=EOS,
-                                                seed=seed, progress=progress))
-        model.config.update(name="default", seed=seed, member=member, train_per_label=train_per_label, test_per_label=test_per_label,
-                            training=dict(hp, epochs=epochs, batch_size=batch_size, lr=lr, val_per_label=val_per_label))
-        net = model.model
-        label_idx = {lab: i for i, lab in enumerate(labels)}
-        enc_train = [model.rows(ids) for ids in train_ids]
-        lengths = np.array([len(e.rows) for e in enc_train])
-        y_train = np.array([label_idx[e.label] for e in train], dtype=np.int64)
-        clf = IntentClassifier(model, tok)
-        distill = distills[member]
-        head = torch.nn.Linear(net.config.hidden_size, distill[0].shape[1]) if distill is not None else None
-
-        steps_per_epoch = math.ceil(len(enc_train) / batch_size)
-        total = steps_per_epoch * epochs
-        warm = max(1, int(hp["warmup"] * total))
-        emb_w = net.get_input_embeddings().weight
-        # the embedding table learns slower and without decay: rows no query touches keep their start
-        opt = torch.optim.AdamW([
-            {"params": [p for p in net.parameters() if p.requires_grad and p is not emb_w]
-             + (list(head.parameters()) if head is not None else []), "weight_decay": hp["weight_decay"]},
-            {"params": [emb_w] if emb_w.requires_grad else [], "weight_decay": 0.0,
-             "lr": lr * float(arch.get("embedding_lr_scale", 1.0))},
-        ], lr=lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
-        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=hp["label_smoothing"])
-        rng = np.random.default_rng(member_seed)
-        history = []
-        log_path = out_m / "train_log.jsonl"
-        out_m.mkdir(parents=True, exist_ok=True)
-        log_path.write_text("")
-        p_drop = hp["token_dropout"]
-        best: tuple[float, int, dict[str, Any]] | None = None  # (val macro-F1, epoch, weights)
-        for epoch in range(epochs):
-            net.train()
-            batches = _length_batches(lengths, batch_size, rng)
-            losses = []
-            bar = progress_bar(batches, desc=f"intent {member + 1}/{members} epoch {epoch + 1}/{epochs}", enabled=progress, leave=False)
-            for step, idx in enumerate(bar):
-                batch = []
-                for i in idx:
-                    rows = list(enc_train[i].rows)
-                    drop = rng.random(len(rows) - 1) < p_drop  # never the final EOS
-                    rows = [UNK if d else r for r, d in zip(rows[:-1], drop)] + [EOS]
-                    batch.append(Encoded(rows, len(rows), False))
-                ids, mask = model.batch(batch)
-                if distill is None:
-                    logits = net(input_ids=ids, attention_mask=mask).logits
-                    loss = loss_fn(logits, torch.from_numpy(y_train[idx]))
-                else:
-                    assert head is not None
-                    # the classifier's own pooling: the last real position (right padding, EOS last)
-                    hidden = net.model(input_ids=ids, attention_mask=mask).last_hidden_state
-                    pooled = hidden[torch.arange(len(idx)), mask.sum(1) - 1]
-                    loss = loss_fn(net.score(pooled), torch.from_numpy(y_train[idx]))
-                    targets, has = torch.from_numpy(distill[0][idx]), torch.from_numpy(distill[1][idx])
-                    if bool(has.any()):
-                        cos = torch.nn.functional.cosine_similarity(head(pooled[has]), targets[has], dim=-1)
-                        loss = loss + hp["distill_weight"] * (1 - cos).mean()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], 1.0)
-                opt.step()
-                sched.step()
-                losses.append(float(loss.detach()))
-                if step % 20 == 0:
-                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-            net.eval()
-            vm = evaluate(clf, val)
-            rec = {"epoch": epoch + 1, "loss": round(float(np.mean(losses)), 4), "val_accuracy": vm["accuracy"],
-                   "val_macro_f1": vm["macro_f1"], "seconds": round(time.time() - t0, 1)}
-            history.append(rec)
-            with open(log_path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-            log.info("member %d epoch %d: loss %.4f, val accuracy %.4f, macro-F1 %.4f", member + 1, epoch + 1, rec["loss"],
-                     rec["val_accuracy"], rec["val_macro_f1"])
-            if best is None or vm["macro_f1"] > best[0]:
-                best = (vm["macro_f1"], epoch + 1, {k: v.detach().clone() for k, v in net.state_dict().items()})
-        assert best is not None
-        net.load_state_dict(best[2])
-        net.eval()
-        return model, clf, best[1], history, len(keep)
-
+    run = _Members(seed=seed, epochs=epochs, batch_size=batch_size, lr=lr, hp=hp, members=members, arch=arch,
+                   tok=tok, init_from=init_from, val=val, progress=progress, t0=t0,
+                   sizes={"train_per_label": train_per_label, "test_per_label": test_per_label,
+                          "val_per_label": val_per_label})
+    run.prepare([trains[m] for m in todo], todo)
     if only is not None:  # a share of the members: each saved under out/parts/<i>, no ensemble yet
         done = []
         for m in todo:
-            mm, mclf, mbest, mhist, _ = fit(m, trains[m], out / PARTS_DIR / str(m))
+            mm, mclf, mbest, mhist, _ = run.fit(m, trains[m], out / PARTS_DIR / str(m))
             mv = evaluate(mclf, val)
             mm.config.update(best_epoch=mbest, history=mhist, members=members,
                              val={"accuracy": mv["accuracy"], "macro_f1": mv["macro_f1"]})
             mm.save_pretrained(out / PARTS_DIR / str(m))
             done.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"]})
         return {"parts": done, "seconds": round(time.time() - t0, 1)}
-    fitted = [fit(m, trains[m], out if m == 0 else staging / str(m)) for m in range(members)]
-    return _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed, epochs=epochs,
-                 init_from=init_from, heldout=heldout, extra_titles=extra_titles, tok=tok, t0=t0)
+    fitted = [run.fit(m, trains[m], out if m == 0 else staging / str(m)) for m in range(members)]
+    summary = _ship(out, fitted, terms=terms, val=val, test=test, trains=trains, seed=seed, epochs=epochs,
+                    init_from=init_from, heldout=heldout, extra_titles=extra_titles, tok=tok, t0=t0)
+    save_recipe(out, IntentRecipe(epochs=epochs, batch_size=batch_size, lr=lr, **hp, train_per_label=train_per_label,
+                                  test_per_label=test_per_label, val_per_label=val_per_label, members=members,
+                                  seed=seed, config=config, init_from=str(init_from) if init_from else None))
+    return summary
+
+
+@dataclass
+class _Members:
+    """What every member of one training run shares: the settings, the tokenizer and its ranks,
+    frequent English words kept beyond the training queries, the distillation targets (one MiniLM
+    pass over all members' queries) and the validation queries."""
+
+    seed: int
+    epochs: int
+    batch_size: int
+    lr: float
+    hp: dict[str, float]
+    members: int
+    arch: dict[str, Any]
+    tok: Any
+    init_from: Path | None
+    val: list[Example]
+    progress: bool
+    t0: float
+    sizes: dict[str, int]
+    ranks: dict[bytes, int] = field(default_factory=dict)
+    extra_ids: set[int] = field(default_factory=set)
+    distills: dict[int, Any] = field(default_factory=dict)
+
+    def prepare(self, trains: list[list[Example]], todo: list[int]) -> None:
+        self.ranks = qtok.load_ranks()
+        extra_rank = int(self.arch.get("extra_english_max_rank", 0) or 0)
+        if extra_rank and self.init_from is None:
+            from vitrine.training.embed_init import english_word_ids  # noqa: PLC0415
+
+            self.extra_ids = set(english_word_ids(self.ranks, extra_rank))
+        targets = _distill_targets(trains) if self.hp["distill_weight"] > 0 else [None] * len(todo)
+        self.distills = dict(zip(todo, targets))
+
+    def model(self, member: int, train_ids: list[list[int]]) -> tuple[IntentModel, int]:
+        """A member's model: its vocabulary (tokens seen often enough, and the kept English words)
+        and its initialisation."""
+        arch, seed = self.arch, self.seed
+        counts = Counter(i for ids in train_ids for i in ids)
+        min_count = int(arch.get("min_token_count", 1))
+        keep = np.array(sorted({i for i, c in counts.items() if c >= min_count} | self.extra_ids), dtype=np.int64)
+        labels = list(LABELS)
+        tok_info = {"source_package": qtok.SOURCE_PACKAGE, "source_version": qtok.source_version(),
+                    "source_sha256": qtok.SOURCE_SHA256, "converter_version": qtok.CONVERTER_VERSION,
+                    "vocab_size": qtok.VOCAB_SIZE, "eos_token": qtok.ENDOFTEXT}
+        if self.init_from is not None:
+            model = init_from_pretrained(Path(self.init_from), arch, keep, labels)
+            model.config["tokenizer"] = tok_info
+        else:
+            model = IntentModel(dict(arch, labels=labels, tokenizer=tok_info), keep)
+        if self.init_from is None and arch.get("embedding_init") == "minilm":
+            from vitrine.training.embed_init import init_embeddings  # noqa: PLC0415
+
+            log.info("initialising %d token embeddings from MiniLM word vectors", len(keep))
+            model.config.update(init_embeddings(model.model, keep, self.ranks, n_special=3, pad=PAD, unk=UNK,
+                                                eos=EOS, seed=seed, progress=self.progress))
+        model.config.update(name="default", seed=seed, member=member, train_per_label=self.sizes["train_per_label"],
+                            test_per_label=self.sizes["test_per_label"],
+                            training=dict(self.hp, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                                          val_per_label=self.sizes["val_per_label"]))
+        return model, len(keep)
+
+    def fit(self, member: int, train: list[Example], out_m: Path) -> tuple[IntentModel, IntentClassifier, int,
+                                                                          list[Any], int]:
+        """One member: its vocabulary, model and training; the epoch with the best validation
+        macro-F1 is kept."""
+        member_seed = self.seed if member == 0 else self.seed * 1000 + member
+        _seed_all(member_seed)
+        train_ids = [qtok.encode(self.tok, e.text) for e in train]
+        model, n_keep = self.model(member, train_ids)
+        net = model.model
+        clf = IntentClassifier(model, self.tok)
+        step = _MemberStep(self, model, train, train_ids, self.distills[member])
+        rng = np.random.default_rng(member_seed)
+        history = []
+        log_path = out_m / "train_log.jsonl"
+        out_m.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("")
+        best: tuple[float, int, dict[str, Any]] | None = None  # (val macro-F1, epoch, weights)
+        for epoch in range(self.epochs):
+            loss = step.epoch(rng, f"intent {member + 1}/{self.members} epoch {epoch + 1}/{self.epochs}")
+            vm = evaluate(clf, self.val)
+            rec = {"epoch": epoch + 1, "loss": round(loss, 4), "val_accuracy": vm["accuracy"],
+                   "val_macro_f1": vm["macro_f1"], "seconds": round(time.time() - self.t0, 1)}
+            history.append(rec)
+            with open(log_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            log.info("member %d epoch %d: loss %.4f, val accuracy %.4f, macro-F1 %.4f", member + 1, epoch + 1,
+                     rec["loss"], rec["val_accuracy"], rec["val_macro_f1"])
+            if best is None or vm["macro_f1"] > best[0]:
+                best = (vm["macro_f1"], epoch + 1, {k: v.detach().clone() for k, v in net.state_dict().items()})
+        assert best is not None
+        net.load_state_dict(best[2])
+        net.eval()
+        return model, clf, best[1], history, n_keep
+
+
+class _MemberStep:
+    """A member's optimiser, schedule and loss (classification, plus the MiniLM distillation)."""
+
+    def __init__(self, run: _Members, model: IntentModel, train: list[Example], train_ids: list[list[int]],
+                 distill: Any) -> None:
+        import torch  # noqa: PLC0415
+
+        self.run, self.model, self.distill = run, model, distill
+        net = self.net = model.model
+        hp, lr = run.hp, run.lr
+        label_idx = {lab: i for i, lab in enumerate(LABELS)}
+        self.enc_train = [model.rows(ids) for ids in train_ids]
+        self.lengths = np.array([len(e.rows) for e in self.enc_train])
+        self.y_train = np.array([label_idx[e.label] for e in train], dtype=np.int64)
+        self.head = torch.nn.Linear(net.config.hidden_size, distill[0].shape[1]) if distill is not None else None
+        total = math.ceil(len(self.enc_train) / run.batch_size) * run.epochs
+        warm = max(1, int(hp["warmup"] * total))
+        emb_w = net.get_input_embeddings().weight
+        # the embedding table learns slower and without decay: rows no query touches keep their start
+        self.opt = torch.optim.AdamW([
+            {"params": [p for p in net.parameters() if p.requires_grad and p is not emb_w]
+             + (list(self.head.parameters()) if self.head is not None else []), "weight_decay": hp["weight_decay"]},
+            {"params": [emb_w] if emb_w.requires_grad else [], "weight_decay": 0.0,
+             "lr": lr * float(run.arch.get("embedding_lr_scale", 1.0))},
+        ], lr=lr)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+        self.loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=hp["label_smoothing"])
+
+    def epoch(self, rng: np.random.Generator, desc: str) -> float:
+        """One pass over the member's queries in length batches; the mean loss."""
+        from vitrine.progress import progress_bar  # noqa: PLC0415
+
+        self.net.train()
+        losses: list[float] = []
+        bar = progress_bar(length_batches(self.lengths, self.run.batch_size, rng), desc=desc,
+                           enabled=self.run.progress, leave=False)
+        for step, idx in enumerate(bar):
+            losses.append(self.step(idx, rng))
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        self.net.eval()
+        return float(np.mean(losses))
+
+    def step(self, idx: np.ndarray, rng: np.random.Generator) -> float:
+        import torch  # noqa: PLC0415
+
+        net, hp = self.net, self.run.hp
+        batch = []
+        for i in idx:
+            rows = list(self.enc_train[i].rows)
+            drop = rng.random(len(rows) - 1) < hp["token_dropout"]  # never the final EOS
+            rows = [UNK if d else r for r, d in zip(rows[:-1], drop)] + [EOS]
+            batch.append(Encoded(rows, len(rows), False))
+        ids, mask = self.model.batch(batch)
+        if self.distill is None:
+            logits = net(input_ids=ids, attention_mask=mask).logits
+            loss = self.loss_fn(logits, torch.from_numpy(self.y_train[idx]))
+        else:
+            assert self.head is not None
+            # the classifier's own pooling: the last real position (right padding, EOS last)
+            hidden = net.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            pooled = hidden[torch.arange(len(idx)), mask.sum(1) - 1]
+            loss = self.loss_fn(net.score(pooled), torch.from_numpy(self.y_train[idx]))
+            targets, has = torch.from_numpy(self.distill[0][idx]), torch.from_numpy(self.distill[1][idx])
+            if bool(has.any()):
+                cos = torch.nn.functional.cosine_similarity(self.head(pooled[has]), targets[has], dim=-1)
+                loss = loss + hp["distill_weight"] * (1 - cos).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], 1.0)
+        self.opt.step()
+        self.sched.step()
+        return float(loss.detach())
 
 
 def assemble_members(out: Path | None = None, *, source: Path | None = None, cache_dir: Path | None = None,

@@ -63,7 +63,8 @@ def finetune_members(base: str | Path, out: Path, *, only: Sequence[int] | None 
     draw of the generator (its seed offset, so the draw is new) and save them under ``out/parts``."""
     import torch  # noqa: PLC0415
 
-    from vitrine.training.intent import PARTS_DIR, _length_batches, default_source, evaluate  # noqa: PLC0415
+    from vitrine.training.intent import PARTS_DIR, default_source, length_batches  # noqa: PLC0415
+    from vitrine.training.intent_metrics import evaluate  # noqa: PLC0415
 
     hp = dict(FINETUNE_DEFAULTS, **overrides)
     base_dir = resolve_weights(base)
@@ -100,7 +101,7 @@ def finetune_members(base: str | Path, out: Path, *, only: Sequence[int] | None 
         for epoch in range(int(hp["epochs"])):
             net.train()
             losses = []
-            for idx in _length_batches(lengths, int(hp["batch_size"]), rng):
+            for idx in length_batches(lengths, int(hp["batch_size"]), rng):
                 batch = []
                 for i in idx:
                     rows = list(enc[i].rows)

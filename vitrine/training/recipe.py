@@ -8,7 +8,8 @@ the shipped gate's recipe (vitrine/encoders/weights/moe/recipe.json, docs/models
 an ingested one, ``--data``): :meth:`GateRecipe.resolved` fills them, and what is saved is the
 resolved recipe, the parameters that actually trained the weights.
 
-The intent classifier's recipe is :class:`vitrine.training.intent.IntentRecipe`.
+:class:`IntentRecipe` is the intent classifier's (``vitrine train intent``; its defaults are the
+training defaults, saved beside the weights a run writes).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from vitrine.atomic import atomic_write_text
 from vitrine.errors import InvalidInput
+from vitrine.intent.model import DEFAULT_CONFIG
 
 RECIPE_FILE = "recipe.json"
 
@@ -89,37 +91,56 @@ class GateRecipe:
             lr=self.lr if self.lr is not None or data else 2e-3,
             hidden=self.hidden if self.hidden is not None else (DEFAULT_MOE_HIDDEN if self.kind == "moe" else 512))
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["views"] = list(self.views)
-        d["lora_text_layers"] = None if self.lora_text_layers is None else list(self.lora_text_layers)
-        return d
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> GateRecipe:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise InvalidInput(f"unknown recipe fields {sorted(unknown)}")
-        d = dict(data)
-        if d.get("views") is not None:
-            d["views"] = tuple(d["views"])
-        if d.get("lora_text_layers") is not None:
-            d["lora_text_layers"] = tuple(d["lora_text_layers"])
-        return cls(**d)
 
 
-def save_recipe(folder: Path, recipe: GateRecipe) -> Path:
+@dataclass(frozen=True)
+class IntentRecipe:
+    """One intent classifier training run (vitrine/training/intent.py): the schedule, the
+    regularisation (the settings ``--set`` may override), the generated queries' sizes, the
+    ensemble, the architecture config and the checkpoint it starts from (None: from scratch)."""
+
+    epochs: int = 6
+    batch_size: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.06
+    token_dropout: float = 0.2
+    label_smoothing: float = 0.05
+    distill_weight: float = 1.0
+    train_per_label: int = 4000
+    test_per_label: int = 400
+    val_per_label: int = 400
+    members: int = 5
+    seed: int = 0
+    config: str = DEFAULT_CONFIG
+    init_from: str | None = None
+
+
+Recipe = GateRecipe | IntentRecipe
+
+
+def recipe_json(recipe: Recipe) -> dict[str, Any]:
+    """A recipe as JSON values (tuples as lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(recipe).items()}
+
+
+def save_recipe(folder: Path, recipe: Recipe) -> Path:
     """Write ``recipe`` as ``folder/recipe.json``."""
     path = Path(folder) / RECIPE_FILE
-    atomic_write_text(path, json.dumps(recipe.to_json(), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(recipe_json(recipe), indent=2) + "\n")
     return path
 
 
-def load_recipe(folder: Path) -> GateRecipe:
-    """The recipe saved beside the weights in ``folder``."""
+def load_recipe(folder: Path, kind: type[Recipe] = GateRecipe) -> Recipe:
+    """The recipe of ``kind`` saved beside the weights in ``folder``."""
     path = Path(folder) / RECIPE_FILE
     try:
-        return GateRecipe.from_json(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InvalidInput(f"no readable training recipe at {path}: {e}") from e
+    names = {f.name: f for f in fields(kind)}
+    unknown = set(data) - set(names)
+    if unknown:
+        raise InvalidInput(f"unknown fields {sorted(unknown)} in the training recipe at {path}")
+    tuples = {n for n in names if isinstance(getattr(kind(), n), tuple)} | {"lora_text_layers"}
+    return kind(**{k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in data.items()})

@@ -77,17 +77,17 @@ def test_float16_query_precision_stays_close_and_follows_new_weights():
             for i in range(20):
                 one = m(img[i:i + 1] if img is not None else None, txt[i:i + 1] if txt is not None else None).fused
                 assert torch.allclose(one, want[i:i + 1], atol=1e-4)
-    assert m._half is not None and m._half["0.0"][0].dtype == torch.float16
+    assert m._half.copies is not None and m._half.copies["0.0"][0].dtype == torch.float16
     other = small(experts=6, top_k=2, width=64, hidden=128)
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn_like(p))
     m.load_state_dict(other.state_dict())
-    assert m._half is None  # the copies of the old weights are gone
+    assert m._half.copies is None  # the copies of the old weights are gone
     with torch.inference_mode():
         assert torch.allclose(m(x[:1], t[:1]).fused, m(x, t).fused[:1], atol=3e-3)
     m.train()
-    assert m._half is None
+    assert m._half.copies is None
     with pytest.raises(ModelError, match="query_precision"):
         small(query_precision="int8")
 

@@ -26,10 +26,7 @@ bias is a buffer saved with the weights. :meth:`routing_stats` reports per-exper
 coefficient of variation, routing entropy, experts never chosen and experts per token.
 
 At inference the input projections and experts read float16 copies of their weights
-(``query_precision="float16"``, the default; made once per set of weights; the outputs stay
-float32): unless the weights already sit in the CPU's caches, a query's time in the gate goes on
-reading them, and float16 halves the bytes. Every batch size uses the same copies, so a query's
-vector does not depend on what it was batched with.
+(``query_precision="float16"``, the default; :mod:`vitrine.encoders.moe_serving`).
 At inference a batch's photo and text tokens are routed in one call and each chosen expert runs
 once, on every token that chose it (a query's photo and its text often share experts).
 
@@ -47,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitrine.encoders.adapter_base import Adapter, AdapterOutput
+from vitrine.encoders.moe_serving import HalfWeights
 from vitrine.errors import ModelError
 
 IMAGE, TEXT = 0, 1
@@ -98,7 +96,7 @@ class CrossModalMoE(Adapter):
         self.query_precision = str(c.setdefault("query_precision", "float16"))
         if self.query_precision not in ("float32", "float16"):
             raise ModelError(f"query_precision must be 'float32' or 'float16', not {self.query_precision!r}")
-        self._half: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # float16 copies (queries)
+        self._half = HalfWeights(self._half_layers)  # float16 copies (queries)
         self.image_in = nn.Sequential(nn.Linear(self.image_dim, width), nn.LayerNorm(width))
         self.text_in = nn.Sequential(nn.Linear(self.text_dim, width), nn.LayerNorm(width))
         self.placeholder = nn.Parameter(torch.zeros(2, width))  # [missing photo, missing text]
@@ -124,15 +122,15 @@ class CrossModalMoE(Adapter):
         self.gumbel_tau = float(gumbel_tau)
 
     def train(self, mode: bool = True) -> CrossModalMoE:
-        self._half = None  # weights may change: the float16 query copies are made again when needed
+        self._half.clear()  # weights may change: the float16 query copies are made again when needed
         return super().train(mode)
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> CrossModalMoE:
-        self._half = None
+        self._half.clear()
         return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        self._half = None
+        self._half.clear()
         # Gates saved before the choice bias existed load with a zero bias (their own routing).
         state_dict.setdefault(prefix + "route_bias", torch.zeros(self.experts_n))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -232,37 +230,27 @@ class CrossModalMoE(Adapter):
             out = out + w * self._expert(e, own)
         return F.normalize(out, dim=-1)
 
-    def _half_weights(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """float16 copies of the input projections and the experts, made once per set of weights."""
-        if self._half is None:
-            layers = {"image": self.image_in[0], "text": self.text_in[0]}
-            for e, expert in enumerate(self.experts):
-                layers[f"{e}.0"], layers[f"{e}.1"] = expert.net[0], expert.net[3]
-            with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in any mode
-                self._half = {k: (lin.weight.detach().half(), lin.bias.detach().half()) for k, lin in layers.items()}
-        return self._half
+    def _half_layers(self) -> dict[str, nn.Linear]:
+        """The layers with float16 query copies: the input projections and the experts."""
+        layers = {"image": self.image_in[0], "text": self.text_in[0]}
+        for e, expert in enumerate(self.experts):
+            layers[f"{e}.0"], layers[f"{e}.1"] = expert.net[0], expert.net[3]
+        return layers
 
     def _half_mode(self) -> bool:
         return not self.training and self.query_precision == "float16"
 
     def _linear(self, name: str, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        """An input projection's or expert's matrix product: at inference in ``query_precision``
-        (the output is float32 either way), in float32 while training."""
+        """An input projection's matrix product: at inference in ``query_precision`` (the output
+        is float32 either way), in float32 while training."""
         if not self._half_mode():
             return F.linear(x, layer.weight, layer.bias)
-        w, b = self._half_weights()[name]
-        return F.linear(x.half(), w, b).float()
+        return self._half.linear(name, x)
 
     def _expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         if not self._half_mode():
             return self.experts[e](x)
-        # In float16 end to end between the two products: the hidden layer is rounded to float16
-        # for the second product anyway, and torch's float16 GELU is several times faster on CPU
-        # than a float32 round trip (it differs from GELU-in-float32-then-rounded in about 1
-        # hidden value in 10^6, by one float16 step).
-        w1, b1 = self._half_weights()[f"{e}.0"]
-        w2, b2 = self._half_weights()[f"{e}.1"]
-        return F.linear(F.gelu(F.linear(x.half(), w1, b1)), w2, b2).float()
+        return self._half.mlp(f"{e}.0", f"{e}.1", x)
 
     def _token(self, own: torch.Tensor, other: torch.Tensor | None, modality: int,
                stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:

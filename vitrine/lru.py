@@ -47,7 +47,7 @@ class LRU(Generic[V]):
                 return default
             self._data.move_to_end(key)
             self.hits += 1
-            return v  # type: ignore[return-value]
+            return v  # type: ignore[return-value]  # not the _MISSING sentinel: a stored V
 
     def put(self, key: Hashable, value: V) -> None:
         if self.size == 0:
@@ -55,7 +55,7 @@ class LRU(Generic[V]):
         with self._lock:
             old = self._data.pop(key, _MISSING)
             if old is not _MISSING and self._weight is not None:
-                self._held -= self._weight(old)  # type: ignore[arg-type]
+                self._held -= self._weight(old)  # type: ignore[arg-type]  # not the _MISSING sentinel: a stored V
             self._data[key] = value
             if self._weight is not None:
                 self._held += self._weight(value)
@@ -67,9 +67,9 @@ class LRU(Generic[V]):
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The value for ``key``, computed (outside the lock) and kept when it is not held."""
-        v = self.get(key, _MISSING)  # type: ignore[arg-type]
+        v = self.get(key, _MISSING)  # type: ignore[arg-type]  # not the _MISSING sentinel: a stored V
         if v is not _MISSING:
-            return v  # type: ignore[return-value]
+            return v  # type: ignore[return-value]  # not the _MISSING sentinel: a stored V
         out = compute()
         self.put(key, out)
         return out

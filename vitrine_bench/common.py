@@ -161,7 +161,7 @@ def start_server(data_dir: Path, env: dict[str, str] | None = None, timeout: flo
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]  # started with stderr=PIPE
         try:
             with Client(url, timeout=2, retry=RetryPolicy(attempts=1)) as c:
                 c.health()

@@ -265,8 +265,8 @@ def precision_quality(data_dir: Path, n_attr: int, log) -> list[dict[str, Any]]:
             k = P.kagl_t2i(enc, catalog, split=split, progress=False)["metrics"]
             tag = "" if split == "test" else "_val"
             row.update({f"kagl_R@10{tag}": k["R@10"], f"kagl_MRR@10{tag}": k["MRR@10"]})
-        engine.settings.encoders.query_text_precision = prec  # type: ignore[assignment]
-        engine.settings.encoders.query_runtime = runtime  # type: ignore[assignment]
+        engine.settings.encoders.query_text_precision = prec  # type: ignore[assignment]  # a str of the Literal
+        engine.settings.encoders.query_runtime = runtime  # type: ignore[assignment]  # a str of the Literal
         for fusion in ("weighted", "off"):
             engine.settings.search.fusion = fusion
             engine.reader.reset_query_encoder(clear_cache=True)  # rebuilt with this precision

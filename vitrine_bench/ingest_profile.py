@@ -274,7 +274,7 @@ def profile_ingest(catalogue: Path, *, batch_size: int = 512) -> dict[str, Any]:
         timer = StageTimer()
         undo = instrument(engine, timer)
         orig_read = catalog.read_catalog
-        catalog.read_catalog = lambda p: timer.wrap_iter(orig_read(p), "parse")  # type: ignore[assignment]
+        catalog.read_catalog = lambda p: timer.wrap_iter(orig_read(p), "parse")  # type: ignore[assignment]  # a timing wrapper
         try:
             t1, cpu1 = time.perf_counter(), _cpu_s()
             report = catalog.ingest_file(engine, catalogue, batch_size=batch_size, progress=False)

@@ -107,7 +107,7 @@ def run(engine: Engine, out: Path, *, n_rules: int = 10_000, n_queries: int = 30
                 return res
             return wrapper
 
-        empty.apply, full.apply = timed(empty, "none"), timed(full, "rules")  # type: ignore[method-assign]
+        empty.apply, full.apply = timed(empty, "none"), timed(full, "rules")  # type: ignore[method-assign]  # timing wrappers for the bench
         try:
             for q in queries:  # warm: every query's encode cached alike for both, caches of both books built
                 for book in (empty, full):

@@ -317,7 +317,7 @@ def bench_fastpath(data_dir: Path, duration: float, attr_queries: int, sizes: st
 
     hw = [tuple(int(x) for x in s.lower().split("x")) for s in sizes.split(",")]
     path = fastpath.run(data_dir, out, source=bundled_dir(), duration=duration, n_attr=attr_queries,
-                        skip_quality=skip_quality, sizes=hw)  # type: ignore[arg-type]
+                        skip_quality=skip_quality, sizes=hw)  # type: ignore[arg-type]  # "HxW" pairs: tuples of two ints
     click.echo(f"report: {path}")
 
 

@@ -58,7 +58,7 @@ class Catalog:
             self._image = encoder.image_features(photos, progress=progress)
             self._text = encoder.text_features(self.titles, progress=progress)
             self._key = encoder.towers.key
-        return self._image, self._text  # type: ignore[return-value]
+        return self._image, self._text  # type: ignore[return-value]  # both set together just above
 
     def view_features(self, encoder: MultimodalEncoder, views: Sequence[str], rows: np.ndarray, *,
                       progress: bool = True, shares: dict[str, float] | None = None, seed: int = 0) -> np.ndarray:

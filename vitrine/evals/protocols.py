@@ -53,7 +53,7 @@ def kagl_t2i(encoder: MultimodalEncoder, catalog: Catalog, *, split: str = "test
     gallery = encoder.embed(img_f[has_img], None).image
     gallery_rows = np.flatnonzero(has_img)
     queries = encoder.embed(None, txt_f[qmask]).text
-    top = gallery_rows[_topk(queries, gallery, k)]  # type: ignore[arg-type]
+    top = gallery_rows[_topk(queries, gallery, k)]  # type: ignore[arg-type]  # embed() with text gives .text
     qgroups = groups[qmask]
     members: dict[int, list[int]] = {}
     for row, g in enumerate(groups):
@@ -83,12 +83,12 @@ def kagl_subcat(encoder: MultimodalEncoder, catalog: Catalog, *, k: int = 10, ph
                 progress: bool = True) -> dict[str, Any]:
     img_f, txt_f = catalog.features(encoder, progress=progress)
     emb = encoder.embed(img_f, txt_f)
-    prod = photo_weight * emb.image + (1 - photo_weight) * emb.text  # type: ignore[operator]
+    prod = photo_weight * emb.image + (1 - photo_weight) * emb.text  # type: ignore[operator]  # embed() with both gives both
     prod /= np.linalg.norm(prod, axis=1, keepdims=True).clip(1e-12)
     subcats = [r["subCategory"] for r in catalog.rows]
     names = sorted(set(subcats))
     q = encoder.embed(None, encoder.text_features(names)).text
-    top = _topk(q, prod, k)  # type: ignore[arg-type]
+    top = _topk(q, prod, k)  # type: ignore[arg-type]  # embed() with text gives .text
     by_cat: dict[str, dict[int, float]] = {}
     for row, c in enumerate(subcats):
         by_cat.setdefault(c, {})[row] = 1.0

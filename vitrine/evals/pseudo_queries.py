@@ -173,7 +173,7 @@ def taxonomy_queries(docs: Sequence[Mapping[str, Any]], taxonomy: Mapping[str, S
         path = tuple(taxonomy.get(leaf) or ()) if leaf else ()
         for depth in range(2, len(path) + 1):
             under[path[:depth]].append(str(d["id"]))
-            leaves_under[path[:depth]].add(leaf)  # type: ignore[arg-type]
+            leaves_under[path[:depth]].add(leaf)  # type: ignore[arg-type]  # leaf is set for every document reaching here
     nodes = [node for node, ids in under.items() if len(ids) <= broad
              and any(not _words(node[-1]) <= _words(leaf) for leaf in leaves_under[node])]
     rng.shuffle(nodes)

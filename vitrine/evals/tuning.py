@@ -73,7 +73,7 @@ def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 6
     n_rel = np.zeros(len(queries))
     for i, q in enumerate(queries):
         pool = fusion.build_pool(engine.reader, {"text": shared[i]}, texts[i], K, None, signals=("bm25", "graph"),
-                                 native_q=native[i])  # type: ignore[index]
+                                 native_q=native[i])  # type: ignore[index]  # native is None only when there are no texts
         cols = np.column_stack([pool.native if pool.native is not None else np.zeros(len(pool)), pool.vector,
                                 pool.bm25_norm(), pool.graph])
         rel_iids = {id_to_iid[p] for p in q.relevant if p in id_to_iid}

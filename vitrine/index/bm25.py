@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 K1 = 1.2
 B = 0.75
-_TOKENIZE = re.search(r"tokenize='([^']*)'", symbolic.SCHEMA).group(1)  # type: ignore[union-attr]
+_TOKENIZE = re.search(r"tokenize='([^']*)'", symbolic.SCHEMA).group(1)  # type: ignore[union-attr]  # the schema names it
 _REBUILD_FRACTION = 0.2  # more changed products than this share of the catalogue: rebuild
 
 
@@ -318,7 +318,7 @@ class BM25Scores(Mapping[int, float]):
         hit = self.ids[i] == k
         return np.where(hit, self.values_[i], default).tolist()
 
-    def get(self, key: int, default: float | None = None) -> float | None:  # type: ignore[override]
+    def get(self, key: int, default: float | None = None) -> float | None:  # type: ignore[override]  # Mapping.get, with the None default it always had
         try:
             return self[key]
         except KeyError:

@@ -160,8 +160,9 @@ class RecordStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-            if getattr(self, "_bm25", None) is not None:
-                self._bm25.close()  # type: ignore[union-attr]
+            bm25 = getattr(self, "_bm25", None)  # (absent when __init__ failed before it)
+            if bm25 is not None:
+                bm25.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

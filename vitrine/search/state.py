@@ -238,8 +238,8 @@ class IndexState:
             if versions is not None:
                 existing = self.records.get_many(list(ids))
                 keep = [(i, v) for i, v in zip(ids, versions)
-                        if not (v is not None and i in existing and existing[i].version is not None
-                                and v < existing[i].version)]  # type: ignore[operator]
+                        if not (v is not None and (old := existing.get(i)) is not None and old.version is not None
+                                and v < old.version)]
                 ids = [i for i, _ in keep]
                 versions = [v for _, v in keep]
             with self.lock.write():  # searches see all of this delete or none of it

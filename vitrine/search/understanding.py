@@ -164,7 +164,7 @@ class QueryUnderstanding:
             if stale:
                 self._extractor = SlotExtractor(self.vocabulary())
                 self._vocab_key, self._vocab_at = key, now
-            return self._extractor  # type: ignore[return-value]
+            return self._extractor  # type: ignore[return-value]  # set just above when it was None
 
     # -- classification ----------------------------------------------------------------------------------
     def classify(self, text: str) -> "IntentResult":

@@ -104,7 +104,7 @@ class WritePath:
         img_errors: dict[int, str] = {}
         img_feats = np.full((len(todo), encoder.towers.image_dim), np.nan, dtype=np.float32)
         if with_img:
-            feats = encoder.shared_image_features([todo[i][1] for i in with_img],  # type: ignore[misc]
+            feats = encoder.shared_image_features([img for _, img, _ in todo if img is not None],  # with_img's
                                                   progress=progress, errors=img_errors)
             img_feats[with_img] = feats
         txt_feats = encoder.text_features(texts, progress=progress)
@@ -127,7 +127,7 @@ class WritePath:
                 doc=it.product.document(),
                 content_hash=it.product.content_hash(sha),
                 version=it.product.version,
-                image_key=image_key(sha, img) if has_img else None,  # type: ignore[arg-type]
+                image_key=image_key(sha, img) if has_img else None,  # type: ignore[arg-type]  # sha is set with the photo
                 model_key=self.state.model_key,
                 vectors={
                     "fused": emb.fused[n],

@@ -256,8 +256,13 @@ def test_incremental_updates_equal_a_rebuild(data, subset_rows):
     final = {pid: (iid, doc) for iid, pid, doc in docs[40:]} | {pid: (iid, doc) for iid, pid, doc in changed}
     fresh = ProductGraph(data)
     fresh.upsert_many((iid, pid, doc) for pid, (iid, doc) in final.items())
-    prods = lambda gr: {n for n, d in gr.g.nodes(data=True) if d.get("kind") == "product"}  # noqa: E731
-    pedges = lambda gr: {(u, v, k) for u, v, k in gr.g.edges(keys=True) if u.startswith("product:")}  # noqa: E731
+
+    def prods(gr: ProductGraph) -> set[str]:
+        return {n for n, d in gr.g.nodes(data=True) if d.get("kind") == "product"}
+
+    def pedges(gr: ProductGraph) -> set[tuple[str, str, str]]:
+        return {(u, v, k) for u, v, k in gr.g.edges(keys=True) if u.startswith("product:")}
+
     assert prods(g) == prods(fresh) and pedges(g) == pedges(fresh)
     assert g.products_with("colour", ["Purple"]) == fresh.products_with("colour", ["Purple"])
     assert g.products_with("category", ["category:watches"]) == fresh.products_with("category", ["category:watches"])

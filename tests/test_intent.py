@@ -628,7 +628,7 @@ def test_init_from_a_pretrained_qwen_folder(tmp_path):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
     try:
-        import gguf as _  # noqa: F401
+        import gguf as _  # noqa: F401 - only: is the gguf reader installed?
     except ImportError:
         with pytest.raises(MissingExtra, match="gguf"):
             init_from_pretrained(gguf, load_arch_config(), keep, list(LABELS))

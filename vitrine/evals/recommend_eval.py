@@ -55,7 +55,10 @@ def complements_check(engine: Engine, ids: list[str], *, n: int = 200, k: int = 
         if len(examples) < 5 and res.results:
             examples.append({"anchor": f"{a.title} ({a_cat}, {a_gender}, {a_colour})",
                              "results": [f"{h.title} | {h.relation}" for h in res.results[:4]]})
-    share = (lambda x: x / total if total else 0.0)  # noqa: E731
+
+    def share(x: float) -> float:
+        return x / total if total else 0.0
+
     return {
         "protocol": "complements", "anchors": len(anchors), "k": k, "results": total,
         "metrics": {

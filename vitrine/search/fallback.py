@@ -64,7 +64,7 @@ def query_vectors(reader: ReadContext, text: str | None, image: bytes | None, te
         return light_query_vectors(reader, text, image), ["gate"]
     except InvalidInput:
         raise
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - the last fallback: words alone still answer
         log.warning("the light query path failed too (%s); ranking by words alone", e)
         return {}, ["gate"]
 

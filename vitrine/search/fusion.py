@@ -309,7 +309,7 @@ def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: 
         if "graph" in signals:
             try:
                 terms = graph.match_query(text)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - a failing signal degrades the search, not fails it
                 log.warning("graph query matching failed: %s", e)
                 degraded.append("graph")
     use_graph = "graph" in signals and bool(terms) and "graph" not in degraded
@@ -322,7 +322,7 @@ def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: 
                     gids = np.intersect1d(gids, allowed, assume_unique=True)
                 if len(gids):
                     found.append(_vector_ids(reader, retrieve, n, gids))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a failing signal degrades the search, not fails it
             log.warning("graph retrieval failed: %s", e)
             degraded.append("graph")
             use_graph = False
@@ -340,7 +340,7 @@ def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: 
         try:
             with graph.lock:
                 gmat = GraphScorer(graph, terms).rows(iids)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a failing signal degrades the search, not fails it
             log.warning("graph signals failed: %s", e)
             degraded.append("graph")
             gmat = np.zeros((len(iids), len(GRAPH_SIGNALS)))

@@ -75,3 +75,30 @@ def test_the_intent_training_defaults_are_the_intent_recipe() -> None:
     r = IntentRecipe()
     assert DEFAULTS == {k: getattr(r, k) for k in DEFAULTS} and set(HPARAM_KEYS) <= set(DEFAULTS)
     assert (DEFAULTS["epochs"], DEFAULTS["train_per_label"], DEFAULTS["members"]) == (6, 4000, 5)
+
+
+def test_train_gate_parses_options_into_the_recipe_and_calls_the_training_layer(monkeypatch, tmp_path: Path) -> None:
+    """The command only parses: options become recipe fields, then the training layer is called."""
+    from click.testing import CliRunner
+
+    from vitrine.cli.app import main
+    from vitrine.training import gate, gate_data
+
+    calls: list[tuple[str, GateRecipe, dict]] = []
+    monkeypatch.setattr(gate, "train_gate", lambda settings, recipe, out: calls.append(("bundled", recipe, {"out": out}))
+                        or {"ok": 1})
+    monkeypatch.setattr(gate_data, "train_gate_on_data",
+                        lambda settings, recipe, out, install: calls.append(("data", recipe, {"install": install})) or {})
+    r = CliRunner().invoke(main, ["train", "gate"])
+    assert r.exit_code == 0, r.output
+    assert calls[-1][0] == "bundled" and calls[-1][1] == GateRecipe()
+    r = CliRunner().invoke(main, ["train", "gate", "--kind", "mlp", "--epochs", "3", "--views", "flip", "--set",
+                                  "dropout=0.3", "--lora-text-layers", "all", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert calls[-1][1] == GateRecipe(kind="mlp", epochs=3, views=("flip",), overrides={"dropout": 0.3},
+                                      lora_text_layers=None) and calls[-1][2]["out"] == tmp_path
+    r = CliRunner().invoke(main, ["train", "gate", "--data", str(tmp_path), "--no-install", "--init", "live"])
+    assert r.exit_code == 0, r.output
+    assert calls[-1][0] == "data" and calls[-1][1] == GateRecipe(init="live") and not calls[-1][2]["install"]
+    r = CliRunner().invoke(main, ["train", "gate", "--kind", "mlp", "--lora", "text"])
+    assert r.exit_code != 0 and "MoE gate only" in r.output and len(calls) == 3

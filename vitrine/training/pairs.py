@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,6 +78,36 @@ class PairSet:
 
 
 
+@dataclass(frozen=True)
+class KeyedQuery:
+    """A pseudo-query made from product ``row`` (a row of its PairSet), naming the value ``key``
+    under the kind of key ``subset`` (an attribute subset, a category, a brand + type ...)."""
+
+    row: int
+    subset: int
+    key: str
+    text: str
+
+
+def attach_queries(ps: PairSet, queries: Sequence[KeyedQuery], product_keys: dict[int, list[str | None]],
+                   n_subsets: int, encode: Callable[[list[str]], np.ndarray]) -> None:
+    """Give ``ps`` its pseudo-queries, the same way for both builders: ``product_keys[s][j]`` is
+    product j's key under subset s (None, or a subset not listed: it has none); every product
+    whose key under a query's subset equals the query's is a positive of it. ``encode``: texts ->
+    text-tower features."""
+    ids: dict[tuple[int, str], int] = {}
+    pkeys = np.full((max(1, n_subsets), len(ps.text)), -1, dtype=np.int64)
+    for s, keys in product_keys.items():
+        for j, k in enumerate(keys):
+            if k is not None:
+                pkeys[s, j] = ids.setdefault((s, k), len(ids))
+    ps.query_rows = np.array([q.row for q in queries], dtype=np.int64)
+    ps.query_subset = np.array([q.subset for q in queries], dtype=np.int64)
+    ps.query_key = np.array([ids.setdefault((q.subset, q.key), len(ids)) for q in queries], dtype=np.int64)
+    ps.query_text = encode([q.text for q in queries])
+    ps.product_keys = pkeys
+
+
 # -- a catalogue folder (the bundled format) ------------------------------------------------------------
 def hard_negative_rows(rows: list[dict[str, str]], subset: np.ndarray, per_row: int = 4,
                        seed: int = 0) -> np.ndarray:
@@ -118,18 +149,11 @@ def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, que
     if queries:
         local = {int(r): j for j, r in enumerate(rows_idx)}
         pq = aq.pseudo_queries(catalog.rows, rows_idx.tolist(), per_product=3, seed=seed)
-        key_ids: dict[str, int] = {}
-        pkeys = np.full((len(aq.SUBSETS), len(rows_idx)), -1, dtype=np.int64)
-        for j, r in enumerate(rows_idx):
-            attrs = aq.attrs_of(catalog.rows[r])
-            for s, sub in enumerate(aq.SUBSETS):
-                if aq.usable(sub, attrs):
-                    pkeys[s, j] = key_ids.setdefault(f"{s}:{aq.subset_key(sub, attrs)}", len(key_ids))
-        ps.query_rows = np.array([local[q.row] for q in pq], dtype=np.int64)
-        ps.query_subset = np.array([q.subset for q in pq], dtype=np.int64)
-        ps.query_key = np.array([key_ids[f"{q.subset}:{q.key}"] for q in pq], dtype=np.int64)
-        ps.query_text = encoder.text_features([q.text for q in pq], progress=progress)
-        ps.product_keys = pkeys
+        attrs = [aq.attrs_of(catalog.rows[r]) for r in rows_idx]
+        keys = {s: [aq.subset_key(sub, a) if aq.usable(sub, a) else None for a in attrs]
+                for s, sub in enumerate(aq.SUBSETS)}
+        attach_queries(ps, [KeyedQuery(local[q.row], q.subset, q.key, q.text) for q in pq], keys, len(aq.SUBSETS),
+                       lambda texts: encoder.text_features(texts, progress=progress))
         ps.hard_negatives = hard_negative_rows(catalog.rows, rows_idx, seed=seed)
     return ps, rows_idx
 
@@ -186,7 +210,6 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
     # pseudo-queries: one "subset" per kind of key, each product's key under it (-1: none)
     queries = pq.generate(docs, counts=counts or {"title": 4000, "category": 400, "brand_type": 600,
                                                   "attributes": 1500}, heldout=0.0, seed=seed)
-    keys: dict[str, int] = {}
     sub_of: dict[str, int] = {}
 
     def product_key(kind: str, d: dict[str, Any], q: pq.PseudoQuery) -> str | None:
@@ -203,7 +226,7 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
 
     local = {int(i): j for j, i in enumerate(tr)}
     id_row = {d["id"]: i for i, d in enumerate(docs)}
-    q_rows, q_sub, q_key, q_text = [], [], [], []
+    keyed: list[KeyedQuery] = []
     sub_query: dict[int, pq.PseudoQuery] = {}  # one query of each subset: how its keys are made
     for q in queries:
         if q.kind == "photo" or not q.text:
@@ -211,22 +234,11 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
         sig = q.kind if q.kind != "attributes" else "attributes:" + ",".join(sorted(q.meta.get("facets") or {}))
         s = sub_of.setdefault(sig, len(sub_of))
         src = [id_row[p] for p in q.relevant if p in id_row and id_row[p] in local]
-        if not src:
-            continue
-        key = product_key(q.kind, docs[src[0]], q)
-        if key is None:
-            continue
-        q_rows.append(local[src[0]])
-        q_sub.append(s)
-        q_key.append(keys.setdefault(f"{s}:{key}", len(keys)))
-        q_text.append(q.text)
-        sub_query.setdefault(s, q)
-    pkeys = np.full((max(1, len(sub_of)), len(tr)), -1, dtype=np.int64)
-    for s, q0 in sub_query.items():
-        for j, i in enumerate(tr):
-            key = product_key(q0.kind, docs[int(i)], q0)
-            if key is not None and f"{s}:{key}" in keys:
-                pkeys[s, j] = keys[f"{s}:{key}"]
+        key = product_key(q.kind, docs[src[0]], q) if src else None
+        if key is not None:
+            keyed.append(KeyedQuery(local[src[0]], s, key, q.text))
+            sub_query.setdefault(s, q)
+    product_keys = {s: [product_key(q0.kind, docs[int(i)], q0) for i in tr] for s, q0 in sub_query.items()}
     rng = random.Random(seed)
 
     def variants(rows: np.ndarray) -> np.ndarray:  # a title with words dropped (the title itself if short)
@@ -236,12 +248,9 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
     text_only = img is None
     train = PairSet(image=None if img is None else img[tr], text=txt[tr], group=group[tr],
                     variant=variants(tr) if text_only else None)
-    if q_text:
-        train.query_rows = np.array(q_rows, dtype=np.int64)
-        train.query_subset = np.array(q_sub, dtype=np.int64)
-        train.query_key = np.array(q_key, dtype=np.int64)
-        train.query_text = engine.encoder.text_features(q_text, progress=True)
-        train.product_keys = pkeys
+    if keyed:
+        attach_queries(train, keyed, product_keys, len(sub_of),
+                       lambda texts: engine.encoder.text_features(texts, progress=True))
     # early stopping: held-out products, found by a pseudo title query (words dropped) among their
     # photos (text-only: among their text vectors)
     vq = variants(ho)
@@ -249,5 +258,5 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
         PairSet(image=img[ho], text=vq, group=group[ho])  # type: ignore[index]
     info = {"text_only": text_only, "products_with_photos": 0 if text_only else len(keep),
             "products": len(keep), "train_products": len(tr), "heldout_products": len(ho),
-            "pseudo_queries": len(q_text), "query_subsets": sorted(sub_of, key=sub_of.get)}
+            "pseudo_queries": len(keyed), "query_subsets": sorted(sub_of, key=sub_of.get)}
     return train, val, info

@@ -151,7 +151,8 @@ def test_a_write_committed_while_a_replica_opens_is_followed(pg_url, settings_fa
 
     def replay_then_write(self, **kw):
         yield from plain(self, **kw)
-        if kw.get("include_deleted") and armed[0]:  # the opening replica's replay, once
+        if kw.get("include_deleted") and kw.get("with_vectors", True) and armed[0]:  # the opening replica's replay
+            # (with vectors: not the document mirror's copy, vitrine/index/mirror.py), once
             armed[0] = False
             assert a.upsert(_items(products[20:21])).upserted == 1
 

@@ -58,6 +58,9 @@ class StorageSettings(_Section):
                               "postgresql://user:password@host:port/db URL shared by API replicas and ingest workers "
                               "on any hosts; the data dir then holds only rebuildable things (docs/postgresql.md).")
     snapshot_keep: int = Field(3, ge=1, le=100, description="Index snapshot versions kept in DIR/index/snapshots.")
+    store_mirror: bool = Field(True, description="With a PostgreSQL store: keep a copy of the product documents in "
+                               "the data dir (store-mirror.sqlite), so searches and product reads answer, marked "
+                               "degraded, while the database is down (writes are refused; docs/postgresql.md).")
 
     @property
     def feature_cache_path(self) -> Path:

@@ -27,7 +27,7 @@ from vitrine.index.event_sql import (
 )
 from vitrine.index.event_types import EventRecord, FeedbackSlice, SearchLog, UserHasher
 from vitrine.index.pgpool import (
-    ConnectionPool,
+    StorePool,
     connection,
     ensure_schema,
     open_pool,
@@ -62,8 +62,8 @@ class PgEventLog:
 
     def __init__(self, url: str, *, pool: object | None = None, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
-        self._own = not isinstance(pool, ConnectionPool)
-        self.pool = pool if isinstance(pool, ConnectionPool) else \
+        self._own = not isinstance(pool, StorePool)
+        self.pool = pool if isinstance(pool, StorePool) else \
             open_pool(url, name="vitrine-events", max_size=4, timeout_s=timeout_s, what="event log's database")
         with self._conn() as c:
             if ensure_schema(c, _LOCK_ID, _SCHEMA):

@@ -1,15 +1,22 @@
 """What every PostgreSQL-backed store of Vitrine shares (records, feedback log, rules, sessions):
 a checked connection pool, connections whose errors become ``StorageError`` (the API answers
 503), and a schema created once under an advisory lock (processes starting together take turns;
-a read-only standby creates nothing)."""
+a read-only standby creates nothing).
+
+The pool answers to the database's health (vitrine/index/storehealth.py): while the database is
+known to be down a connection is refused at once instead of after the pool's timeout, and when
+it answers again the pool is renewed, so the stores do not wait out psycopg_pool's reconnection
+back-off (1, 2, 4 ... s: after a two-minute outage writes came back more than a minute late)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from vitrine.errors import MissingExtra, StorageError
+from vitrine.index.storehealth import StoreHealth, health_for
 
 try:
     import psycopg
@@ -18,27 +25,71 @@ except ImportError as e:  # pragma: no cover - the `postgres` extra is not insta
     raise MissingExtra("a postgresql:// store needs psycopg 3 and psycopg_pool: pip install 'vitrine[postgres]'") from e
 
 
-def open_pool(url: str, *, name: str, max_size: int, timeout_s: float, what: str) -> ConnectionPool:
-    """An open pool of autocommit connections to ``url``, each checked before use (a restarted
-    database is reconnected to); ``StorageError`` naming ``what`` when it cannot be reached."""
-    pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, name=name,
+log = logging.getLogger(__name__)
+
+
+def _new_pool(url: str, name: str, max_size: int, timeout_s: float) -> ConnectionPool:
+    return ConnectionPool(url, min_size=1, max_size=max_size, open=False, name=name,
                           kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
                           check=ConnectionPool.check_connection, timeout=timeout_s)
-    try:
-        pool.open(wait=True, timeout=timeout_s * 2)
-    except PoolTimeout as e:
-        pool.close()
-        raise StorageError(f"cannot reach the {what}: {e}") from e
-    return pool
+
+
+class StorePool:
+    """A psycopg_pool pool of autocommit connections, each checked before use, renewed when the
+    database answers again after an outage (:class:`~vitrine.index.storehealth.StoreHealth`)."""
+
+    def __init__(self, url: str, *, name: str, max_size: int, timeout_s: float, what: str) -> None:
+        self.url, self.name, self.max_size, self.timeout_s, self.what = url, name, max_size, timeout_s, what
+        pool = _new_pool(url, name, max_size, timeout_s)
+        try:
+            pool.open(wait=True, timeout=timeout_s * 2)
+        except PoolTimeout as e:
+            pool.close()
+            raise StorageError(f"cannot reach the {what}: {e}") from e
+        self._pool = pool
+        self.health: StoreHealth = health_for(url)
+        self.health.on_recover(self.renew)
+
+    def renew(self) -> None:
+        """Swap in a new pool with fresh connections; the old one closes (connections in use are
+        dropped when given back). Called by the health watcher when the database returns."""
+        pool = _new_pool(self.url, self.name, self.max_size, self.timeout_s)
+        try:
+            pool.open(wait=True, timeout=self.timeout_s)
+        except PoolTimeout as e:
+            pool.close()
+            raise StorageError(f"the {self.what} answers but a new pool could not connect: {e}") from e
+        old, self._pool = self._pool, pool
+        old.close(timeout=0)
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        with self._pool.connection(timeout=self.timeout_s if timeout is None else timeout) as c:
+            yield c
+
+    def close(self) -> None:
+        self.health.off_recover(self.renew)
+        self._pool.close()
+
+
+def open_pool(url: str, *, name: str, max_size: int, timeout_s: float, what: str) -> StorePool:
+    """An open :class:`StorePool` to ``url``; ``StorageError`` naming ``what`` when it cannot be reached."""
+    return StorePool(url, name=name, max_size=max_size, timeout_s=timeout_s, what=what)
 
 
 @contextmanager
-def connection(pool: ConnectionPool, timeout_s: float, what: str) -> Iterator[psycopg.Connection]:
-    """A pooled connection; a database error becomes ``StorageError`` naming ``what``."""
+def connection(pool: StorePool, timeout_s: float, what: str) -> Iterator[psycopg.Connection]:
+    """A pooled connection; a database error becomes ``StorageError`` naming ``what``. Refused
+    at once while the database is known to be down; a lost connection marks it down."""
+    pool.health.check(what)
     try:
         with pool.connection(timeout=timeout_s) as c:
             yield c
-    except (psycopg.OperationalError, PoolTimeout) as e:
+    except PoolTimeout as e:
+        raise StorageError(f"{what} unavailable: {str(e).strip()}") from e
+    except psycopg.OperationalError as e:
+        if not isinstance(e, psycopg.errors.QueryCanceled):  # a statement timeout is no outage
+            pool.health.failed(e)
         raise StorageError(f"{what} unavailable: {str(e).strip()}") from e
     except psycopg.Error as e:
         raise StorageError(f"{what} refused: {str(e).strip()}") from e

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from vitrine.errors import StorageError
 from vitrine.index import pgtext
@@ -324,10 +324,18 @@ class PgRecordStore:
         return bytes(row[0]) if row else None
 
 
+class PhotoBytes(Protocol):
+    """Where photo bytes live in the database: the record store (or its failover wrapper)."""
+
+    def put_photos(self, items: Mapping[str, bytes]) -> None: ...
+
+    def get_photo(self, key: str) -> bytes | None: ...
+
+
 class PgImageStore:
     """Photos in the database, with a local content-addressed cache (the data dir's images/)."""
 
-    def __init__(self, store: PgRecordStore, cache_root: str | os.PathLike[str]) -> None:
+    def __init__(self, store: PhotoBytes, cache_root: str | os.PathLike[str]) -> None:
         self.store = store
         self.cache = ImageStore(cache_root)
         self._lock = threading.Lock()

@@ -84,15 +84,22 @@ def is_database_url(store: str | None) -> bool:
     return bool(store) and str(store).split("://", 1)[0] in ("postgresql", "postgres")
 
 
-def open_stores(store: str | None, data_dir: str | os.PathLike[str], *,
-                pool_size: int = 8, timeout_s: float = 3.0) -> tuple[RecordStoreAPI, PhotoStoreAPI]:
+def open_stores(store: str | None, data_dir: str | os.PathLike[str], *, pool_size: int = 8, timeout_s: float = 3.0,
+                mirror: bool = False) -> tuple[RecordStoreAPI, PhotoStoreAPI]:
     """The record store and photo store of a data dir: SQLite in it (``store`` empty), or the
-    PostgreSQL database ``store`` names, with ``data_dir`` as the local, rebuildable cache."""
+    PostgreSQL database ``store`` names, with ``data_dir`` as the local, rebuildable cache.
+    ``mirror`` (a serving replica): the PostgreSQL store keeps a local copy of its documents in
+    ``data_dir`` and reads from it while the database is down (vitrine/index/failover.py)."""
     data = Path(data_dir)
     if is_database_url(store):
         from vitrine.index.pgstore import PgImageStore, PgRecordStore  # psycopg is an extra
 
-        rs = PgRecordStore(str(store), pool_size=pool_size, timeout_s=timeout_s)
+        pg = PgRecordStore(str(store), pool_size=pool_size, timeout_s=timeout_s)
+        if not mirror:
+            return pg, PgImageStore(pg, data / "images")
+        from vitrine.index.failover import FailoverRecordStore
+
+        rs = FailoverRecordStore(pg, data, pg.pool.health)
         return rs, PgImageStore(rs, data / "images")
     if store:
         from vitrine.errors import InvalidInput

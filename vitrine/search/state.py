@@ -105,7 +105,7 @@ class IndexState:
         self.model_key = encoder.model_key
         self.data_dir = Path(storage.data_dir)
         # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
-        self.records, self.images = open_stores(storage.store, self.data_dir)
+        self.records, self.images = open_stores(storage.store, self.data_dir, mirror=storage.store_mirror)
         self.filters = FilterIndex((*FILTER_FIELDS, stock.FIELD))  # + the hidden stock field
         self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks

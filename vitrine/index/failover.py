@@ -1,0 +1,195 @@
+"""A shared record store that a crashed database does not take down: reads fall back to the
+local mirror of its documents (vitrine/index/mirror.py), writes are refused at once.
+
+:class:`FailoverRecordStore` is what a replica over PostgreSQL opens (vitrine/index/store.py).
+While the database answers it is the PostgreSQL store itself, and the mirror follows it in the
+background. When the database stops answering (:class:`~vitrine.index.storehealth.StoreHealth`:
+a failed query, or the watcher's ``SELECT 1``), product reads come from the mirror, change
+numbers are the last ones seen (so caches keyed on them stay valid), BM25 raises
+``StorageError`` without waiting (the search drops that signal and says so), and every write
+raises ``StorageError`` at once (the API answers 503: nothing is acknowledged that was not
+stored). Searches say ``degraded: ["store"]`` with the seconds since the store last answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from vitrine.errors import StorageError
+from vitrine.index.mirror import FILE, DocMirror, MirrorFollower
+from vitrine.index.storehealth import StoreHealth
+
+if TYPE_CHECKING:
+    from vitrine.index.pgpool import StorePool
+    from vitrine.index.pgstore import PgRecordStore
+    from vitrine.index.records import RecordRow, StoredRow
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class FailoverRecordStore:
+    """The PostgreSQL record store, with reads from a local mirror while the database is down."""
+
+    def __init__(self, primary: PgRecordStore, data_dir: str | Path, health: StoreHealth, *,
+                 follow_s: float = 1.0) -> None:
+        self.primary, self.health = primary, health
+        self.mirror = DocMirror(Path(data_dir) / FILE)
+        self._last_seq = 0
+        self.follower = MirrorFollower(self, self.mirror, interval_s=follow_s).start()
+
+    # -- what the store is -------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return self.primary.location
+
+    @property
+    def read_only(self) -> bool:
+        """A streaming standby: reads only (vitrine/index/pgstore.py)."""
+        return self.primary.read_only
+
+    @property
+    def pool(self) -> StorePool:
+        """The database's connection pool, shared with the feedback log."""
+        return self.primary.pool
+
+    @property
+    def degraded(self) -> bool:
+        """Whether reads come from the mirror now (the database is down)."""
+        return not self.health.up
+
+    @property
+    def stale_s(self) -> float:
+        return self.health.stale_s
+
+    def close(self) -> None:
+        self.follower.close()
+        self.mirror.close()
+        self.primary.close()
+
+    def _primary(self, what: str) -> PgRecordStore:
+        self.health.check(what)
+        return self.primary
+
+    def _failed(self, e: StorageError) -> None:
+        if "unavailable" in str(e):  # unreachable; a refused statement (a constraint ...) is no outage
+            self.health.failed(e)
+
+    # -- change numbers ----------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        if self.health.up:
+            try:
+                self._last_seq = self.primary.seq
+                return self._last_seq
+            except StorageError as e:
+                self._failed(e)
+        return max(self._last_seq, self.mirror.seq)
+
+    def recent_seq(self, max_age_s: float = 1.0) -> int:
+        if self.health.up:
+            try:
+                self._last_seq = self.primary.recent_seq(max_age_s)
+                return self._last_seq
+            except StorageError as e:
+                self._failed(e)
+        return max(self._last_seq, self.mirror.seq)
+
+    # -- meta and writes: the database or nothing ------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        return self._call("store metadata", lambda s: s.get_meta(key))
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._call("the record store", lambda s: s.set_meta(key, value))
+
+    def upsert_many(self, rows: Sequence[RecordRow]) -> tuple[int, list[int]]:
+        return self._call("the record store", lambda s: s.upsert_many(rows))
+
+    def delete_many(self, ids: Sequence[str], versions: Sequence[int | None] | None = None) -> tuple[int, list[int]]:
+        return self._call("the record store", lambda s: s.delete_many(ids, versions))
+
+    def put_photos(self, items: Mapping[str, bytes]) -> None:
+        self._call("the photo store", lambda s: s.put_photos(items))
+
+    def get_photo(self, key: str) -> bytes | None:
+        return self._call("the photo store", lambda s: s.get_photo(key))
+
+    def _call(self, what: str, fn: Callable[[PgRecordStore], T]) -> T:
+        try:
+            return fn(self._primary(what))
+        except StorageError as e:
+            self._failed(e)
+            raise
+
+    # -- reads: the mirror while the database is down ------------------------------------------
+    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> StoredRow | None:
+        if self.health.up or with_vectors:
+            try:
+                return self._primary("the record store").get(pid, include_deleted=include_deleted,
+                                                             with_vectors=with_vectors)
+            except StorageError as e:
+                self._failed(e)
+                if with_vectors:
+                    raise
+        return self.mirror.get(pid, include_deleted=include_deleted)
+
+    def get_many(self, pids: Sequence[str], *, with_vectors: bool = False,
+                 include_deleted: bool = False) -> dict[str, StoredRow]:
+        if self.health.up or with_vectors:
+            try:
+                return self._primary("the record store").get_many(pids, with_vectors=with_vectors,
+                                                                  include_deleted=include_deleted)
+            except StorageError as e:
+                self._failed(e)
+                if with_vectors:
+                    raise
+        return self.mirror.get_many(pids, include_deleted=include_deleted)
+
+    def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, StoredRow]:
+        if self.health.up or with_vectors:
+            try:
+                return self._primary("the record store").get_by_iids(iids, with_vectors=with_vectors)
+            except StorageError as e:
+                self._failed(e)
+                if with_vectors:
+                    raise
+        return self.mirror.get_by_iids(iids)
+
+    def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
+                  batch: int = 2000) -> Iterator[StoredRow]:
+        src = self._primary("the record store")
+
+        def rows() -> Iterator[StoredRow]:  # the pages are read as they are consumed
+            try:
+                yield from src.iter_rows(since_seq=since_seq, with_vectors=with_vectors,
+                                         include_deleted=include_deleted, batch=batch)
+            except StorageError as e:
+                self._failed(e)
+                raise
+
+        return rows()
+
+    def bm25(self, text: str, k: int, *, only: Sequence[int] | None = None) -> list[tuple[int, float]]:
+        return self._call("BM25 (the record store)", lambda s: s.bm25(text, k, only=only))
+
+    def bm25_scores(self, text: str) -> Mapping[int, float]:
+        return self._call("BM25 (the record store)", lambda s: s.bm25_scores(text))
+
+    def count(self) -> int:
+        if self.health.up:
+            try:
+                return self.primary.count()
+            except StorageError as e:
+                self._failed(e)
+        return self.mirror.count()
+
+    def ids(self) -> list[str]:
+        if self.health.up:
+            try:
+                return self.primary.ids()
+            except StorageError as e:
+                self._failed(e)
+        return self.mirror.ids()

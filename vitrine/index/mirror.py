@@ -17,16 +17,13 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
 from vitrine.errors import StorageError
 from vitrine.index.records import StoredRow, doc_json
 from vitrine.sqlite import connect_wal
-
-if TYPE_CHECKING:
-    from vitrine.index.store import RecordStoreAPI
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +109,20 @@ class DocMirror:
             self._local.conn = None
 
 
+class ChangeFeed(Protocol):
+    """What the follower reads from the store: its latest change number and the rows changed since."""
+
+    def recent_seq(self, max_age_s: float = 1.0) -> int: ...
+
+    def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
+                  batch: int = 2000) -> Iterator[StoredRow]: ...
+
+
 class MirrorFollower:
     """Keeps a :class:`DocMirror` current from the store: every ``interval_s``, the changes after
     the mirror's ``seq`` (without vectors), when this process holds the data dir's follow lock."""
 
-    def __init__(self, store: RecordStoreAPI, mirror: DocMirror, *, interval_s: float = 1.0,
+    def __init__(self, store: ChangeFeed, mirror: DocMirror, *, interval_s: float = 1.0,
                  ready: threading.Event | None = None) -> None:
         self.store, self.mirror, self.interval_s = store, mirror, interval_s
         self._stop = threading.Event()

@@ -11,6 +11,7 @@ back-off (1, 2, 4 ... s: after a two-minute outage writes came back more than a 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -60,7 +61,8 @@ class StorePool:
             pool.close()
             raise StorageError(f"the {self.what} answers but a new pool could not connect: {e}") from e
         old, self._pool = self._pool, pool
-        old.close(timeout=0)
+        # closed aside: its workers may be mid-way through a connection attempt to the dead server
+        threading.Thread(target=old.close, kwargs={"timeout": 10}, name=f"{self.name}-close", daemon=True).start()
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:

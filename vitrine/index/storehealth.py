@@ -8,8 +8,8 @@ documents (vitrine/index/mirror.py) locally, so reads need not wait at all.
 
 One :class:`StoreHealth` per database URL and process (:func:`health_for`), shared by every
 store on that URL (records, feedback log, rules, sessions). A watcher thread asks the database
-``SELECT 1`` every ``interval_s`` on a connection of its own: a failure marks the store down at
-once (as does a store whose query failed, :meth:`StoreHealth.failed`); while down it tries a
+``SELECT 1`` every ``interval_s`` on a connection of its own: two failures in a row mark the store
+down (a store whose connection was lost marks it down at once, :meth:`StoreHealth.failed`); while down it tries a
 new connection every ``interval_s`` and, when one succeeds, marks the store up and runs the
 stores' recovery callbacks (their pools drop dead connections and connect again at once).
 While down, :meth:`StoreHealth.check` raises ``StorageError`` without touching the network:
@@ -29,7 +29,8 @@ from vitrine.errors import StorageError
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.5
-CONNECT_TIMEOUT_S = 1
+CONNECT_TIMEOUT_S = 2
+MISSES = 2  # probes failed in a row before the watcher calls the database down
 
 
 class StoreHealth:
@@ -105,13 +106,15 @@ class StoreHealth:
         self._close_conn()
 
     def _watch(self) -> None:
+        misses = 0
         while not self._stop.wait(self.interval_s):
             ok = self._probe()
+            misses = 0 if ok else misses + 1
             if ok:
                 self._last_ok = time.time()
                 if not self._up:
                     self._recovered()
-            elif self._up:
+            elif self._up and misses >= MISSES:  # one slow answer on a loaded host is no outage
                 self.failed(None)
 
     def _recovered(self) -> None:

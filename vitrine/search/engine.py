@@ -27,9 +27,10 @@ import numpy as np
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
-from vitrine.errors import NotFound, VitrineError
+from vitrine.errors import NotFound, StorageError, VitrineError
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.backends import open_event_log
+from vitrine.index.failover import FailoverRecordStore
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import GraphData
@@ -299,11 +300,35 @@ class Engine:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters.
         ``log_search``: log it in the feedback log and give it a ``query_id`` (the API's searches)."""
         if not log_search:
-            return self.reads.search(req, image=image)
+            return self._mark_store(self.reads.search(req, image=image))
         # an API search: ranked as its experiment variant wants (vitrine/search/experiments.py), then logged
-        res, assigned = self.experiments.search(req, lambda r: self.reads.search(r, image=image))
-        self.feedback.log_search(req, res, experiment=assigned.experiment.name if assigned else None)
-        self.experiments.after_log(assigned, res)
+        try:
+            experiments = self.experiments
+        except StorageError as e:  # the shared store is down and the log was never opened: search, unlogged
+            log.debug("search not logged: %s", e)
+            return self._mark_store(self.reads.search(req, image=image))
+        res, assigned = experiments.search(req, lambda r: self.reads.search(r, image=image))
+        try:
+            self.feedback.log_search(req, res, experiment=assigned.experiment.name if assigned else None)
+            experiments.after_log(assigned, res)
+        except StorageError as e:  # the store is down: the search stands, unlogged (no query_id to send events for)
+            log.debug("search not logged: %s", e)
+        return self._mark_store(res)
+
+    def store_status(self) -> tuple[bool, float]:
+        """Whether reads come from the local copy of the documents because the shared store is
+        down (vitrine/index/failover.py), and the seconds since it last answered."""
+        rs = self.index.records
+        if isinstance(rs, FailoverRecordStore) and rs.degraded:
+            return True, rs.stale_s
+        return False, 0.0
+
+    def _mark_store(self, res: SearchResponse) -> SearchResponse:
+        down, stale = self.store_status()
+        if down:
+            if "store" not in res.degraded:
+                res.degraded.append("store")
+            res.stale_s = stale
         return res
 
     @property

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitrine.errors import InvalidInput, NotFound
+from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.search import variants
 from vitrine.search.calibration import Calibration, floor
 from vitrine.search.models import SearchRequest, SearchResponse
@@ -58,6 +59,8 @@ from vitrine.search.experiment_models import (
     normalise_split,
 )
 from vitrine.search.experiment_stats import analyse
+
+log = logging.getLogger(__name__)
 
 
 # -- assignment and team draft ------------------------------------------------------------------
@@ -151,7 +154,14 @@ class Experiments:
         cached = self._cache
         if not fresh and cached is not None and now - cached[0] < self.ttl_s:
             return cached[1]
-        exps = [Experiment.model_validate_json(spec) for _, spec, _ in self.log.experiment_specs()]
+        try:
+            specs = self.log.experiment_specs()
+        except StorageError as e:  # the shared store is down: searches go on with what was read last
+            if fresh:
+                raise
+            log.debug("experiments unreadable (%s): the ones held serve", e)
+            return cached[1] if cached is not None else []
+        exps = [Experiment.model_validate_json(spec) for _, spec, _ in specs]
         self._cache = (now, exps)
         return exps
 

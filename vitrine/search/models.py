@@ -391,7 +391,11 @@ class SearchResponse(BaseModel):
         "Requested facets: each value's count among the matching products"))
     query: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
-    degraded: list[str] = Field(default_factory=list)
+    degraded: list[str] = Field(default_factory=list, description=(
+        "Parts that could not serve this search and were left out: gate, intent, bm25, graph, or store (the "
+        "shared PostgreSQL store is down: results come from this replica's own copy, see stale_s)"))
+    stale_s: float | None = Field(None, description="With degraded store: seconds since the store last answered "
+                                                    "(this replica's copy may lack changes made since)")
     intent: IntentOut | None = Field(None, description="What the shopper wants (null: not classified)")
     slots: dict[str, Any] = Field(default_factory=dict, description="brand, category, colour, gender, "
                                                                     "price_min, price_max named by the query")

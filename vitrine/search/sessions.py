@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitrine.errors import VitrineError
+from vitrine.errors import StorageError, VitrineError
 from vitrine.index.backends import open_session_store
 from vitrine.index.session_types import SessionStoreAPI
 from vitrine.search.models import (
@@ -281,7 +281,11 @@ class Sessions:
         """Read the session and the follow-up; the turn's effective request. Never raises for an
         unknown or expired session (it is a new search, said in the response)."""
         sid = req.session or ""
-        stored = self.store.get(sid)
+        try:
+            stored = self.store.get(sid)
+        except StorageError as e:  # the shared store is down: this turn is read as a new search
+            log.warning("session %s unreadable: %s", sid[:16], e)
+            stored = None
         ex = self.extractor()
         p = parse(ex, text)
         standing = stored.state if stored is not None and not stored.expired and stored.state else None

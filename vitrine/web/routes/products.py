@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import FileResponse
 
 from vitrine.errors import InvalidInput, NotFound, StorageError
@@ -20,9 +20,15 @@ router = APIRouter(tags=["products"])
 
 @router.get("/products/{pid}", response_model=ProductOut, response_model_exclude_none=True,
             responses=errors_for(404))
-def get_product(pid: str, engine: EngineDep) -> ProductOut:
-    """One product by id."""
-    return engine.get(pid)
+def get_product(pid: str, engine: EngineDep, response: Response) -> ProductOut:
+    """One product by id. While the shared store is down it comes from this replica's own copy,
+    said by the headers ``X-Vitrine-Degraded: store`` and ``X-Vitrine-Stale-S`` (seconds)."""
+    out = engine.get(pid)
+    down, stale = engine.store_status()
+    if down:
+        response.headers["X-Vitrine-Degraded"] = "store"
+        response.headers["X-Vitrine-Stale-S"] = f"{stale:.1f}"
+    return out
 
 
 @router.get("/recommend/{pid}", response_model=RecommendResponse, response_model_exclude_none=True,

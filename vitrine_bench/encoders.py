@@ -74,7 +74,7 @@ def run(out: Path, *, source: Path, batch_sizes: list[int], threads: list[int], 
 
     # decode + letterbox + normalise, per photo (single-threaded PIL work in the caller)
     t0 = time.perf_counter()
-    pixels = torch.stack([towers.preprocess(enc.decode(p)) for p in photos])  # type: ignore[arg-type]  # decode() is annotated object (encoders/encoder.py), returns a PIL image
+    pixels = torch.stack([towers.preprocess(enc.decode(p)) for p in photos])
     prep_ms = (time.perf_counter() - t0) / len(photos) * 1000
     tok = towers.hf_tokenizer
     lens = [len(x) for x in tok(texts, truncation=True, max_length=towers.context_length)["input_ids"]]

@@ -114,7 +114,7 @@ def encoders_on(device: str, source: Path, peak: dict[str, float], log) -> dict[
     rows = read_styles(source)[:1024]
     photos = [(source / "images" / f"{r['id']}.jpg").read_bytes() for r in rows[:512]]
     texts = [r["productDisplayName"] for r in rows]
-    pixels = torch.stack([enc.towers.preprocess(enc.decode(p)) for p in photos])  # type: ignore[arg-type]  # decode() is annotated object (encoders/encoder.py), returns a PIL image
+    pixels = torch.stack([enc.towers.preprocess(enc.decode(p)) for p in photos])
     fl_img = count_flops(lambda: enc.towers.image_features(pixels[:1]))
     fl_txt = int(np.mean([count_flops(functools.partial(enc.towers.text_features, [t])) for t in texts[:32]]))
     res["flops_per_item"] = {"photo": fl_img, "text": fl_txt}

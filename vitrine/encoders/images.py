@@ -127,7 +127,7 @@ class ImagePreprocess:
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
         img = self.resize(to_rgb(img) if img.mode != "RGB" else img)
-        arr = np.asarray(img, dtype=np.float32) / 255.0
+        arr: np.ndarray = np.asarray(img, dtype=np.float32) / 255.0
         arr = (arr - np.asarray(self.mean, dtype=np.float32)) / np.asarray(self.std, dtype=np.float32)
         return torch.from_numpy(arr.transpose(2, 0, 1).copy())
 

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -78,18 +78,33 @@ class LoraSpec:
 
 def _peft() -> Any:
     try:
-        import peft  # noqa: PLC0415 - the `train` extra
+        import peft  # the `train` extra
     except ImportError as e:
         raise MissingExtra("LoRA tower deltas need the peft package: pip install 'vitrine[train]'") from e
     return peft
 
 
+class ImageTrunk(Protocol):
+    """The parts of a timm EfficientNet trunk the cut uses."""
+
+    conv_stem: nn.Module
+    bn1: nn.Module
+    blocks: nn.Sequential
+    conv_head: nn.Module
+    bn2: nn.Module
+
+
+def image_trunk(towers: Towers) -> ImageTrunk:
+    """The image tower's timm trunk; :class:`TowerLora` checks it is EfficientNet-style."""
+    return cast(ImageTrunk, towers.model.visual.trunk)
+
+
 class ImageStage(nn.Module):
     """The image tower after the cut: the last stage, ``conv_head`` + its norm, average pooling."""
 
-    def __init__(self, trunk: nn.Module) -> None:
+    def __init__(self, trunk: ImageTrunk) -> None:
         super().__init__()
-        self.stage = copy.deepcopy(trunk.blocks[IMAGE_CUT + 1:])  # type: ignore[index]
+        self.stage = copy.deepcopy(trunk.blocks[IMAGE_CUT + 1:])
         self.conv_head = copy.deepcopy(trunk.conv_head)
         self.bn2 = copy.deepcopy(trunk.bn2)
 
@@ -97,12 +112,12 @@ class ImageStage(nn.Module):
         return self.bn2(self.conv_head(self.stage(act))).mean(dim=(2, 3))
 
 
-def image_prefix(trunk: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+def image_prefix(trunk: ImageTrunk, pixels: torch.Tensor) -> torch.Tensor:
     """The frozen image tower up to the cut: activations after ``blocks[IMAGE_CUT]``.
 
     Calls the blocks one by one, so the block taps' hooks capture as in a full forward."""
-    h = trunk.bn1(trunk.conv_stem(pixels))  # type: ignore[operator]
-    for b in trunk.blocks[: IMAGE_CUT + 1]:  # type: ignore[index]
+    h = trunk.bn1(trunk.conv_stem(pixels))
+    for b in trunk.blocks[: IMAGE_CUT + 1]:
         h = b(h)
     return h
 
@@ -129,7 +144,7 @@ class TowerLora(nn.Module):
             peft.inject_adapter_in_model(peft.LoraConfig(target_modules=list(TEXT_TARGETS), **common, **layers),
                                          self.text)
         if spec.image:
-            trunk = towers.model.visual.trunk
+            trunk = image_trunk(towers)
             if getattr(trunk, "blocks", None) is None or len(trunk.blocks) <= IMAGE_CUT + 1:
                 raise ModelError("image LoRA needs an EfficientNet-style timm trunk with its last stage after block 5")
             self.image = ImageStage(trunk)
@@ -166,7 +181,7 @@ class TowerLora(nn.Module):
         """Serving: backbone features of preprocessed photos with the adapted last stage (the
         frozen prefix, its block taps and the colour histogram as in ``Towers.image_features``)."""
         with torch.inference_mode():
-            act = image_prefix(towers.model.visual.trunk, pixels.to(towers.device))
+            act = image_prefix(image_trunk(towers), pixels.to(towers.device))
             taps = towers.taps.pooled() if towers.taps is not None else []
             trunk = torch.cat([self.image_pooled(act), *taps], dim=1)
             return towers.with_histogram(trunk, pixels)
@@ -239,7 +254,7 @@ def photo_activations(towers: Towers, photos: Sequence[bytes], decode: Callable[
     cached in the feature cache under their own keys (one flat vector per photo)."""
     keys = [f"{towers.key}:act{IMAGE_CUT}:{hashlib.sha256(b).hexdigest()}" for b in photos]
     got = cache.get_many(keys) if cache is not None else {}
-    trunk = towers.model.visual.trunk
+    trunk = image_trunk(towers)
     with torch.inference_mode():
         probe = image_prefix(trunk, torch.zeros(1, 3, *towers.preprocess.size, device=towers.device))
     shape = tuple(probe.shape[1:])

@@ -37,7 +37,7 @@ mix of all experts, with no router.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +50,11 @@ from vitrine.errors import ModelError
 IMAGE, TEXT = 0, 1
 
 
+def _linear_at(seq: nn.Sequential, i: int) -> nn.Linear:
+    """Item ``i`` of a Sequential built here with a Linear there (Sequential types items as Module)."""
+    return cast(nn.Linear, seq[i])
+
+
 class _Expert(nn.Module):
     def __init__(self, width: int, hidden: int, dim: int, dropout: float) -> None:
         super().__init__()
@@ -60,6 +65,8 @@ class _Expert(nn.Module):
 
 
 class CrossModalMoE(Adapter):
+    route_bias: torch.Tensor  # a buffer (register_buffer)
+
     """The cross-modal MoE gate (see the module docstring). Config: ``experts`` (8), ``top_k``
     (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
@@ -140,9 +147,9 @@ class CrossModalMoE(Adapter):
                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         pi = pt = None
         if image is not None:
-            pi = self.image_in[1](self._linear("image", self.image_in[0], self.norm_image(image.float())))
+            pi = self.image_in[1](self._linear("image", _linear_at(self.image_in, 0), self.norm_image(image.float())))
         if text is not None:
-            pt = self.text_in[1](self._linear("text", self.text_in[0], self.norm_text(text.float())))
+            pt = self.text_in[1](self._linear("text", _linear_at(self.text_in, 0), self.norm_text(text.float())))
         if self.training:
             pi = self.input_dropout(pi) if pi is not None else None
             pt = self.input_dropout(pt) if pt is not None else None
@@ -200,14 +207,18 @@ class CrossModalMoE(Adapter):
                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Inference (no noise, no auxiliary losses) for any batch: the photo and text tokens, each
         seeing the other, are routed by one router call and go through the experts together."""
-        if (pi is None) != (pt is None):
-            lone, modality = (pi, IMAGE) if pi is not None else (pt, TEXT)
-            if lone.shape[0] == 1:  # one photo or one text: a lone query, as served
-                out1 = self._infer_one(lone, modality)
-                return (out1, None) if modality == IMAGE else (None, out1)
-        tokens = [(m, own, other) for m, own, other in ((IMAGE, pi, pt), (TEXT, pt, pi)) if own is not None]
-        r_in = torch.cat([self._route_input(own, other, m) for m, own, other in tokens])  # type: ignore[arg-type]
-        out = self._experts_out(torch.cat([own for _, own, _ in tokens]),  # type: ignore[misc]
+        # one photo or one text: a lone query, as served
+        if pt is None and pi is not None and pi.shape[0] == 1:
+            return self._infer_one(pi, IMAGE), None
+        if pi is None and pt is not None and pt.shape[0] == 1:
+            return None, self._infer_one(pt, TEXT)
+        tokens: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
+        if pi is not None:
+            tokens.append((IMAGE, pi, pt))
+        if pt is not None:
+            tokens.append((TEXT, pt, pi))
+        r_in = torch.cat([self._route_input(own, other, m) for m, own, other in tokens])
+        out = self._experts_out(torch.cat([own for _, own, _ in tokens]),
                                 self._route_logits(self.router(r_in), None)[1])
         n = out.shape[0] // len(tokens)
         return (out[:n] if pi is not None else None), (out[-n:] if pt is not None else None)
@@ -232,9 +243,10 @@ class CrossModalMoE(Adapter):
 
     def _half_layers(self) -> dict[str, nn.Linear]:
         """The layers with float16 query copies: the input projections and the experts."""
-        layers = {"image": self.image_in[0], "text": self.text_in[0]}
+        layers = {"image": _linear_at(self.image_in, 0), "text": _linear_at(self.text_in, 0)}
         for e, expert in enumerate(self.experts):
-            layers[f"{e}.0"], layers[f"{e}.1"] = expert.net[0], expert.net[3]
+            net = cast(_Expert, expert).net
+            layers[f"{e}.0"], layers[f"{e}.1"] = _linear_at(net, 0), _linear_at(net, 3)
         return layers
 
     def _half_mode(self) -> bool:
@@ -271,10 +283,10 @@ class CrossModalMoE(Adapter):
 
     # -- the adapter seam ----------------------------------------------------------------------
     def embed_image(self, x: torch.Tensor) -> torch.Tensor:
-        return self(x, None).image  # type: ignore[return-value]
+        return self(x, None).image
 
     def embed_text(self, x: torch.Tensor) -> torch.Tensor:
-        return self(None, x).text  # type: ignore[return-value]
+        return self(None, x).text
 
     def mix(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """The modality gate: a per-product photo weight from both embeddings."""

@@ -27,6 +27,7 @@ enter the SQLite feature cache (which is for catalogue items).
 from __future__ import annotations
 
 import hashlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -40,7 +41,8 @@ import torch
 from vitrine import onnxrt
 from vitrine.encoders.batching import InFlight, LRUCache, MicroBatcher, done
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.encoders.query_export import PRECISIONS, Precision, export_query_graphs, quantize_text_tower
+from vitrine.encoders.query_export import (PRECISIONS, Precision, QueryGraphs, export_query_graphs,
+                                           quantize_text_tower)
 from vitrine.errors import InvalidInput, ModelError
 from vitrine.onnxrt import OnnxModule
 
@@ -133,9 +135,13 @@ class QueryEncoder:
         elif towers.device.type != "cpu":
             why = f"the towers run on {towers.device.type}"
         module = self._text_module
-        graphs = onnxrt.choose(runtime, "query", lambda: export_query_graphs(
-            self.encoder, module, precision=self._want_precision, onnx_dir=onnx_dir, threads=self.threads or 1),
-            obstacle=why)
+
+        def build() -> QueryGraphs:
+            assert module is not None  # without it there is an obstacle, and choose builds nothing
+            return export_query_graphs(self.encoder, module, precision=self._want_precision, onnx_dir=onnx_dir,
+                                       threads=self.threads or 1)
+
+        graphs = onnxrt.choose(runtime, "query", build, obstacle=why)
         if graphs is None:
             return "torch"
         self._onnx_text, self._onnx_image = graphs.text, graphs.image
@@ -156,9 +162,7 @@ class QueryEncoder:
             for i, v in zip(todo, self._shared_rows([texts[i] for i in todo], feats)):
                 self.cache.put(keys[i], v)
                 out[i] = v
-        if not out:
-            return np.zeros((0, self.encoder.dim), dtype=np.float32)
-        return np.stack(out)  # type: ignore[arg-type]
+        return self._stack(out)
 
     def text_query(self, text: str) -> "TextQuery":
         """One query text's encode, started now: the text tower runs in the batcher; the adapter's
@@ -214,12 +218,20 @@ class QueryEncoder:
     def _lookup(self, keys: list[Key], submit: Callable[[int], Future[np.ndarray]]) -> np.ndarray:
         """Cached vectors, else the in-flight or a new encode of each key."""
         out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
-        waits = [(i, self._in_flight.get(keys[i], lambda i=i: submit(i))) for i, v in enumerate(out) if v is None]
+        waits = [(i, self._in_flight.get(keys[i], functools.partial(submit, i)))
+                 for i, v in enumerate(out) if v is None]
         for i, fut in waits:
             out[i] = fut.result()
-        if not out:
+        return self._stack(out)
+
+    def _stack(self, rows: list[np.ndarray | None]) -> np.ndarray:
+        """The rows, every one filled by now, as one (N, dim) array."""
+        full = [v for v in rows if v is not None]
+        if len(full) != len(rows):
+            raise ModelError("a query vector is missing")  # cannot happen: every row was filled
+        if not full:
             return np.zeros((0, self.encoder.dim), dtype=np.float32)
-        return np.stack(out)  # type: ignore[arg-type]
+        return np.stack(full)
 
     def stats(self) -> dict[str, Any]:
         return {"model": self.model_key, "text_precision": self.text_precision, "runtime": self.runtime, "cache": self.cache.stats(),

@@ -37,10 +37,11 @@ from vitrine.index.vocabulary import GraphData
 from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import PhotoStoreAPI, RecordStoreAPI
-from vitrine.index.vectors import VectorIndex
-from vitrine.search import calibration, learning, native, recovery
+from vitrine.index.vectors import VectorIndexAPI
+from vitrine.search import learning, native, recovery
 from vitrine.search import swap as hotswap
 from vitrine.search.artifacts import ModelSpec, read_active_model, served_artifacts
+from vitrine.search.calibration import Calibration
 from vitrine.search.models import (
     CompareResponse,
     FacetsResponse,
@@ -111,7 +112,7 @@ class Engine:
         return self.index.images
 
     @property
-    def vectors(self) -> dict[str, VectorIndex]:
+    def vectors(self) -> dict[str, VectorIndexAPI]:
         return self.index.vectors
 
     @property
@@ -197,7 +198,7 @@ class Engine:
 
     # -- calibration (the reader's) ------------------------------------------------------------
     @property
-    def calibration(self) -> calibration.Calibration:
+    def calibration(self) -> Calibration:
         """How text queries rank on this catalogue (vitrine/search/read_context.py)."""
         return self.reader.calibration
 
@@ -205,11 +206,11 @@ class Engine:
         """Whether the intent classifier's slots filter results on this catalogue."""
         return self.reader.slot_filters_on()
 
-    def set_calibration(self, cal: calibration.Calibration) -> None:
+    def set_calibration(self, cal: Calibration) -> None:
         """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
         self.reader.set_calibration(cal)
 
-    def reload_calibration(self) -> calibration.Calibration:
+    def reload_calibration(self) -> Calibration:
         """Read the data dir's tuned settings again (after `vitrine tune` wrote them)."""
         return self.reader.reload_calibration()
 
@@ -462,7 +463,7 @@ def build_encoder(settings: Settings) -> MultimodalEncoder:
     if settings.encoders.torch_threads:
         torch.set_num_threads(settings.encoders.torch_threads)
     if settings.index.search_threads:
-        from vitrine.index.vectors import set_search_threads  # noqa: PLC0415
+        from vitrine.index.vectors import set_search_threads
 
         set_search_threads(settings.index.search_threads)
     return MultimodalEncoder.create(

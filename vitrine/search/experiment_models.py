@@ -149,7 +149,10 @@ class ExperimentReport(BaseModel):
 # -- parsing a variant from the command line ----------------------------------------------------
 def _split_top(text: str, sep: str) -> list[str]:
     """``text`` split at ``sep`` outside braces, brackets and quotes."""
-    out, depth, cur, quote = [], 0, [], None
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    quote: str | None = None
     for ch in text:
         if quote:
             quote = None if ch == quote else quote

@@ -104,7 +104,11 @@ def analyse(exp: Experiment, units: Sequence[tuple], clicks: Sequence[tuple[str,
     by: dict[str, UnitRows] = {}
     for v, _unit, n, c, a, b, rr in units:
         u = by.setdefault(v, UnitRows())
-        u.n.append(n), u.clicked.append(c), u.carted.append(a), u.bought.append(b), u.rr.append(rr)
+        u.n.append(n)
+        u.clicked.append(c)
+        u.carted.append(a)
+        u.bought.append(b)
+        u.rr.append(rr)
     shown = [INTERLEAVED] if exp.interleave else names
     reports = []
     for i, v in enumerate(shown):

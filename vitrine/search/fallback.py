@@ -132,7 +132,7 @@ def _unit(t: Any) -> np.ndarray:
     return (v / n).astype(np.float32)
 
 
-def lexical_rank(reader: ReadContext, qv: dict[str, np.ndarray], text: str | None, k: int,
+def lexical_rank(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str | None, k: int,
                  allowed: np.ndarray | None) -> tuple[Ranked, dict[int, float], list[str], QueryTerms]:
     """Ranking without query vectors: BM25 over titles, brands, categories and attributes, then
     the knowledge graph's products for the values the words name. Same shape as ``fusion.rank``."""

@@ -30,6 +30,7 @@ from vitrine.encoders.batching import LRUCache
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.search import calibration, variants
+from vitrine.search.calibration import Calibration
 from vitrine.search.models import Filters, Ranked
 from vitrine.search.state import IndexState
 from vitrine.search.suggestions import Suggestions
@@ -48,7 +49,7 @@ class ReadContext:
         self._query_cache: LRUCache[np.ndarray] = LRUCache(settings.encoders.query_cache_size)
         self._query_encoder: QueryEncoder | None = None
         self._query_encoder_lock = threading.Lock()
-        self._calibration: calibration.Calibration | None = None
+        self._calibration: Calibration | None = None
         self._calibration_seq = -1
         # search-as-you-type phrases, and the catalogue's words the intent rule reads
         self.suggestions = Suggestions(state)
@@ -123,7 +124,7 @@ class ReadContext:
 
     # -- calibration -------------------------------------------------------------------------------
     @property
-    def calibration(self) -> calibration.Calibration:
+    def calibration(self) -> Calibration:
         """How text queries rank on this catalogue: the data dir's tuned settings while they fit
         the catalogue and model, else the floor (vitrine/search/calibration.py). Re-checked when
         the records change."""
@@ -141,11 +142,11 @@ class ReadContext:
             self._calibration, self._calibration_seq = cal, seq
         return cal
 
-    def set_calibration(self, cal: calibration.Calibration) -> None:
+    def set_calibration(self, cal: Calibration) -> None:
         """Serve ``cal`` until the records change or it is reloaded (tuning tries candidates)."""
         self._calibration, self._calibration_seq = cal, self.state.records.recent_seq()
 
-    def reload_calibration(self) -> calibration.Calibration:
+    def reload_calibration(self) -> Calibration:
         """Read the data dir's tuned settings again (after `vitrine tune` wrote them)."""
         self._calibration = None
         return self.calibration

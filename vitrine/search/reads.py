@@ -246,7 +246,7 @@ class ReadPath:
             log.warning("hybrid fusion skipped for this search: %s", e)
             if set(qv) == {"text"} and s.calibration != "off":
                 try:  # a text query falls back to the floor, not below it
-                    nq = rd.native_query_vector(text)  # type: ignore[arg-type]
+                    nq = rd.native_query_vector(text)
                     if nq is not None:
                         scored, vs, _, terms = fusion.native_rank(rd, nq, depth, allowed)
                         return scored, vs, ["fusion"], terms

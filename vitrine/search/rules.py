@@ -108,7 +108,7 @@ class Compiled:
         return self.live(q.now)
 
 
-def _listed(v: str | list[str] | None) -> list[str]:
+def _listed(v: str | Sequence[str] | None) -> list[str]:
     if v is None:
         return []
     return [v] if isinstance(v, str) else list(v)
@@ -454,7 +454,9 @@ class RuleBook:
         clears the floor of the ranking as it was."""
         mode, stock_rule = acts.stock or (self.settings.out_of_stock, None)
         oos = self.state.filters.allowed({stock.FIELD: [stock.OUT]}) if mode != "show" else None
-        has_oos = oos is not None and len(oos) > 0
+        if oos is None:  # stock shown as it is, or nothing filters
+            oos = np.zeros(0, dtype=np.int64)
+        has_oos = len(oos) > 0
         if not (acts.hide or acts.only or acts.moves or acts.pins or has_oos) or not (ranked or acts.pins):
             return ranked
         floor = reader.settings.search.relevance_floor

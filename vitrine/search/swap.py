@@ -48,9 +48,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.errors import InvalidInput, ModelError, StorageError, SwapRefused
-from vitrine.index.records import RecordRow
+from vitrine.index.records import StoredRow
 from vitrine.index.snapshots import Snapshot
-from vitrine.index.vectors import VectorIndex
+from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.progress import progress_bar
 from vitrine.search.artifacts import (
     ModelSpec,
@@ -113,7 +113,7 @@ class Candidate:
     model_key: str
     spec: ModelSpec
     factory: str
-    vectors: dict[str, VectorIndex]
+    vectors: dict[str, VectorIndexAPI]
     seq: int
     source: str
     artifacts: dict[str, Any] = field(default_factory=dict)
@@ -123,7 +123,7 @@ class Candidate:
 
 # -- building the candidate ---------------------------------------------------------------------------------
 def _build_encoder(s: Settings, spec: ModelSpec, adapter_sha256: str | None) -> MultimodalEncoder:
-    from vitrine.encoders.adapters import load_adapter  # noqa: PLC0415
+    from vitrine.encoders.adapters import load_adapter
 
     adapter_obj = load_adapter(spec.adapter, expected_sha256=adapter_sha256) if spec.adapter != "none" else None
     return MultimodalEncoder.create(
@@ -133,12 +133,12 @@ def _build_encoder(s: Settings, spec: ModelSpec, adapter_sha256: str | None) -> 
     )
 
 
-def embed_rows(state: IndexState, encoder: MultimodalEncoder, rows: list[RecordRow], *,
+def embed_rows(state: IndexState, encoder: MultimodalEncoder, rows: list[StoredRow], *,
                progress: bool = False) -> dict[int, dict[str, np.ndarray | None]]:
     """Vectors of stored products under ``encoder`` (texts from their documents, photos from the
     photo store; backbone features from the feature cache when it has them)."""
     out: dict[int, dict[str, np.ndarray | None]] = {}
-    bar = progress_bar(total=len(rows), desc="re-embed", unit="product", enabled=progress and bool(rows))
+    bar: Any = progress_bar(total=len(rows), desc="re-embed", unit="product", enabled=progress and bool(rows))  # tqdm or NoBar
     for s in range(0, len(rows), 2048):
         chunk = rows[s:s + 2048]
         texts = [product_text(Product.model_validate(r.doc)) for r in chunk]
@@ -152,9 +152,9 @@ def embed_rows(state: IndexState, encoder: MultimodalEncoder, rows: list[RecordR
             for j in errors:  # a stored photo that no longer decodes: the product keeps its words
                 imf[with_img[j]] = np.nan
         emb = encoder.embed(imf, encoder.shared_text_features(texts, native=tf))
-        has_img = ~np.isnan(imf).any(axis=1)
+        has_img = np.logical_not(np.isnan(imf).any(axis=1))
         for i, r in enumerate(chunk):
-            out[int(r.iid)] = {  # type: ignore[arg-type]
+            out[int(r.iid)] = {
                 "fused": emb.fused[i],
                 "image": emb.image[i] if has_img[i] and emb.image is not None else None,
                 "text": emb.text[i] if emb.text is not None else None,
@@ -164,14 +164,14 @@ def embed_rows(state: IndexState, encoder: MultimodalEncoder, rows: list[RecordR
     return out
 
 
-def _apply(vectors: dict[str, VectorIndex], vecs: dict[int, dict[str, np.ndarray | None]], dead: list[int]) -> None:
+def _apply(vectors: dict[str, VectorIndexAPI], vecs: dict[int, dict[str, np.ndarray | None]], dead: list[int]) -> None:
     for f in INDEX_FIELDS:
         if dead:
             vectors[f].delete(dead)
-        have = [(i, v[f]) for i, v in vecs.items() if v.get(f) is not None]
+        have = [(i, vf) for i, v in vecs.items() if (vf := v.get(f)) is not None]
         for s in range(0, len(have), 20_000):
             part = have[s:s + 20_000]
-            vectors[f].upsert([i for i, _ in part], np.stack([v for _, v in part]))  # type: ignore[misc]
+            vectors[f].upsert([i for i, _ in part], np.stack([v for _, v in part]))
         missing = [i for i, v in vecs.items() if v.get(f) is None]
         if missing:
             vectors[f].delete(missing)
@@ -185,9 +185,9 @@ def catch_up(state: IndexState, cand: Candidate, *, progress: bool = False) -> i
     if not rows:
         cand.seq = max(cand.seq, target)
         return 0
-    dead = [int(r.iid) for r in rows if r.deleted]  # type: ignore[arg-type]
+    dead = [int(r.iid) for r in rows if r.deleted]
     live = [r for r in rows if not r.deleted]
-    own = {int(r.iid): dict(r.vectors or {}) for r in live if r.model_key == cand.model_key}  # type: ignore[arg-type]
+    own = {int(r.iid): dict(r.vectors or {}) for r in live if r.model_key == cand.model_key}
     other = [r for r in live if r.model_key != cand.model_key]
     vecs = dict(own)
     if other:
@@ -255,7 +255,7 @@ def build_candidate(state: IndexState, s: Settings, req: SwapRequest, *, progres
         catch_up(state, cand, progress=progress)
         return cand
     rows = list(state.records.iter_rows(with_vectors=True))
-    own = {int(r.iid): dict(r.vectors or {}) for r in rows if r.model_key == model_key}  # type: ignore[arg-type]
+    own = {int(r.iid): dict(r.vectors or {}) for r in rows if r.model_key == model_key}
     other = [r for r in rows if r.model_key != model_key]
     vecs = dict(own)
     if other:
@@ -301,12 +301,12 @@ def canary_set(state: IndexState, s: Settings) -> Canary:
         title = (r.doc or {}).get("title")
         if title:
             c.texts.append(str(title))
-            c.text_iids.append(int(r.iid))  # type: ignore[arg-type]
+            c.text_iids.append(int(r.iid))
         if r.image_key:
             data = state.images.get(r.image_key)
             if data:
                 c.photos.append(data)
-                c.photo_iids.append(int(r.iid))  # type: ignore[arg-type]
+                c.photo_iids.append(int(r.iid))
     if s.swap.canary_queries:
         try:
             for line in Path(s.swap.canary_queries).read_text(encoding="utf-8").splitlines():
@@ -383,8 +383,7 @@ def run_canary(state: IndexState, s: Settings, cand: Candidate) -> tuple[list[Ch
         detail = "mean cosine of candidate and live embeddings (canary queries and products)"
     else:
         rhos = []
-        probes_all = set(c.text_iids) | set(c.photo_iids)
-        probes_all.discard(None)
+        probes_all = {i for i in c.text_iids if i is not None} | set(c.photo_iids)
         with state.lock.read():
             for qi, (kind, row) in enumerate([("t", i) for i in range(len(cand_t))] + [("p", i) for i in range(len(cand_p))]):
                 lq, cq = (live_t[row], cand_t[row]) if kind == "t" else (live_p[row], cand_p[row])
@@ -411,7 +410,7 @@ def run_canary(state: IndexState, s: Settings, cand: Candidate) -> tuple[list[Ch
     return checks, info
 
 
-def _results(vectors: dict[str, VectorIndex], tq: np.ndarray, pq: np.ndarray, k: int) -> dict[str, list[list[int]]]:
+def _results(vectors: dict[str, VectorIndexAPI], tq: np.ndarray, pq: np.ndarray, k: int) -> dict[str, list[list[int]]]:
     out: dict[str, list[list[int]]] = {"text": [], "photo": [], "text_photo": []}
     if len(tq):
         _, ids = vectors["fused"].search(tq, k)

@@ -56,7 +56,7 @@ class QueryMatcher:
         for w in kids.get("words") or []:
             for g in kids.get("genders") or []:
                 add(w, "gender", g)
-        for k, hits in voc.items():  # a catalogue category of that name beats a taxonomy node
+        for hits in voc.values():  # a catalogue category of that name beats a taxonomy node
             if any(v.startswith("category:") for f, v in hits if f == "category"):
                 hits -= {(f, v) for f, v in hits if f == "category" and v.startswith("taxonomy:")}
         for key, name in s.data.brands.by_key.items():

@@ -143,7 +143,7 @@ class MirrorFollower:
     def _holds_lock(self) -> bool:
         if self._lock_file is not None:
             return True
-        f = open(self.mirror.path.with_suffix(".lock"), "ab")  # noqa: SIM115 - held while following
+        f = open(self.mirror.path.with_suffix(".lock"), "ab")  # held while following
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -175,6 +175,6 @@ class MirrorFollower:
                 self.ready.set()
             except StorageError as e:  # the store is down: try again next round
                 log.debug("store mirror: %s", e)
-            except Exception:  # noqa: BLE001 - the follower must outlive a bad round
+            except Exception:  # the follower must outlive a bad round
                 log.exception("store mirror: a round failed")
             self._stop.wait(self.interval_s)

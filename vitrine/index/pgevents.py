@@ -32,6 +32,7 @@ from vitrine.index.pgpool import (
     ensure_schema,
     open_pool,
     psycopg,
+    scalar,
 )
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,8 @@ class PgEventLog:
 
     def counts(self) -> dict[str, int]:
         with self._conn() as c:
-            return {"searches": c.execute(f"SELECT COUNT(*) FROM {S}").fetchone()[0],
-                    "events": c.execute(f"SELECT COUNT(*) FROM {E}").fetchone()[0]}
+            return {"searches": scalar(c.execute(f"SELECT COUNT(*) FROM {S}")),
+                    "events": scalar(c.execute(f"SELECT COUNT(*) FROM {E}"))}
 
     # -- analytics and experiments (the same queries as SQLite's: vitrine/index/event_sql.py) --------
     _SQL = analytics_sql(p="%s", bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', searches=S, events=E)
@@ -145,7 +146,7 @@ class PgEventLog:
         if getattr(self, "_exp_ready", False):
             return
         with self._conn() as c:
-            if not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
+            if not scalar(c.execute("SELECT pg_is_in_recovery()")):
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                     c.execute(EXPERIMENTS_SCHEMA.format(experiments=X, teams=T, searches=S, real="DOUBLE PRECISION"))

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from vitrine.errors import StorageError
-from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg
+from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg, scalar
 from vitrine.index.session_types import PURGE_EVERY, StoredSession
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class PgSessionStore:
 
     def count(self) -> int:
         with self._conn() as c:
-            return int(c.execute(f"SELECT COUNT(*) FROM {T}").fetchone()[0])
+            return int(scalar(c.execute(f"SELECT COUNT(*) FROM {T}")))
 
     def purge(self) -> int:
         try:

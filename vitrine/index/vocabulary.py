@@ -155,7 +155,7 @@ def learn_brands(titles: Iterable[str], overrides: Mapping[str, Any] | None = No
         if r in brands:
             brands[r]["keys"].add(a_key)
     out = []
-    for r, b in sorted(brands.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
+    for _r, b in sorted(brands.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
         out.append({"name": b["name"], "count": b["count"], "keys": sorted(b["keys"]),
                     "forms": [f for f, _ in b["forms"].most_common()]})
     return out
@@ -182,7 +182,7 @@ def leading_brands(titles: Iterable[str], min_count: int = 3, not_brands: Iterab
             continue
         out.setdefault(norm_key(toks[0]), Counter())[" ".join(toks[:2])] += 1
     brands = []
-    for k, seconds in sorted(out.items()):
+    for _k, seconds in sorted(out.items()):
         phrase, n = seconds.most_common(1)[0]
         if n == sum(seconds.values()) and len(seconds) == 1 and n >= min_count and \
                 len(phrase.split()) == 2 and phrase.split()[1][:1].isupper():
@@ -339,7 +339,7 @@ class GraphData:
             return data
 
         def read(name: str) -> bytes | None:
-            p = gdir / name  # type: ignore[operator]
+            p = gdir / name
             if not p.is_file():
                 log.warning("graph data file %s is missing", p)
                 return None
@@ -354,15 +354,15 @@ class GraphData:
             try:
                 return json.loads(b)
             except json.JSONDecodeError as e:
-                raise StorageError(f"{gdir / name} is not valid JSON: {e}") from e  # type: ignore[operator]
+                raise StorageError(f"{gdir / name} is not valid JSON: {e}") from e
 
         raw_map = read("category_map.csv")
         if raw_map is not None:
             for row in csv.DictReader(raw_map.decode("utf-8").splitlines()):
-                tid = int(row["taxonomy_id"])
-                if data.taxonomy and tid not in data.taxonomy:
-                    raise StorageError(f"category_map.csv maps {row['article_type']!r} to unknown taxonomy id {tid}")
-                data.category_map[norm_key(row["article_type"])] = (tid, row["article_type"])
+                map_id = int(row["taxonomy_id"])
+                if data.taxonomy and map_id not in data.taxonomy:
+                    raise StorageError(f"category_map.csv maps {row['article_type']!r} to unknown taxonomy id {map_id}")
+                data.category_map[norm_key(row["article_type"])] = (map_id, row["article_type"])
         comp = read_json("complements.json")
         for o in comp.get("outfits") or []:
             data.outfits.append(Outfit(o["name"], tuple(o.get("genders") or ()),

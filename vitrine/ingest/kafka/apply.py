@@ -27,7 +27,7 @@ from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
 
-CatalogueEvent = UpsertEvent | DeleteEvent
+CatalogueEvent = UpsertEvent | DeleteEvent | PatchEvent
 
 
 @dataclass
@@ -132,7 +132,7 @@ class EventApplier:
                 rep = self.engine.upsert(items)  # type: ignore[arg-type]
             except (StorageError, sqlite3.Error, OSError, MemoryError):
                 raise
-            except Exception:  # noqa: BLE001 - a record tickled a bug: isolate it, keep the rest
+            except Exception:  # a record tickled a bug: isolate it, keep the rest
                 log.exception("a batch of %d upserts failed; applying them one by one", len(items))
                 rep = UpsertReport()
                 for _, ev, it in ups:
@@ -152,9 +152,9 @@ class EventApplier:
                 self.stats.applied["unchanged"] += rep.unchanged
                 self.stats.applied["stale"] += rep.stale
         patches = [(m, ev) for m, ev in seg if isinstance(ev, PatchEvent)]
-        for m, ev in patches:  # partial updates: nothing encoded unless text or photo changed
+        for m, pev in patches:  # partial updates: nothing encoded unless text or photo changed
             try:
-                prep = patch.patch_product(self.engine.writes, ev.id, ev.patch_fields())
+                prep = patch.patch_product(self.engine.writes, pev.id, pev.patch_fields())
             except (InvalidInput, NotFound) as e:
                 dead.append(DeadLetter(m, "schema", f"patch: {e}"))
                 continue

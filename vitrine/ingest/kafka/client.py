@@ -18,7 +18,7 @@ def kafka_module() -> Any:
     """kafka-python, or a clear error naming the extra to install."""
     try:
         import kafka
-        import kafka.errors  # noqa: F401
+        import kafka.errors  # loads the submodule: callers catch k.errors.KafkaError
     except ImportError as e:
         raise MissingExtra("Kafka ingest needs kafka-python: pip install 'vitrine[kafka]'") from e
     return kafka

@@ -242,8 +242,9 @@ class Delivery:
                 max_poll_records=self.batch_size, request_timeout_ms=max(30_000, session + 5_000),
             )
             delivery = self
+            rebalance_listener: Any = k.ConsumerRebalanceListener  # kafka-python's (untyped) base class
 
-            class Listener(k.ConsumerRebalanceListener):
+            class Listener(rebalance_listener):
                 def on_partitions_revoked(self, revoked: Any) -> None:
                     delivery.on_revoked(revoked)
 

@@ -117,7 +117,7 @@ def publish_catalog(settings: Settings, path: str | os.PathLike[str], *, topic: 
         total = sum(1 for line in f if line.strip()) - (1 if path.suffix.lower() == ".csv" else 0)
     if limit is not None:
         total = min(total, limit)
-    bar = progress_bar(total=total, desc="publish", unit="event", enabled=progress)
+    bar: Any = progress_bar(total=total, desc="publish", unit="event", enabled=progress)  # tqdm or NoBar
     skipped: list[ItemError] = []
 
     def prepare(p: Any) -> tuple[Any, UpsertEvent | None, ItemError | None]:

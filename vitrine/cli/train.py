@@ -111,19 +111,19 @@ def train_gate(data_dir: Path | None, no_install: bool, out: Path | None, overri
                         overrides=_parse_overrides(overrides), views=_parse_views(views),
                         lora_text_layers=None if lora_text_layers.strip() == "all" else _parse_layers(lora_text_layers))
     if data_dir is not None:
-        from vitrine.training.gate_data import train_gate_on_data  # noqa: PLC0415
+        from vitrine.training.gate_data import train_gate_on_data
 
         result = train_gate_on_data(make_settings(data_dir=data_dir), recipe, out=out, install=not no_install)
     else:
-        from vitrine.training.gate import train_gate as run  # noqa: PLC0415
+        from vitrine.training.gate import train_gate as run
 
         result = run(make_settings(model=recipe.model), recipe, out)
     click.echo(json.dumps(result, indent=2))
 
 
 def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
-    from vitrine.encoders.adapters import config_overrides  # noqa: PLC0415
-    from vitrine.errors import ModelError  # noqa: PLC0415
+    from vitrine.encoders.adapters import config_overrides
+    from vitrine.errors import ModelError
 
     try:
         return config_overrides(items)
@@ -139,8 +139,8 @@ def _parse_layers(text: str) -> tuple[int, ...]:
 
 
 def _parse_views(text: str) -> tuple[str, ...]:
-    from vitrine.encoders.images import check_view  # noqa: PLC0415
-    from vitrine.errors import InvalidInput  # noqa: PLC0415
+    from vitrine.encoders.images import check_view
+    from vitrine.errors import InvalidInput
 
     views = tuple(v.strip() for v in text.split(",") if v.strip())
     try:
@@ -191,7 +191,7 @@ def train_intent(out: Path | None, init_from: Path | None, epochs: int | None, s
     if hparams:
         kwargs["hparams"] = hparams
     try:
-        from vitrine.training.intent import train_intent as run  # noqa: PLC0415 - optional extra
+        from vitrine.training.intent import train_intent as run  # optional extra
     except ImportError as e:  # pragma: no cover
         raise click.ClickException(f"intent training is unavailable: {e}") from e
     # the converted Qwen tokenizer's cache

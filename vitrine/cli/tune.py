@@ -17,9 +17,9 @@ log = logging.getLogger("vitrine")
 def labelled_queries(files: tuple[Path, ...] | list[Path], *, seed: int = 0) -> list[Any]:
     """The shop's own judged queries (``vitrine eval --queries`` JSONL) as tuning queries, one kind
     per file (``shop:<file stem>``); photo queries are skipped (tuning fits text ranking)."""
-    from vitrine.evals.datasets import load_qrels  # noqa: PLC0415
-    from vitrine.evals.pseudo_queries import labelled  # noqa: PLC0415
-    from vitrine.evals.tuning import LABELLED_PREFIX  # noqa: PLC0415
+    from vitrine.evals.datasets import load_qrels
+    from vitrine.evals.pseudo_queries import labelled
+    from vitrine.evals.tuning import LABELLED_PREFIX
 
     out: list[Any] = []
     for f in files:
@@ -33,11 +33,11 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tu
     """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
     ``queries``: the shop's own judged queries, fitted beside the pseudo-queries. ``logs``: first
     learn from the search log (vitrine/evals/log_tuning.py), and fit its clear choices too."""
-    from vitrine.evals.tuning import rounded, tune, write_report  # noqa: PLC0415
+    from vitrine.evals.tuning import rounded, tune, write_report
 
     labelled = labelled_queries(queries, seed=seed)
     if logs:
-        from vitrine.evals.log_tuning import tune_from_logs  # noqa: PLC0415
+        from vitrine.evals.log_tuning import tune_from_logs
 
         got = tune_from_logs(engine, seed=seed)
         labelled += got.labelled
@@ -104,12 +104,12 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[
              samples: int | None, intent_members: int, logs: bool, logs_only: bool, **model: Any) -> None:
     """Fit text ranking to this catalogue on pseudo-queries made from its own records; the fit is
     kept only if it beats the text tower's own ranking on held-out ones (docs/tuning.md)."""
-    from vitrine.search.engine import Engine  # noqa: PLC0415
+    from vitrine.search.engine import Engine
 
     engine = Engine.open(make_settings(data_dir=data_dir, **model))
     try:
         if logs_only:
-            from vitrine.evals.log_tuning import tune_from_logs  # noqa: PLC0415
+            from vitrine.evals.log_tuning import tune_from_logs
 
             got = tune_from_logs(engine, seed=seed)
             click.echo(f"search log: {got.report['searches']} searches, {got.report['events']} events; "
@@ -119,7 +119,7 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[
         run_tune(engine, report_dir, seed=seed, queries=queries, taxonomy_queries=taxonomy_queries, samples=samples,
                  logs=logs)
         if intent_members:
-            from vitrine.training.intent_tuning import catalogue_titles, tune_intent  # noqa: PLC0415
+            from vitrine.training.intent_tuning import catalogue_titles, tune_intent
 
             out = Path(data_dir) / "intent-model"
             titles = catalogue_titles(r.doc for r in engine.records.iter_rows(with_vectors=False))
@@ -133,10 +133,10 @@ def tune_cmd(data_dir: Path, report_dir: Path | None, seed: int, queries: tuple[
 
 
 def domain_shift_command(settings: Any, work_dir: Path, n_attr: int, retrain: bool) -> dict[str, Any]:
-    from vitrine.evals.datasets import Catalog  # noqa: PLC0415
-    from vitrine.evals.domain_shift import domain_shift  # noqa: PLC0415
-    from vitrine.index.vocabulary import GraphData  # noqa: PLC0415
-    from vitrine.training.domain_shift import train_aligner_on_rows  # noqa: PLC0415
+    from vitrine.evals.datasets import Catalog
+    from vitrine.evals.domain_shift import domain_shift
+    from vitrine.index.vocabulary import GraphData
+    from vitrine.training.domain_shift import train_aligner_on_rows
 
     full = Catalog.load()
     brands = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file).brands

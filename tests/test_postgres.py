@@ -190,10 +190,11 @@ def test_a_store_made_before_native_vectors_gets_their_column(pg_url):
         s.close()
 
 
-def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings_factory, encoder, products,
-                                                     tmp_path):
-    """With the database down, the API answers 503 (not a hang, not a 500); once it is back,
-    the same process serves and writes again without a restart."""
+def test_database_restart_degrades_reads_refuses_writes_and_recovers(pg_server, pg_url, settings_factory, encoder,
+                                                                      products, tmp_path):
+    """With the database down, searches and product reads answer from the replica's own copy
+    (``degraded: ["store"]``, not a hang, not a 500) and writes are refused with 503; once it is
+    back, the same process writes again without a restart."""
     from fastapi.testclient import TestClient
 
     from vitrine.search.engine import Engine
@@ -201,21 +202,31 @@ def test_database_restart_fails_clearly_and_recovers(pg_server, pg_url, settings
 
     eng = Engine(_settings(settings_factory, tmp_path / "d", pg_url, api_key="k", follow_s=0.2), encoder)
     eng.upsert(_items(products[:20]))
+    t_end = time.monotonic() + 30
+    while eng.index.records.mirror.seq < eng.records.seq:  # the replica's copy of the documents is current
+        assert time.monotonic() < t_end, "the mirror did not follow"
+        time.sleep(0.1)
     app = create_app(eng.settings, engine=eng, freeze_gc=False)
     try:
         with TestClient(app) as client:
-            assert client.post("/search", json={"text": products[3].title, "k": 3}).status_code == 200
+            before = client.post("/search", json={"text": products[3].title, "k": 3}).json()
+            assert before["degraded"] == [] and before.get("query_id")
             pg_server.stop("fast")
             try:
                 r = client.post("/search", json={"text": products[3].title, "k": 3})
-                assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable", r.text
+                assert r.status_code == 200 and "store" in r.json()["degraded"], r.text
+                assert [h["id"] for h in r.json()["results"]][:1] == [h["id"] for h in before["results"]][:1]
+                assert r.json()["stale_s"] >= 0 and not r.json().get("query_id")  # unlogged: no events for it
+                got = client.get(f"/products/{products[3].id}")
+                assert got.status_code == 200 and got.json()["title"] == products[3].title
+                assert got.headers["x-vitrine-degraded"] == "store"
                 p = products[30].model_dump(exclude_none=True)
                 r = client.put(f"/products/{p['id']}", json=p, headers={"x-api-key": "k"})
-                assert r.status_code == 503, r.text
+                assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable", r.text
             finally:
                 pg_server.start()
             t_end = time.monotonic() + 30
-            while client.post("/search", json={"text": products[3].title, "k": 3}).status_code != 200:
+            while "store" in client.post("/search", json={"text": products[3].title, "k": 3}).json()["degraded"]:
                 assert time.monotonic() < t_end, "did not recover"
                 time.sleep(0.2)
             p = products[30].model_dump(exclude_none=True)

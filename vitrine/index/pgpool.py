@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +28,7 @@ except ImportError as e:  # pragma: no cover - the `postgres` extra is not insta
 
 
 log = logging.getLogger(__name__)
+ACQUIRE_SLICE_S = 0.2  # how often a request waiting for a connection looks at the health
 
 
 def _new_pool(url: str, name: str, max_size: int, timeout_s: float) -> ConnectionPool:
@@ -69,6 +71,20 @@ class StorePool:
         with self._pool.connection(timeout=self.timeout_s if timeout is None else timeout) as c:
             yield c
 
+    def acquire(self, timeout_s: float, what: str) -> tuple[ConnectionPool, psycopg.Connection]:
+        """A connection (and the pool to give it back to), waited for in short slices: a request
+        waiting while the database goes down is refused as soon as the health says so, not after
+        the whole ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.health.check(what)
+            pool = self._pool
+            try:
+                return pool, pool.getconn(timeout=max(0.01, min(ACQUIRE_SLICE_S, deadline - time.monotonic())))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+
     def close(self) -> None:
         self.health.off_recover(self.renew)
         self._pool.close()
@@ -83,18 +99,23 @@ def open_pool(url: str, *, name: str, max_size: int, timeout_s: float, what: str
 def connection(pool: StorePool, timeout_s: float, what: str) -> Iterator[psycopg.Connection]:
     """A pooled connection; a database error becomes ``StorageError`` naming ``what``. Refused
     at once while the database is known to be down; a lost connection marks it down."""
-    pool.health.check(what)
     try:
-        with pool.connection(timeout=timeout_s) as c:
-            yield c
+        owner, c = pool.acquire(timeout_s, what)
     except PoolTimeout as e:
         raise StorageError(f"{what} unavailable: {str(e).strip()}") from e
+    except psycopg.OperationalError as e:
+        pool.health.failed(e)
+        raise StorageError(f"{what} unavailable: {str(e).strip()}") from e
+    try:
+        yield c
     except psycopg.OperationalError as e:
         if not isinstance(e, psycopg.errors.QueryCanceled):  # a statement timeout is no outage
             pool.health.failed(e)
         raise StorageError(f"{what} unavailable: {str(e).strip()}") from e
     except psycopg.Error as e:
         raise StorageError(f"{what} refused: {str(e).strip()}") from e
+    finally:
+        owner.putconn(c)
 
 
 def scalar(cur: psycopg.Cursor[Any]) -> Any:

@@ -93,9 +93,9 @@ class IntentClassifier:
         return self._members
 
     @members.setter
-    def members(self, members: Sequence[IntentMember | IntentClassifier]) -> None:
-        """Members, or classifiers of one model each (their model and tokenizer become a member)."""
-        self._members = [m if isinstance(m, IntentMember) else IntentMember(m.model, m.tokenizer) for m in members]
+    def members(self, members: Sequence[IntentMember]) -> None:
+        """New members: a stacked graph made for the old ones is dropped."""
+        self._members = list(members)
         self._stacked, self._stack_rows = None, None
 
     @classmethod
@@ -188,7 +188,7 @@ class IntentClassifier:
         return IntentResult(label=FALLBACK_LABEL, predicted=None, scores={}, confident=True,
                             truncated=cut, extra={"by": "lexical_prior"})
 
-    def predict_batch(self, texts: list[str | None], *, prior: bool = True,
+    def predict_batch(self, texts: Sequence[str | None], *, prior: bool = True,
                       known: Container[str] = frozenset()) -> list[IntentResult]:
         """``prior``: apply the lexical prior of the decision rule (False: the confidence floor alone);
         ``known``: the catalogue's words, never read as typos of cue words."""

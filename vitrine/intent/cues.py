@@ -93,7 +93,7 @@ def is_known(word: str, known: Container[str]) -> bool:
 def cue_templates(splits: tuple[str, ...] = ("train", "val")) -> list[str]:
     """English templates of every non-search intent in ``splits`` (never "test"), with the
     compositional frames when "train" is among them."""
-    from vitrine.intent.templates import LABELS, compositional_templates, template_sets  # noqa: PLC0415
+    from vitrine.intent.templates import LABELS, compositional_templates, template_sets
 
     if "test" in splits:
         raise ValueError("the test templates measure the rule; they never build it")
@@ -110,8 +110,8 @@ def cue_templates(splits: tuple[str, ...] = ("train", "val")) -> list[str]:
 def product_phrases() -> list[str]:
     """Product words: the taxonomy's training names (never its held-out leaves) and the
     generator's sizes, attributes, connectors, determiners and other domains' brands."""
-    from vitrine.intent import taxonomy as tx  # noqa: PLC0415
-    from vitrine.intent.templates import DETERMINERS  # noqa: PLC0415
+    from vitrine.intent import taxonomy as tx
+    from vitrine.intent.templates import DETERMINERS
 
     return [*tx.taxonomy_names().train, *tx.SIZES, *tx.ATTRIBUTES, *tx.CONNECT, *DETERMINERS, *tx.OTHER_BRANDS]
 

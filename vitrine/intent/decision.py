@@ -19,7 +19,6 @@ The held-out leaves and held-out test queries only measure it (`vitrine eval --p
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from typing import Any
 from vitrine.atomic import atomic_write_bytes
 from vitrine.intent.cues import CueWords, default_cues
 
-log = logging.getLogger(__name__)
 
 FILE = "decision.json"
 

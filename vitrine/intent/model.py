@@ -43,7 +43,7 @@ KEEP_IDS_KEY = "vitrine.keep_ids"
 
 def _torch() -> Any:
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError as e:  # pragma: no cover - torch is a core dependency
         raise MissingExtra("the intent classifier needs torch") from e
     return torch
@@ -66,12 +66,15 @@ def load_arch_config(name_or_path: str | os.PathLike[str] = DEFAULT_CONFIG) -> d
 
 
 def qwen2_config(arch: dict[str, Any], vocab_rows: int, num_labels: int) -> Any:
-    from transformers import Qwen2Config  # noqa: PLC0415
+    from transformers import Qwen2Config
 
     kw = dict(arch["qwen2"])
     rope_theta = kw.pop("rope_theta", None)
-    cfg = Qwen2Config(vocab_size=vocab_rows, num_labels=num_labels, pad_token_id=PAD, bos_token_id=None,
-                      eos_token_id=EOS, attn_implementation=arch.get("attn_implementation", "sdpa"), **kw)
+    # num_labels and attn_implementation: PretrainedConfig keywords Qwen2Config takes at run time, though
+    # its dataclass-style hints list only its own fields
+    cfg = Qwen2Config(vocab_size=vocab_rows, num_labels=num_labels,  # type: ignore[call-arg]
+                      pad_token_id=PAD, bos_token_id=None, eos_token_id=EOS,
+                      attn_implementation=arch.get("attn_implementation", "sdpa"), **kw)
     if rope_theta is not None:
         rp = getattr(cfg, "rope_parameters", None)
         if isinstance(rp, dict):
@@ -93,7 +96,7 @@ class IntentModel:
 
     def __init__(self, config: dict[str, Any], keep_ids: np.ndarray, model: Any | None = None) -> None:
         torch = _torch()
-        from transformers import Qwen2ForSequenceClassification  # noqa: PLC0415
+        from transformers import Qwen2ForSequenceClassification
 
         self.config = dict(config)
         self.labels: list[str] = list(config["labels"])
@@ -166,7 +169,7 @@ class IntentModel:
     def save_pretrained(self, folder: str | os.PathLike[str]) -> Path:
         """``config.json`` + ``model.safetensors`` (float16), written atomically."""
         torch = self._torch
-        from safetensors.torch import save_file  # noqa: PLC0415
+        from safetensors.torch import save_file
 
         folder = Path(folder)
         state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
@@ -182,7 +185,7 @@ class IntentModel:
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike[str]) -> "IntentModel":
         """Load a saved classifier: a folder, or a shipped name under ``weights/``."""
-        from safetensors.torch import load_file  # noqa: PLC0415
+        from safetensors.torch import load_file
 
         path = resolve_weights(folder)
         cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
@@ -196,7 +199,7 @@ class IntentModel:
             raise ModelError(f"{w_file} has SHA-256 {got}, its config says {want}: refusing altered weights")
         try:
             state = load_file(str(w_file))
-        except Exception as e:  # noqa: BLE001 - safetensors raises several types
+        except Exception as e:  # safetensors raises several types
             raise ModelError(f"cannot read {w_file}: {e}") from e
         keep = state.pop(KEEP_IDS_KEY, None)
         if keep is None:
@@ -237,13 +240,13 @@ def init_from_pretrained(path: Path, arch: dict[str, Any], keep_ids: np.ndarray,
     the ``gguf`` package). The checkpoint's architecture replaces the small config; its embedding
     rows for ``keep_ids`` become the reduced table (PAD/UNK/EOS rows from its ``<|endoftext|>``)."""
     torch = _torch()
-    from transformers import AutoConfig, Qwen2ForSequenceClassification  # noqa: PLC0415
+    from transformers import AutoConfig, Qwen2ForSequenceClassification
 
     path = Path(path)
     kwargs: dict[str, Any] = {"num_labels": len(labels)}
     if path.is_file() and path.suffix.lower() == ".gguf":
         try:
-            import gguf  # noqa: F401, PLC0415
+            import gguf  # noqa: F401
         except ImportError as e:
             raise MissingExtra("--init-from a GGUF file needs the `gguf` package (pip install gguf); "
                                "or convert the checkpoint to a Hugging Face folder") from e
@@ -256,16 +259,19 @@ def init_from_pretrained(path: Path, arch: dict[str, Any], keep_ids: np.ndarray,
     try:
         hf_cfg = AutoConfig.from_pretrained(str(src), local_files_only=True,
                                             **({"gguf_file": kwargs["gguf_file"]} if "gguf_file" in kwargs else {}))
-    except Exception as e:  # noqa: BLE001 - transformers raises many kinds
+    except Exception as e:  # transformers raises many kinds
         raise ModelError(f"cannot read a model config from {path}: {e}") from e
     if getattr(hf_cfg, "model_type", None) not in ("qwen2", "qwen3"):
         raise InvalidInput(f"--init-from {path} is a {getattr(hf_cfg, 'model_type', '?')} model, not Qwen2")
     try:
         base = Qwen2ForSequenceClassification.from_pretrained(str(src), local_files_only=True,
                                                               torch_dtype=torch.float32, **kwargs)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelError(f"cannot load Qwen weights from {path}: {e}") from e
-    full = base.get_input_embeddings().weight.detach()
+    weight = base.get_input_embeddings().weight
+    if not isinstance(weight, torch.Tensor):
+        raise ModelError(f"{path} has no token embedding matrix")
+    full = weight.detach()
     keep = np.asarray(keep_ids, dtype=np.int64)
     if len(keep) and int(keep.max()) >= full.shape[0]:
         raise ModelError(f"{path} has {full.shape[0]} token embeddings; the Qwen tokenizer needs ids up to "

@@ -445,9 +445,10 @@ class SlotExtractor:
             if not (i and q[i - 1] in _ASCII_WORD and _word_char(q[i])):  # a word phrase starts a word
                 node, j = self._trie, i
                 while j < n:
-                    node = node.get(q[j])
-                    if node is None:
+                    child = node.get(q[j])
+                    if child is None:
                         break
+                    node = child
                     j += 1
                     if _END in node and (j == n or q[j] not in _ASCII_WORD or not _word_char(q[j - 1])):
                         end = j

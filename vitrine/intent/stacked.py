@@ -55,6 +55,14 @@ class StackedQwen2(nn.Module):
     :attr:`row_offsets`), ``last`` [B] the index of each query's last real token. Returns the
     members' mean softmax, [B, labels]."""
 
+    # buffers (register_buffer); the per-layer ones are read by name with getattr
+    embed: torch.Tensor
+    final_norm: torch.Tensor
+    score: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    causal: torch.Tensor
+
     def __init__(self, nets: list[Any]) -> None:
         super().__init__()
         if not nets:

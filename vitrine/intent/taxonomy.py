@@ -191,7 +191,7 @@ def taxonomy_phrase(name: str, rng: random.Random, typo: Callable[[str], str], b
 def training_leaf_queries(seed: int = 0, path: Path | None = None) -> list[tuple[str, str]]:
     """The training half of the leaves typed as :func:`heldout_leaf_queries` types the held-out
     half: what a decision rule may be chosen on (the held-out half only measures it)."""
-    from vitrine.intent.typos import typo_fn  # noqa: PLC0415 - tiny helper
+    from vitrine.intent.typos import typo_fn
 
     rng = random.Random(f"{seed}:fit-leaves")
     typo = typo_fn(rng)
@@ -206,7 +206,7 @@ def heldout_leaf_queries(seed: int = 0, path: Path | None = None) -> list[tuple[
     """Every held-out leaf typed as a shopper would (English): (query, leaf name). The whole name
     lower-cased ("&" or "and"), sometimes singular, a third with one typo in a long word. None of
     these leaves is in any training query (one side of an "A & B" leaf may be a word that is)."""
-    from vitrine.intent.typos import typo_fn  # noqa: PLC0415 - tiny helper
+    from vitrine.intent.typos import typo_fn
 
     rng = random.Random(f"{seed}:leaves")
     typo = typo_fn(rng)

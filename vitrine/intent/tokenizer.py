@@ -76,7 +76,7 @@ PROBES: dict[str, list[int]] = {
 
 def _require_tokenizers() -> Any:
     try:
-        import tokenizers  # noqa: PLC0415
+        import tokenizers
     except ImportError as e:
         raise MissingExtra(f"the Qwen tokenizer needs the `tokenizers` package: {INSTALL_HINT}") from e
     return tokenizers
@@ -96,7 +96,7 @@ def source_path() -> Path:
 
 def source_version() -> str | None:
     try:
-        from importlib.metadata import version  # noqa: PLC0415
+        from importlib.metadata import version
 
         return version(SOURCE_PACKAGE)
     except Exception:  # noqa: BLE001 - metadata is informative only
@@ -152,7 +152,7 @@ def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
 def build_tokenizer(ranks: dict[bytes, int] | None = None) -> Any:
     """Convert the ranks to a ``tokenizers.Tokenizer`` (deterministic)."""
     tk = _require_tokenizers()
-    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers  # noqa: PLC0415
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 
     ranks = ranks if ranks is not None else load_ranks()
     b2u = bytes_to_unicode()
@@ -182,7 +182,7 @@ def reference_encoding(ranks: dict[bytes, int] | None = None) -> Any:
     """tiktoken's own encoder over the same file and regex: the reference the conversion is checked
     against (encode with ``allowed_special=set(), disallowed_special=()`` after NFC)."""
     try:
-        import tiktoken  # noqa: PLC0415
+        import tiktoken
     except ImportError as e:
         raise MissingExtra(f"the tokenizer check needs `tiktoken`: {INSTALL_HINT}") from e
     ranks = ranks if ranks is not None else load_ranks()

@@ -26,6 +26,7 @@ from vitrine.bundled import bundled_dir
 from vitrine.errors import InvalidInput
 from vitrine.intent import tokenizer as qtok
 from vitrine.intent.classifier import LABELS, IntentClassifier
+from vitrine.intent.member import IntentMember
 from vitrine.training.intent_queries import (
     GENERATOR_VERSION,
     Example,
@@ -100,13 +101,13 @@ def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generato
         part = order[c:c + chunk]
         part = part[np.argsort(lengths[part], kind="stable")]
         batches += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
-    rng.shuffle(batches)  # type: ignore[arg-type]
+    rng.shuffle(batches)
     return batches
 
 
 # -- training -----------------------------------------------------------------------------------------------
 def _seed_all(seed: int) -> None:
-    import torch  # noqa: PLC0415
+    import torch
 
     random.seed(seed)
     np.random.seed(seed)
@@ -138,7 +139,7 @@ def train_intent(out: Path | None = None, init_from: Path | None = None, seed: i
     searches and as the product inside every intent's templates (see :func:`vitrine.training.intent_tuning.tune_intent`).
     ``only``: train just these members into ``out/parts/<i>`` (several processes can share the
     members of one ensemble); :func:`assemble_members` then measures and ships the ensemble."""
-    import torch  # noqa: PLC0415
+    import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
@@ -239,7 +240,7 @@ class _Members:
         self.ranks = qtok.load_ranks()
         extra_rank = int(self.arch.get("extra_english_max_rank", 0) or 0)
         if extra_rank and self.init_from is None:
-            from vitrine.training.embed_init import english_word_ids  # noqa: PLC0415
+            from vitrine.training.embed_init import english_word_ids
 
             self.extra_ids = set(english_word_ids(self.ranks, extra_rank))
         targets = _distill_targets(trains) if self.hp["distill_weight"] > 0 else [None] * len(todo)
@@ -262,7 +263,7 @@ class _Members:
         else:
             model = IntentModel(dict(arch, labels=labels, tokenizer=tok_info), keep)
         if self.init_from is None and arch.get("embedding_init") == "minilm":
-            from vitrine.training.embed_init import init_embeddings  # noqa: PLC0415
+            from vitrine.training.embed_init import init_embeddings
 
             log.info("initialising %d token embeddings from MiniLM word vectors", len(keep))
             model.config.update(init_embeddings(model.model, keep, self.ranks, n_special=3, pad=PAD, unk=UNK,
@@ -313,7 +314,7 @@ class _MemberStep:
 
     def __init__(self, run: _Members, model: IntentModel, train: list[Example], train_ids: list[list[int]],
                  distill: Any) -> None:
-        import torch  # noqa: PLC0415
+        import torch
 
         self.run, self.model, self.distill = run, model, distill
         net = self.net = model.model
@@ -339,7 +340,7 @@ class _MemberStep:
 
     def epoch(self, rng: np.random.Generator, desc: str) -> float:
         """One pass over the member's queries in length batches; the mean loss."""
-        from vitrine.progress import progress_bar  # noqa: PLC0415
+        from vitrine.progress import progress_bar
 
         self.net.train()
         losses: list[float] = []
@@ -353,7 +354,7 @@ class _MemberStep:
         return float(np.mean(losses))
 
     def step(self, idx: np.ndarray, rng: np.random.Generator) -> float:
-        import torch  # noqa: PLC0415
+        import torch
 
         net, hp = self.net, self.run.hp
         batch = []
@@ -412,7 +413,7 @@ def assemble_members(out: Path | None = None, *, source: Path | None = None, cac
     # the held-out texts that are also training texts: recorded, so that measuring again needs no
     # replay of the training draws (heldout_examples)
     models[0].config["heldout_dropped"] = sorted({e.text for e in full if e.text.casefold() in train_texts})
-    trains = [[] for _ in range(members)]
+    trains: list[list[Example]] = [[] for _ in range(members)]
     models[0].config["train_queries"] = int(cfg["train_per_label"]) * len(LABELS)
     val = make_val(terms, per_label=int(tr["val_per_label"]), seed=seed, exclude=train_texts)
     tok = qtok.load_tokenizer(cache_dir)
@@ -446,7 +447,8 @@ def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], tes
             member_val.append({"member": m, "best_epoch": mbest, "val_accuracy": mv["accuracy"],
                                "val_macro_f1": mv["macro_f1"]})
     model, clf, best_epoch, history, n_keep = fitted[0]
-    clf.members = [f[1] for f in fitted[1:]]  # probabilities averaged over the members
+    # probabilities averaged over the members
+    clf.members = [IntentMember(mclf.model, mclf.tokenizer) for _, mclf, _, _, _ in fitted[1:]]
     extractor = SlotExtractor(terms.vocabulary())
     val_m = evaluate(clf, val, extractor)
     model.config["members"] = members
@@ -499,7 +501,7 @@ def _ship(out: Path, fitted: list[Any], *, terms: Terms, val: list[Example], tes
 def _distill_targets(trains: Sequence[Sequence[Example]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per member given: MiniLM sentence embeddings of its English training queries (zero rows and
     ``False`` for the others: MiniLM is an English model). One MiniLM pass over the distinct texts."""
-    from vitrine.training.embed_init import minilm_vectors  # noqa: PLC0415
+    from vitrine.training.embed_init import minilm_vectors
 
     texts = sorted({e.text for train in trains for e in train if e.lang == "en"})
     vecs = minilm_vectors(texts, max_length=64)

@@ -63,10 +63,12 @@ class _Expert(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def linears(self) -> tuple[nn.Linear, nn.Linear]:
+        """The MLP's two Linear layers."""
+        return _linear_at(self.net, 0), _linear_at(self.net, 3)
+
 
 class CrossModalMoE(Adapter):
-    route_bias: torch.Tensor  # a buffer (register_buffer)
-
     """The cross-modal MoE gate (see the module docstring). Config: ``experts`` (8), ``top_k``
     (2), ``width`` (512, the common token width), ``hidden`` (512, per expert), ``dim`` (256),
     ``dropout``, ``router_noise`` (noisy top-k during training), ``dynamic_k``,
@@ -77,6 +79,7 @@ class CrossModalMoE(Adapter):
     lone photos and lone texts route as well as pairs)."""
 
     kind = "moe"
+    route_bias: torch.Tensor  # a buffer (register_buffer)
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
@@ -212,11 +215,7 @@ class CrossModalMoE(Adapter):
             return self._infer_one(pi, IMAGE), None
         if pi is None and pt is not None and pt.shape[0] == 1:
             return None, self._infer_one(pt, TEXT)
-        tokens: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
-        if pi is not None:
-            tokens.append((IMAGE, pi, pt))
-        if pt is not None:
-            tokens.append((TEXT, pt, pi))
+        tokens = [(m, own, other) for m, own, other in ((IMAGE, pi, pt), (TEXT, pt, pi)) if own is not None]
         r_in = torch.cat([self._route_input(own, other, m) for m, own, other in tokens])
         out = self._experts_out(torch.cat([own for _, own, _ in tokens]),
                                 self._route_logits(self.router(r_in), None)[1])
@@ -245,8 +244,7 @@ class CrossModalMoE(Adapter):
         """The layers with float16 query copies: the input projections and the experts."""
         layers = {"image": _linear_at(self.image_in, 0), "text": _linear_at(self.text_in, 0)}
         for e, expert in enumerate(self.experts):
-            net = cast(_Expert, expert).net
-            layers[f"{e}.0"], layers[f"{e}.1"] = _linear_at(net, 0), _linear_at(net, 3)
+            layers[f"{e}.0"], layers[f"{e}.1"] = cast(_Expert, expert).linears()
         return layers
 
     def _half_mode(self) -> bool:

@@ -22,13 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitrine.encoders.adapters import Adapter
+from vitrine.encoders.adapter_base import Adapter
+from vitrine.encoders.moe import CrossModalMoE
 from vitrine.progress import progress_bar
 from vitrine.training.pairs import PairSet
 
@@ -60,7 +61,14 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def kind_options(kind: str) -> dict[str, float]:
+class KindOptions(TypedDict, total=False):
+    """:class:`TrainConfig` fields that :func:`kind_options` sets."""
+
+    modality_dropout: float
+    text_text_weight: float
+
+
+def kind_options(kind: str) -> KindOptions:
     """The :class:`TrainConfig` fields an adapter kind trains with beyond the defaults: the MoE gate
     hides a product's photo 15% of the time (so its text side learns alone) and adds a
     query -> product-text loss at half weight (keeps text-only catalogues good)."""
@@ -125,7 +133,7 @@ def evaluate_pairs(adapter: Adapter, data: PairSet, device: str = "cpu") -> dict
             img = adapter(torch.from_numpy(data.image).to(device), None).image
             txt = adapter(None, torch.from_numpy(data.text).to(device)).text
     g = torch.from_numpy(data.group).to(device)
-    return retrieval_scores(txt, img, g, g)  # type: ignore[arg-type]
+    return retrieval_scores(txt, img, g, g)
 
 
 def train_adapter(
@@ -152,14 +160,14 @@ def train_adapter(
     adapter.to(dev)
     if train.text_only and towers is not None:
         raise ValueError("tower LoRA trains with photos; a text-only PairSet has none")
-    if hasattr(adapter, "set_training_routing"):  # the MoE gate: how it routes while training
+    if isinstance(adapter, CrossModalMoE):  # the MoE gate: how it routes while training
         adapter.set_training_routing(gumbel_tau=cfg.gumbel_tau)
     data = _Tensors.of(train, dev)
     if cfg.feature_stats:
         adapter.set_feature_stats(None if data.text_only else data.img, data.txt)
     run = _Run(adapter, cfg, data, towers, score_fn or (lambda m: m["MRR@10"]))
     log_file = open(log_path, "w", encoding="utf-8") if log_path else None
-    bar = progress_bar(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", enabled=progress)
+    bar: Any = progress_bar(total=cfg.epochs, desc=f"train {adapter.kind}", unit="epoch", enabled=progress)
     try:
         for epoch in range(cfg.epochs):
             row = run.epoch(epoch, val)
@@ -198,14 +206,17 @@ class _Tensors:
             return torch.from_numpy(a).to(dev)
 
         queries = None
+        q_subset, q_key, p_keys = train.query_subset, train.query_key, train.product_keys
         if train.query_rows is not None and train.query_text is not None:
-            queries = (t(train.query_rows), t(train.query_text), t(train.query_subset),  # type: ignore[arg-type]
-                       t(train.query_key), t(train.product_keys))  # type: ignore[arg-type]
+            assert q_subset is not None and q_key is not None and p_keys is not None  # attach_queries sets all five
+            queries = (t(train.query_rows), t(train.query_text), t(q_subset), t(q_key), t(p_keys))
         views = view_ok = None
         if train.image_views is not None:  # a view may exist for some rows only (NaN rows): they keep their photo
             view_ok = t(~np.isnan(train.image_views).any(-1))
             views = t(np.nan_to_num(train.image_views))
-        return cls(text_only=train.text_only, img=t(train.variant if train.text_only else train.image),  # type: ignore[arg-type]
+        img = train.variant if train.image is None else train.image  # text-only: the title variants
+        assert img is not None  # PairSet refuses a text-only set without variants
+        return cls(text_only=train.text_only, img=t(img),
                    txt=t(train.text), grp=t(train.group), queries=queries,
                    hard=t(train.hard_negatives) if train.hard_negatives is not None else None,
                    views=views, view_ok=view_ok)
@@ -266,11 +277,11 @@ class _Run:
             extra_rows = d.hard[idx[: len(idx) // 4]].flatten()
             idx = torch.unique(torch.cat([idx, extra_rows[extra_rows >= 0]]))
         bi, bt, bg = d.img[idx], d.txt[idx], d.grp[idx]
-        if d.views is not None and cfg.view_prob > 0:
+        if d.views is not None and d.view_ok is not None and cfg.view_prob > 0:
             # Feature-level augmentation: some rows see an augmented view of their photo.
             v = torch.randint(0, len(d.views), (len(idx),), generator=gen).to(dev)
             use = (torch.rand(len(idx), generator=gen) < cfg.view_prob).to(dev)
-            use = use & d.view_ok[v, idx]  # type: ignore[index]
+            use = use & d.view_ok[v, idx]
             bi = torch.where(use[:, None], d.views[v, idx], bi)
         hide = torch.rand(len(idx), generator=gen).to(dev) < cfg.modality_dropout if cfg.modality_dropout > 0 else None
         if self.towers is not None:  # the step's rows through the towers' deltas (with grad)
@@ -290,8 +301,9 @@ class _Run:
             if var.aux.get("loss") is not None:  # the variants' routing is balanced too
                 loss = loss + cfg.aux_weight * var.aux["loss"]
         else:
-            out = adapter.training_forward(bi, bt, hide_image=hide) if hasattr(adapter, "training_forward") \
+            out = adapter.training_forward(bi, bt, hide_image=hide) if isinstance(adapter, CrossModalMoE) \
                 else adapter(bi, bt)
+            assert out.text is not None and out.image is not None  # both modalities went in
             loss = contrastive_loss(out.text, out.image, bg, bg, scale)
         parts = {"contrastive": loss.item()}
         if "fused" in out.aux.get("train_terms", ()) and not self.data.text_only:
@@ -314,7 +326,7 @@ class _Run:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
-        if hasattr(adapter, "after_step"):  # e.g. the MoE gate's loss-free load balancing
+        if isinstance(adapter, CrossModalMoE):  # the MoE gate's loss-free load balancing
             adapter.after_step(out.aux)
         self.update_ema()
         self.step += 1
@@ -387,7 +399,7 @@ class _Run:
             adapted = towers.refresh(train, "train")  # the balance settles on the adapted tokens
             img, txt = torch.from_numpy(adapted.image).to(dev), torch.from_numpy(adapted.text).to(dev)
         balance: dict[str, float] = {}
-        if hasattr(adapter, "calibrate_balance"):
+        if isinstance(adapter, CrossModalMoE):
             balance = adapter.calibrate_balance(None if self.data.text_only else img, txt)
             if balance:
                 log.info("routing balance on the training tokens: %s", balance)

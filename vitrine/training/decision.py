@@ -33,9 +33,9 @@ def choose(clf: IntentClassifier, *, seed: int = 0, val_per_label: int = 400) ->
     """The rule maximising (training leaves read as search) + (validation accuracy), over: no
     prior, and the prior forgiving 0, 1 or 2 typo edits, with cue words from the training
     templates alone. The chosen rule ships with the validation templates' cue words added."""
-    from vitrine.intent.taxonomy import training_leaf_queries  # noqa: PLC0415
-    from vitrine.training.intent import default_source  # noqa: PLC0415
-    from vitrine.training.intent_queries import catalogue_terms, make_val  # noqa: PLC0415
+    from vitrine.intent.taxonomy import training_leaf_queries
+    from vitrine.training.intent import default_source
+    from vitrine.training.intent_queries import catalogue_terms, make_val
 
     leaves = [q for q, _ in training_leaf_queries(seed)]
     val = make_val(catalogue_terms(default_source()), per_label=val_per_label, seed=seed)
@@ -60,9 +60,9 @@ def choose(clf: IntentClassifier, *, seed: int = 0, val_per_label: int = 400) ->
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - a maintainer's tool
-    import argparse  # noqa: PLC0415
+    import argparse
 
-    from vitrine.intent.model import DEFAULT_WEIGHTS, resolve_weights  # noqa: PLC0415
+    from vitrine.intent.model import DEFAULT_WEIGHTS, resolve_weights
 
     ap = argparse.ArgumentParser(description="choose the intent decision rule and save it beside the weights")
     ap.add_argument("--weights", default=DEFAULT_WEIGHTS)

@@ -18,7 +18,7 @@ ARCHITECTURE = ("dim", "hidden", "dropout", "experts", "top_k", "dynamic_k", "dy
 def served_architecture(settings: Any) -> tuple[str, dict[str, Any]]:
     """The configured adapter's kind and architecture (the shipped MoE gate by default), so that
     the protocol retrains what serves, not a stand-in."""
-    from vitrine.encoders.adapters import load_adapter  # noqa: PLC0415
+    from vitrine.encoders.adapters import load_adapter
 
     cfg = load_adapter(settings.encoders.adapter).config
     return str(cfg["kind"]), {k: cfg[k] for k in ARCHITECTURE if k in cfg}
@@ -29,11 +29,11 @@ def train_aligner_on_rows(settings: Any, rows: list[dict[str, str]], out: Path, 
     """An aligner of the served adapter's kind and architecture (``kind`` overrides), trained by
     the encoders' training code on the bundled catalogue's ``rows`` only (their train split;
     early-stopped on their val split; no augmented views, to fit 2 cores)."""
-    from vitrine.encoders.adapters import create_adapter  # noqa: PLC0415
-    from vitrine.evals.datasets import Catalog  # noqa: PLC0415
-    from vitrine.training.adapter import TrainConfig, kind_options, seed_everything, train_adapter  # noqa: PLC0415
-    from vitrine.training.gate import features_encoder, tune_fuse_weight  # noqa: PLC0415
-    from vitrine.training.pairs import build_pairs  # noqa: PLC0415
+    from vitrine.encoders.adapters import create_adapter
+    from vitrine.evals.datasets import Catalog
+    from vitrine.training.adapter import TrainConfig, kind_options, seed_everything, train_adapter
+    from vitrine.training.gate import features_encoder, tune_fuse_weight
+    from vitrine.training.pairs import build_pairs
 
     if (out / "config.json").is_file():  # trained by an earlier run of the protocol
         return out

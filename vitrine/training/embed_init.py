@@ -66,9 +66,9 @@ def minilm_vectors(texts: list[str], *, batch_size: int = 256, max_length: int =
                    progress: bool = False) -> np.ndarray:
     """Mean-pooled, L2-normalised MiniLM embeddings of short texts (tokens, or whole queries with a
     larger ``max_length``)."""
-    import torch  # noqa: PLC0415
-    from vitrine.progress import progress_bar  # noqa: PLC0415
-    from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415
+    import torch
+    from vitrine.progress import progress_bar
+    from transformers import AutoModel, AutoTokenizer
 
     d = minilm_dir()
     tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
@@ -102,7 +102,7 @@ def init_embeddings(model: Any, keep_ids: np.ndarray, ranks: dict[bytes, int], *
                     unk: int, eos: int, scale: float = 0.02, seed: int = 0, freeze: bool = False,
                     progress: bool = False) -> dict[str, Any]:
     """Start ``model``'s input embedding rows of English word tokens from their MiniLM vectors."""
-    import torch  # noqa: PLC0415
+    import torch
 
     emb = model.get_input_embeddings()
     dim = emb.weight.shape[1]

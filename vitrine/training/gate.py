@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from vitrine.training.recipe import GateRecipe, save_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.encoders.adapters import Adapter
+    from vitrine.encoders.adapter_base import Adapter
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.evals.datasets import Catalog
     from vitrine.settings import Settings
@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 def features_encoder(settings: Settings) -> MultimodalEncoder:
     """The towers alone (no adapter), with the shared feature cache: what training reads."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from vitrine.encoders.encoder import MultimodalEncoder  # noqa: PLC0415
+    from vitrine.encoders.encoder import MultimodalEncoder
 
     if settings.encoders.torch_threads:
         torch.set_num_threads(settings.encoders.torch_threads)
@@ -50,7 +50,7 @@ def tune_fuse_weight(adapter: Adapter, catalog: Catalog, encoder: MultimodalEnco
                      grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8)) -> dict[str, Any]:
     """Pick the photo weight of the fused product vector on ``split``: attribute-query nDCG@10
     and title->product MRR@10 over that split's products, averaged."""
-    import torch  # noqa: PLC0415
+    import torch
 
     with torch.inference_mode():
         return _tune_fuse_weight(adapter, catalog, encoder, split, grid)
@@ -58,11 +58,11 @@ def tune_fuse_weight(adapter: Adapter, catalog: Catalog, encoder: MultimodalEnco
 
 def _tune_fuse_weight(adapter: Adapter, catalog: Catalog, encoder: MultimodalEncoder, split: str,
                       grid: tuple[float, ...]) -> dict[str, Any]:
-    import numpy as np  # noqa: PLC0415
-    import torch  # noqa: PLC0415
+    import numpy as np
+    import torch
 
-    from vitrine.evals import attribute_queries as aq  # noqa: PLC0415
-    from vitrine.evals.metrics import mean_metrics  # noqa: PLC0415
+    from vitrine.evals import attribute_queries as aq
+    from vitrine.evals.metrics import mean_metrics
 
     img_f, txt_f = catalog.features(encoder, progress=False)
     rows_idx = np.flatnonzero(catalog.split_mask(split))
@@ -107,12 +107,12 @@ def train_gate(settings: Settings, recipe: GateRecipe, out: Path | None = None) 
     ``recipe.source``), early-stopped on val; writes it, its ``recipe.json`` (resolved), the
     training log and summary to ``out`` (default: the shipped weights folder of the recipe's
     name or kind). LoRA recipes save the towers' deltas in ``out/lora`` (vitrine/encoders/lora.py)."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from vitrine.encoders.adapters import WEIGHTS_DIR, create_adapter  # noqa: PLC0415
-    from vitrine.training.adapter import TrainConfig, kind_options, seed_everything, train_adapter  # noqa: PLC0415
-    from vitrine.training.lora_data import limited_catalog  # noqa: PLC0415
-    from vitrine.training.pairs import build_pairs  # noqa: PLC0415
+    from vitrine.encoders.adapters import WEIGHTS_DIR, create_adapter
+    from vitrine.training.adapter import TrainConfig, kind_options, seed_everything, train_adapter
+    from vitrine.training.lora_data import limited_catalog
+    from vitrine.training.pairs import build_pairs
 
     recipe = replace(recipe.resolved(), model=settings.encoders.model)
     t0 = time.time()
@@ -131,8 +131,7 @@ def train_gate(settings: Settings, recipe: GateRecipe, out: Path | None = None) 
     assert recipe.epochs is not None and recipe.patience is not None and recipe.lr is not None
     tcfg = TrainConfig(epochs=recipe.epochs, batch_size=recipe.batch_size, lr=recipe.lr, seed=recipe.seed,
                        patience=recipe.patience, ema_decay=recipe.ema, view_prob=recipe.view_prob,
-                       **(kind_options(recipe.kind) | {"gumbel_tau": recipe.gumbel_tau,
-                                                       "route_kl_weight": recipe.route_kl}))
+                       gumbel_tau=recipe.gumbel_tau, route_kl_weight=recipe.route_kl, **kind_options(recipe.kind))
     result = train_adapter(adapter, train, val, tcfg, progress=True, log_path=out / "train_log.jsonl", towers=towers)
     summary = _summary(recipe, out, result, train, t0)
     summary["fuse_image_weight"] = _fuse_weight(adapter, recipe.kind, catalog, encoder)
@@ -150,8 +149,8 @@ def _joint_towers(recipe: GateRecipe, catalog: Catalog, encoder: MultimodalEncod
                   val_rows: Any, queries: bool) -> JointTowers | None:
     if not recipe.lora:
         return None
-    from vitrine.encoders.lora import LoraSpec  # noqa: PLC0415
-    from vitrine.training.lora_data import joint_towers  # noqa: PLC0415
+    from vitrine.encoders.lora import LoraSpec
+    from vitrine.training.lora_data import joint_towers
 
     layers = None if recipe.lora_text_layers is None else list(recipe.lora_text_layers)
     spec = LoraSpec.from_mode(recipe.lora, rank=recipe.lora_rank, alpha=2.0 * recipe.lora_rank, text_layers=layers)
@@ -189,9 +188,10 @@ def _summary(recipe: GateRecipe, out: Path, result: TrainResult, train: PairSet,
 def _finish(adapter: Adapter, towers: JointTowers | None, recipe: GateRecipe, summary: dict[str, Any],
             val: PairSet, catalog: Catalog, encoder: MultimodalEncoder) -> None:
     """The summary's LoRA, val figures and routing statistics."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from vitrine.training.lora_data import val_figures  # noqa: PLC0415
+    from vitrine.encoders.moe import CrossModalMoE
+    from vitrine.training.lora_data import val_figures
 
     if towers is not None:
         summary["lora"] = {"mode": towers.lora.spec.mode, "rank": recipe.lora_rank,
@@ -200,7 +200,7 @@ def _finish(adapter: Adapter, towers: JointTowers | None, recipe: GateRecipe, su
                            "parameters": sum(p.numel() for p in towers.parameters())}
         adapter.config["lora"] = summary["lora"]
     summary["val_figures"] = val_figures(adapter, val, catalog, encoder, towers)
-    if hasattr(adapter, "routing_stats"):
+    if isinstance(adapter, CrossModalMoE):
         with torch.inference_mode():
             rv = towers.refresh(val, "val") if towers is not None else val
             summary["routing"] = adapter.routing_stats(torch.from_numpy(rv.image), torch.from_numpy(rv.text),

@@ -32,7 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vitrine.encoders.adapters import Adapter, create_adapter
+from vitrine.encoders.adapter_base import Adapter
+from vitrine.encoders.adapters import create_adapter
 from vitrine.errors import InvalidInput
 from vitrine.search.engine import Engine
 from vitrine.settings import Settings
@@ -113,7 +114,7 @@ def install_and_retune(engine: Engine, out: Path, *, seed: int, retune: bool,
                        counts: dict[str, int] | None) -> dict[str, Any]:
     """Hot-swap the aligner in ``out`` in through the canary checks; once switched, tune the
     catalogue again for the new shared space."""
-    from vitrine.search.swap import SwapRefused, SwapRequest  # noqa: PLC0415
+    from vitrine.search.swap import SwapRefused, SwapRequest
 
     got: dict[str, Any] = {}
     try:
@@ -122,7 +123,7 @@ def install_and_retune(engine: Engine, out: Path, *, seed: int, retune: bool,
     except SwapRefused as e:
         got["swap"] = {"accepted": False, "switched": False, "reason": str(e)}
     if got["swap"]["switched"] and retune:
-        from vitrine.evals.tuning import tune  # noqa: PLC0415
+        from vitrine.evals.tuning import tune
 
         res = tune(engine, seed=seed, counts=counts)
         got["tune"] = {"accepted": res.calibration.accepted, "weights": res.calibration.text_weights,

@@ -37,7 +37,7 @@ FINETUNE_DEFAULTS: dict[str, Any] = {"train_per_label": 2000, "epochs": 2, "lr":
 def grow_vocabulary(model: IntentModel, new_ids: Sequence[int]) -> IntentModel:
     """``model`` with embedding rows added for ``new_ids`` (token ids it had no row for); each new
     row starts as its unknown-token row, every other weight is kept."""
-    import torch  # noqa: PLC0415 - loaded on use, never at import
+    import torch  # loaded on use, never at import
     have = set(model.keep_ids.tolist())
     add = np.array(sorted(i for i in set(new_ids) if i not in have), dtype=np.int64)
     if not len(add):
@@ -61,10 +61,10 @@ def finetune_members(base: str | Path, out: Path, *, only: Sequence[int] | None 
                      draw_seed: int | None = None, **overrides: Any) -> list[dict[str, Any]]:
     """Fine-tune the members of the ensemble at ``base`` (all, or those in ``only``) on a fresh
     draw of the generator (its seed offset, so the draw is new) and save them under ``out/parts``."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from vitrine.training.intent import PARTS_DIR, default_source, length_batches  # noqa: PLC0415
-    from vitrine.training.intent_metrics import evaluate  # noqa: PLC0415
+    from vitrine.training.intent import PARTS_DIR, default_source, length_batches
+    from vitrine.training.intent_metrics import evaluate
 
     hp = dict(FINETUNE_DEFAULTS, **overrides)
     base_dir = resolve_weights(base)

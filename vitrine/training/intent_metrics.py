@@ -16,7 +16,7 @@ from vitrine.intent.taxonomy import heldout_leaf_queries
 from vitrine.training.intent_queries import Example
 
 
-def classification_metrics(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str] = LABELS) -> dict[str, Any]:
+def classification_metrics(gold: Sequence[str], pred: Sequence[str | None], labels: Sequence[str] = LABELS) -> dict[str, Any]:
     n = len(gold)
     acc = sum(g == p for g, p in zip(gold, pred)) / n if n else float("nan")
     per: dict[str, dict[str, float]] = {}
@@ -36,7 +36,7 @@ def classification_metrics(gold: Sequence[str], pred: Sequence[str], labels: Seq
 def evaluate(classifier: IntentClassifier, examples: Sequence[Example], extractor: SlotExtractor | None = None,
              *, batch_size: int = 128) -> dict[str, Any]:
     """Accuracy, macro-F1, per-label scores on ``examples``; slot exact-match when given an extractor."""
-    preds: list[str] = []
+    preds: list[str | None] = []
     for i in range(0, len(examples), batch_size):
         preds += [r.predicted for r in classifier.predict_batch([e.text for e in examples[i:i + batch_size]])]
     out = classification_metrics([e.label for e in examples], preds)
@@ -47,9 +47,9 @@ def evaluate(classifier: IntentClassifier, examples: Sequence[Example], extracto
         by_lang[lang] = {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "n": m["n"]}
     out["by_language"] = by_lang
     if extractor is not None:
-        labelled = [e for e in examples if e.slots is not None]
-        ok = [slots_equal(extractor.extract(e.text).values(), e.slots) for e in labelled]  # type: ignore[arg-type]
-        with_slots = [o for o, e in zip(ok, labelled) if e.slots]
+        labelled = [(e.text, e.slots) for e in examples if e.slots is not None]
+        ok = [slots_equal(extractor.extract(text).values(), slots) for text, slots in labelled]
+        with_slots = [o for o, (_, slots) in zip(ok, labelled) if slots]
         out["slot_exact_match"] = round(sum(ok) / len(ok), 4) if ok else float("nan")
         out["slot_exact_match_with_slots"] = round(sum(with_slots) / len(with_slots), 4) if with_slots else float("nan")
     errors = [{"text": e.text, "gold": e.label, "pred": p} for e, p in zip(examples, preds) if e.label != p]
@@ -75,7 +75,7 @@ def leaf_search_rate(classifier: IntentClassifier, seed: int = 0, *, batch_size:
     """Share of Google-taxonomy leaves no training query had, typed as a shopper would (English,
     lower-cased, a third with a typo), that the deployed rule sends to search; overall and per
     top-level domain of the taxonomy."""
-    from vitrine.intent.taxonomy import taxonomy_paths  # noqa: PLC0415
+    from vitrine.intent.taxonomy import taxonomy_paths
 
     pairs = heldout_leaf_queries(seed)
     results = []

@@ -331,13 +331,14 @@ class QueryGenerator:
         gfor = rng.choice(GENDER_FORMS["en_for"][g]) if g else None
         gadj = rng.choice(GENDER_FORMS["en_adj"][g]) if g else None
         style = rng.random()
+        words: list[str | None]  # in order; None: left out
         if cols and cs and style < 0.15:  # "nike running shoes in black for men"
-            seq = [bs, cs, "in", cols, gfor]
+            words = [bs, cs, "in", cols, gfor]
         elif g and style < 0.55:  # "nike men's black running shoes" / "men's nike black ..."
-            seq = [bs, gadj, cols, cs] if rng.random() < 0.7 else [gadj, bs, cols, cs]
+            words = [bs, gadj, cols, cs] if rng.random() < 0.7 else [gadj, bs, cols, cs]
         else:  # "nike black running shoes for men"
-            seq = [bs, cols, cs, gfor]
-        text = " ".join(x for x in seq if x)
+            words = [bs, cols, cs, gfor]
+        text = " ".join(x for x in words if x)
         return text, slots
 
     def price(self, zh: bool) -> tuple[str, dict[str, float]]:
@@ -401,7 +402,8 @@ class QueryGenerator:
             ph = m.group(1)
             mixed = zh and rng.random() < 0.3
             pzh = zh and not mixed or (not zh and rng.random() < 0.08)
-            text, slots = "", {}
+            text = ""
+            slots: dict[str, Any] = {}
             if ph == "P":
                 text, slots = self.product(pzh)
             elif ph in ("PA", "PB") and tax_pair is not None:

@@ -56,15 +56,15 @@ def tune_intent(titles: Iterable[str], out: Path, *, base: str | Path = "default
     log.info("teaching the intent classifier %d catalogue titles (%s)", len(extra),
              "retraining" if retrain else f"fine-tuning {base}")
     if retrain:
-        from vitrine.training.intent import DEFAULTS, train_intent  # noqa: PLC0415 - torch only when called
+        from vitrine.training.intent import DEFAULTS, train_intent  # torch only when called
 
         return train_intent(Path(out), seed=seed, epochs=epochs or DEFAULTS["epochs"], cache_dir=cache_dir,
                             train_per_label=train_per_label or DEFAULTS["train_per_label"], members=members,
                             extra_titles=extra, threads=threads, progress=False)
-    import torch  # noqa: PLC0415
+    import torch
 
-    from vitrine.training.intent_finetune import FINETUNE_DEFAULTS, finetune_members  # noqa: PLC0415
-    from vitrine.training.intent import assemble_members  # noqa: PLC0415
+    from vitrine.training.intent_finetune import FINETUNE_DEFAULTS, finetune_members
+    from vitrine.training.intent import assemble_members
 
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))

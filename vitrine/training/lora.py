@@ -46,7 +46,9 @@ class JointTowers:
         self.lora.load_delta_state(state)
 
     def _image(self, split: str, rows: np.ndarray, frozen: torch.Tensor) -> torch.Tensor:
-        act = torch.from_numpy(self.acts[split][rows]).to(frozen.device)  # type: ignore[index]
+        acts = self.acts[split]
+        assert acts is not None  # image LoRA: __init__ refuses to go without them
+        act = torch.from_numpy(acts[rows]).to(frozen.device)
         return self.lora.image_features(act, frozen)
 
     def batch(self, idx: torch.Tensor, image: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,6 +69,7 @@ class JointTowers:
     @torch.no_grad()
     def refresh(self, data: PairSet, split: str) -> PairSet:
         """``data`` (a split's pairs) with its features recomputed by the adapted towers."""
+        assert data.image is not None  # tower LoRA trains with photos (train_adapter refuses text-only sets)
         image, text = data.image, data.text
         n = len(data.image)
         if self.lora.spec.image:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from vitrine.encoders.adapters import Adapter
+    from vitrine.encoders.adapter_base import Adapter
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.encoders.lora import LoraSpec
     from vitrine.training.lora import JointTowers
@@ -53,7 +53,7 @@ def joint_towers(catalog: Catalog, encoder: MultimodalEncoder, spec: LoraSpec, *
     acts = {}
     if spec.image:
         for split, rows in (("train", train_rows), ("val", val_rows)):
-            bar = progress_bar(total=len(rows), desc=f"cut activations ({split})", unit="img", enabled=progress)
+            bar: Any = progress_bar(total=len(rows), desc=f"cut activations ({split})", unit="img", enabled=progress)
             acts[split] = photo_activations(encoder.towers, [catalog.photo(catalog.rows[int(r)]["id"]) for r in rows],
                                             encoder.decode, cache=encoder.cache, progress=bar.update)
             bar.close()

@@ -73,7 +73,7 @@ class PairSet:
             raise ValueError("image (or variant), text and group must have the same number of rows")
         if self.image is None and (self.image_views is not None or self.hard_negatives is not None):
             raise ValueError("a text-only PairSet has no photo views or hard negatives")
-        if self.image_views is not None and self.image_views.shape[1:] != self.image.shape:
+        if self.image_views is not None and self.image is not None and self.image_views.shape[1:] != self.image.shape:
             raise ValueError("image_views must be (views, rows, image_dim) over the same rows")
 
 
@@ -133,8 +133,8 @@ def build_pairs(catalog: Catalog, encoder: MultimodalEncoder, split: str, *, que
                 ) -> tuple[PairSet, np.ndarray]:
     """A split's (photo, title) pairs as a :class:`PairSet` (with the photo views' features and,
     with ``queries``, attribute pseudo-queries) and the catalogue rows they come from."""
-    from vitrine.encoders.images import is_degraded_view  # noqa: PLC0415
-    from vitrine.evals import attribute_queries as aq  # noqa: PLC0415
+    from vitrine.encoders.images import is_degraded_view
+    from vitrine.evals import attribute_queries as aq
 
     img_f, txt_f = catalog.features(encoder, progress=progress)
     rows_idx = np.flatnonzero(catalog.split_mask(split))
@@ -169,10 +169,10 @@ MIN_PRODUCTS = 50  # fewer photos than this: the text-only path; fewer products:
 
 def _with_photos(engine: Engine) -> tuple[list[Any], np.ndarray | None]:
     """The products whose stored photo decodes, and their photo features (None: too few, text-only)."""
-    rows = [r for r in engine.records.iter_rows(with_vectors=False) if r.image_key]
+    rows = [(r, key) for r in engine.records.iter_rows(with_vectors=False) if (key := r.image_key)]
     photos, keep = [], []
-    for r in rows:
-        data = engine.images.get(r.image_key)  # type: ignore[arg-type]
+    for r, key in rows:
+        data = engine.images.get(key)
         if data is not None:
             photos.append(data)
             keep.append(r)
@@ -196,13 +196,13 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
             raise InvalidInput(f"{engine.data_dir} holds {len(keep)} products with a title and too few photos: "
                                f"the aligner needs at least {MIN_PRODUCTS} products to train on (such a small "
                                "catalogue ranks by the text tower's own floor and `vitrine tune`)")
-    from vitrine.search.models import product_text  # noqa: PLC0415
-    from vitrine.search.models import Product  # noqa: PLC0415
+    from vitrine.search.models import product_text
+    from vitrine.search.models import Product
 
     docs = [{**r.doc, "id": r.id} for r in keep]
     txt = engine.encoder.text_features([product_text(Product.model_validate(r.doc)) for r in keep], progress=True)
     salt = f"vitrine-gate-{seed}"
-    split = np.array([pq.split_of(d["id"], heldout, salt) for d in docs])  # noqa: SLF001 - same module family
+    split = np.array([pq.split_of(d["id"], heldout, salt) for d in docs])
     tr, ho = np.flatnonzero(split == "fit"), np.flatnonzero(split == "heldout")
     titles: dict[str, int] = {}
     group = np.array([titles.setdefault(str(d["title"]).casefold(), len(titles)) for d in docs], dtype=np.int64)
@@ -254,9 +254,9 @@ def catalogue_pairs(engine: Engine, *, seed: int = 0, heldout: float = 0.15,
     # early stopping: held-out products, found by a pseudo title query (words dropped) among their
     # photos (text-only: among their text vectors)
     vq = variants(ho)
-    val = PairSet(image=None, text=txt[ho], group=group[ho], variant=vq) if text_only else \
-        PairSet(image=img[ho], text=vq, group=group[ho])  # type: ignore[index]
+    val = PairSet(image=None, text=txt[ho], group=group[ho], variant=vq) if img is None else \
+        PairSet(image=img[ho], text=vq, group=group[ho])
     info = {"text_only": text_only, "products_with_photos": 0 if text_only else len(keep),
             "products": len(keep), "train_products": len(tr), "heldout_products": len(ho),
-            "pseudo_queries": len(keyed), "query_subsets": sorted(sub_of, key=sub_of.get)}
+            "pseudo_queries": len(keyed), "query_subsets": sorted(sub_of, key=sub_of.__getitem__)}
     return train, val, info

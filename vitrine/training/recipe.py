@@ -143,4 +143,5 @@ def load_recipe(folder: Path, kind: type[Recipe] = GateRecipe) -> Recipe:
     if unknown:
         raise InvalidInput(f"unknown fields {sorted(unknown)} in the training recipe at {path}")
     tuples = {n for n in names if isinstance(getattr(kind(), n), tuple)} | {"lora_text_layers"}
-    return kind(**{k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in data.items()})
+    values: dict[str, Any] = {k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in data.items()}
+    return kind(**values)

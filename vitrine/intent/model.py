@@ -246,7 +246,7 @@ def init_from_pretrained(path: Path, arch: dict[str, Any], keep_ids: np.ndarray,
     kwargs: dict[str, Any] = {"num_labels": len(labels)}
     if path.is_file() and path.suffix.lower() == ".gguf":
         try:
-            import gguf  # noqa: F401
+            import gguf  # noqa: F401 - imported to check that transformers can read the file
         except ImportError as e:
             raise MissingExtra("--init-from a GGUF file needs the `gguf` package (pip install gguf); "
                                "or convert the checkpoint to a Hugging Face folder") from e

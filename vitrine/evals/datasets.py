@@ -53,12 +53,12 @@ class Catalog:
 
     def features(self, encoder: MultimodalEncoder, *, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Backbone (image, title) features of every row, from the encoder's cache when present."""
-        if self._key != encoder.towers.key or self._image is None:
+        if self._key != encoder.towers.key or self._image is None or self._text is None:  # set together
             photos = [self.photo(pid) for pid in self.ids]
             self._image = encoder.image_features(photos, progress=progress)
             self._text = encoder.text_features(self.titles, progress=progress)
             self._key = encoder.towers.key
-        return self._image, self._text  # type: ignore[return-value]  # both set together just above
+        return self._image, self._text
 
     def view_features(self, encoder: MultimodalEncoder, views: Sequence[str], rows: np.ndarray, *,
                       progress: bool = True, shares: dict[str, float] | None = None, seed: int = 0) -> np.ndarray:

@@ -77,9 +77,13 @@ class SqliteAnalytics:
     _SQL = analytics_sql(p="?", bucket="CAST(ts / ? AS INTEGER)", c="")
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="?", c="", searches="searches", events="events")
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="?", teams="experiment_teams", events="events")
+    # set by EventLog.__init__
+    path: Path
+    _searches: sqlite3.Connection
+    _search_lock: threading.Lock
 
     def _read_conn(self) -> tuple[sqlite3.Connection, threading.Lock]:
-        return self._searches, self._search_lock  # type: ignore[attr-defined]
+        return self._searches, self._search_lock
 
     def _ensure_experiment_tables(self) -> None:
         if getattr(self, "_exp_ready", False):
@@ -101,7 +105,7 @@ class SqliteAnalytics:
         try:
             return analytics_rows(run, self._SQL, since, until, float(bucket_s), top)
         except sqlite3.Error as e:
-            raise StorageError(f"cannot read analytics from {self.path}: {e}") from e  # type: ignore[attr-defined]
+            raise StorageError(f"cannot read analytics from {self.path}: {e}") from e
 
     def save_experiment(self, name: str, spec: str, updated: float) -> None:
         """Create or replace one experiment (its spec: JSON text)."""

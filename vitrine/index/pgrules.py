@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from vitrine.errors import InvalidInput
-from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg
+from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg, scalar
 from vitrine.index.rule_types import StoredRule, body_json, check_id, stored_rule, too_many
 
 log = logging.getLogger(__name__)
@@ -74,11 +74,11 @@ class PgRuleStore:
 
     @staticmethod
     def _next(c: psycopg.Connection) -> int:
-        return int(c.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {R}").fetchone()[0]) + 1  # type: ignore[index]
+        return int(scalar(c.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {R}"))) + 1
 
     def version(self) -> int:
         with self._conn() as c:
-            return int(c.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {R}").fetchone()[0])  # type: ignore[index]
+            return int(scalar(c.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {R}")))
 
     def changed_since(self, seq: int) -> list[StoredRule]:
         with self._conn() as c:
@@ -90,7 +90,7 @@ class PgRuleStore:
         now = time.time()
         with self._tx() as c:
             if c.execute(f"SELECT 1 FROM {R} WHERE id=%s AND NOT deleted", (rid,)).fetchone() is None:
-                too_many(int(c.execute(f"SELECT count(*) FROM {R} WHERE NOT deleted").fetchone()[0]),  # type: ignore[index]
+                too_many(int(scalar(c.execute(f"SELECT count(*) FROM {R} WHERE NOT deleted"))),
                          max_rules)
             seq = self._next(c)
             c.execute(_UPSERT, (rid, body_json(body), enabled, now, seq))
@@ -106,7 +106,7 @@ class PgRuleStore:
                 params.append((check_id(rule_id), body_json(body), enabled, now, seq))
             with c.cursor() as cur:
                 cur.executemany(_UPSERT, params)
-            n = int(c.execute(f"SELECT count(*) FROM {R} WHERE NOT deleted").fetchone()[0])  # type: ignore[index]
+            n = int(scalar(c.execute(f"SELECT count(*) FROM {R} WHERE NOT deleted")))
             if max_rules is not None and n > max_rules:
                 raise InvalidInput(f"rules: the import would hold {n} rules, over the configured {max_rules} "
                                    "(VITRINE_MAX_RULES)")
@@ -132,4 +132,4 @@ class PgRuleStore:
 
     def count(self) -> int:
         with self._conn() as c:
-            return int(c.execute(f"SELECT count(*) FROM {R} WHERE NOT deleted").fetchone()[0])  # type: ignore[index]
+            return int(scalar(c.execute(f"SELECT count(*) FROM {R} WHERE NOT deleted")))

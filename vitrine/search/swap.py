@@ -145,10 +145,11 @@ def embed_rows(state: IndexState, encoder: MultimodalEncoder, rows: list[StoredR
         photos = [state.images.get(r.image_key) if r.image_key else None for r in chunk]
         tf = encoder.text_features(texts)
         imf = np.full((len(chunk), encoder.towers.image_dim), np.nan, dtype=np.float32)
-        with_img = [i for i, p in enumerate(photos) if p is not None]
+        present = [(i, p) for i, p in enumerate(photos) if p is not None]
+        with_img = [i for i, _ in present]
         if with_img:
             errors: dict[int, str] = {}
-            imf[with_img] = encoder.shared_image_features([photos[i] for i in with_img], errors=errors)  # type: ignore[misc]
+            imf[with_img] = encoder.shared_image_features([p for _, p in present], errors=errors)
             for j in errors:  # a stored photo that no longer decodes: the product keeps its words
                 imf[with_img[j]] = np.nan
         emb = encoder.embed(imf, encoder.shared_text_features(texts, native=tf))

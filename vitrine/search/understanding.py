@@ -159,12 +159,12 @@ class QueryUnderstanding:
         # the store's change number as of at most a second ago: no SQLite query per search
         key = (self.reader.state.records.recent_seq(min(1.0, refresh_s)), len(self.reader.state))
         with self._lock:
-            stale = self._extractor is None or (key != self._vocab_key and
-                                                now - self._vocab_at >= self.settings.intent.intent_vocab_refresh_s)
-            if stale:
-                self._extractor = SlotExtractor(self.vocabulary())
+            extractor = self._extractor
+            if extractor is None or (key != self._vocab_key and
+                                     now - self._vocab_at >= self.settings.intent.intent_vocab_refresh_s):
+                extractor = self._extractor = SlotExtractor(self.vocabulary())
                 self._vocab_key, self._vocab_at = key, now
-            return self._extractor  # type: ignore[return-value]  # set just above when it was None
+            return extractor
 
     # -- classification ----------------------------------------------------------------------------------
     def classify(self, text: str) -> "IntentResult":

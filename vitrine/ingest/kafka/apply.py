@@ -94,17 +94,17 @@ class EventApplier:
 
     def resolve_photos(self, events: list[CatalogueEvent]) -> list[ProductInput | None]:
         out: list[ProductInput | None] = [None] * len(events)
-        fetch: list[int] = []
+        fetch: list[tuple[int, UpsertEvent]] = []
         for i, ev in enumerate(events):
             if isinstance(ev, UpsertEvent):
                 p = ev.product
                 if p.image_b64 or not p.image:
                     out[i] = ProductInput(p)
                 else:
-                    fetch.append(i)
+                    fetch.append((i, ev))
         if fetch:
             with ThreadPoolExecutor(max_workers=min(8, len(fetch))) as pool:
-                for i, it in zip(fetch, pool.map(lambda j: self._fetch(events[j]), fetch)):  # type: ignore[arg-type]
+                for (i, _), it in zip(fetch, pool.map(self._fetch, [ev for _, ev in fetch])):
                     out[i] = it
         return out
 

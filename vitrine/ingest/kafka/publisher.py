@@ -120,19 +120,19 @@ def publish_catalog(settings: Settings, path: str | os.PathLike[str], *, topic: 
     bar: Any = progress_bar(total=total, desc="publish", unit="event", enabled=progress)  # tqdm or NoBar
     skipped: list[ItemError] = []
 
-    def prepare(p: Any) -> tuple[Any, UpsertEvent | None, ItemError | None]:
+    def prepare(p: Any) -> tuple[Any, UpsertEvent | ItemError]:
         if p.product is None:
-            return p, None, ItemError(id=p.raw_id, line=p.line, reason=p.error or "invalid record")
+            return p, ItemError(id=p.raw_id, line=p.line, reason=p.error or "invalid record")
         prod = p.product
         if embed_photos and prod.image and not prod.image_b64:
             try:
                 data = resolver.fetch(prod.image)
             except (InvalidInput, OSError) as e:
-                return p, None, ItemError(id=prod.id, line=p.line, reason=str(e))
+                return p, ItemError(id=prod.id, line=p.line, reason=str(e))
             prod = prod.model_copy(update={"image_b64": base64.b64encode(data).decode("ascii"), "image": None})
         if version is not None and prod.version is None:
             prod = prod.model_copy(update={"version": version})
-        return p, UpsertEvent(op="upsert", product=prod), None
+        return p, UpsertEvent(op="upsert", product=prod)
 
     try:
         with Publisher(settings, topic, partitions=partitions) as pub, ThreadPoolExecutor(max_workers=8) as pool:
@@ -140,11 +140,11 @@ def publish_catalog(settings: Settings, path: str | os.PathLike[str], *, topic: 
             n = 0
 
             def drain() -> None:
-                for p, ev, err in pool.map(prepare, chunk):
-                    if err is not None:
-                        skipped.append(err)
+                for p, ev in pool.map(prepare, chunk):
+                    if isinstance(ev, ItemError):
+                        skipped.append(ev)
                     else:
-                        pub.send(ev, line=p.line)  # type: ignore[arg-type]
+                        pub.send(ev, line=p.line)
                 bar.update(len(chunk))
                 bar.set_postfix(acked=pub.report.sent, failed=len(skipped) + len(pub.report.failed))
                 chunk.clear()

@@ -114,7 +114,8 @@ def install_and_retune(engine: Engine, out: Path, *, seed: int, retune: bool,
                        counts: dict[str, int] | None) -> dict[str, Any]:
     """Hot-swap the aligner in ``out`` in through the canary checks; once switched, tune the
     catalogue again for the new shared space."""
-    from vitrine.search.swap import SwapRefused, SwapRequest
+    from vitrine.errors import SwapRefused
+    from vitrine.search.swap import SwapRequest
 
     got: dict[str, Any] = {}
     try:

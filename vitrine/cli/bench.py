@@ -405,3 +405,43 @@ def bench_rules(data_dir: Path, n_rules: int, n_queries: int, rounds: int, out: 
         click.echo(f"report: {rules.run(engine, out, n_rules=n_rules, n_queries=n_queries, rounds=rounds)}")
     finally:
         engine.close()
+
+
+def _numbers(text: str, kind: type = float) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise click.BadParameter(f"a comma-separated list of numbers: {e}") from e
+
+
+@bench.command("store-outage")
+@click.option("--outages", default="2,20,120", show_default=True,
+              help="Seconds the PostgreSQL store is kept down, one run each, comma-separated")
+@click.option("--products", "n", type=int, default=200, show_default=True, help="Products the replica holds")
+@click.option("--rate", type=float, default=20.0, show_default=True, help="Searches and product reads per second")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_store_outage(outages: str, n: int, rate: float, out: Path) -> None:
+    """A replica over PostgreSQL while the database is crashed (pg_ctl -m immediate) and back:
+    status, degraded answers and latency of searches, product reads and writes per phase, when
+    writes are taken again, acknowledged writes lost (a PostgreSQL of its own, tiny test towers)."""
+    _bench()
+    from vitrine_bench import store_outage
+
+    click.echo(f"report: {store_outage.run(out, outages=_numbers(outages), n=n, rate=rate)}")
+
+
+@bench.command("growth")
+@click.option("--sizes", default="10000,100000", show_default=True,
+              help="Catalogue sizes (products), comma-separated; e.g. 10000,100000,1000000")
+@click.option("--work", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder for the generated catalogues and their data dirs (large at 1M)")
+@click.option("--jobs", type=click.IntRange(1, 256), default=2, show_default=True, help="vitrine ingest --jobs")
+@click.option("--queries", "n_queries", type=int, default=200, show_default=True, help="Test queries searched per size")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_growth(sizes: str, work: Path, jobs: int, n_queries: int, out: Path) -> None:
+    """What a catalogue's size costs end to end, per size (`vitrine make-catalogue`): ingest time
+    and products/s, data dir size, restart time, memory of a worker, search p50/p99, facets, a deep page."""
+    _bench()
+    from vitrine_bench import growth
+
+    click.echo(f"report: {growth.run(out, sizes=_numbers(sizes, int), work=work, jobs=jobs, n_queries=n_queries)}")

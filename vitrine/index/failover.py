@@ -129,38 +129,32 @@ class FailoverRecordStore:
             raise
 
     # -- reads: the mirror while the database is down ------------------------------------------
-    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> StoredRow | None:
-        if self.health.up or with_vectors:
+    def _read(self, primary: Callable[[PgRecordStore], T], mirror: Callable[[], T], *,
+              only_primary: bool = False) -> T:
+        """From the database while it answers, else from the mirror; ``only_primary`` (a read
+        with vectors, which the mirror does not keep): the database or its ``StorageError``."""
+        if self.health.up or only_primary:
             try:
-                return self._primary("the record store").get(pid, include_deleted=include_deleted,
-                                                             with_vectors=with_vectors)
+                return primary(self._primary("the record store"))
             except StorageError as e:
                 self._failed(e)
-                if with_vectors:
+                if only_primary:
                     raise
-        return self.mirror.get(pid, include_deleted=include_deleted)
+        return mirror()
+
+    def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> StoredRow | None:
+        return self._read(lambda s: s.get(pid, include_deleted=include_deleted, with_vectors=with_vectors),
+                          lambda: self.mirror.get(pid, include_deleted=include_deleted), only_primary=with_vectors)
 
     def get_many(self, pids: Sequence[str], *, with_vectors: bool = False,
                  include_deleted: bool = False) -> dict[str, StoredRow]:
-        if self.health.up or with_vectors:
-            try:
-                return self._primary("the record store").get_many(pids, with_vectors=with_vectors,
-                                                                  include_deleted=include_deleted)
-            except StorageError as e:
-                self._failed(e)
-                if with_vectors:
-                    raise
-        return self.mirror.get_many(pids, include_deleted=include_deleted)
+        return self._read(lambda s: s.get_many(pids, with_vectors=with_vectors, include_deleted=include_deleted),
+                          lambda: self.mirror.get_many(pids, include_deleted=include_deleted),
+                          only_primary=with_vectors)
 
     def get_by_iids(self, iids: Sequence[int], *, with_vectors: bool = False) -> dict[int, StoredRow]:
-        if self.health.up or with_vectors:
-            try:
-                return self._primary("the record store").get_by_iids(iids, with_vectors=with_vectors)
-            except StorageError as e:
-                self._failed(e)
-                if with_vectors:
-                    raise
-        return self.mirror.get_by_iids(iids)
+        return self._read(lambda s: s.get_by_iids(iids, with_vectors=with_vectors),
+                          lambda: self.mirror.get_by_iids(iids), only_primary=with_vectors)
 
     def iter_rows(self, *, since_seq: int = 0, with_vectors: bool = True, include_deleted: bool = False,
                   batch: int = 2000) -> Iterator[StoredRow]:
@@ -183,17 +177,7 @@ class FailoverRecordStore:
         return self._call("BM25 (the record store)", lambda s: s.bm25_scores(text))
 
     def count(self) -> int:
-        if self.health.up:
-            try:
-                return self.primary.count()
-            except StorageError as e:
-                self._failed(e)
-        return self.mirror.count()
+        return self._read(lambda s: s.count(), self.mirror.count)
 
     def ids(self) -> list[str]:
-        if self.health.up:
-            try:
-                return self.primary.ids()
-            except StorageError as e:
-                self._failed(e)
-        return self.mirror.ids()
+        return self._read(lambda s: s.ids(), self.mirror.ids)

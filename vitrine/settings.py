@@ -120,6 +120,9 @@ class IndexSettings(_Section):
                                "copies, hits scored again exactly: half Flat's memory read per query), Flat (float32 "
                                "scan; the one a GPU host searches on the GPU), HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1, description="IVF indexes: lists searched per query (recall vs speed).")
+    mmap_indexes: bool = Field(True, description="Map snapshot vector files read-only instead of reading them into "
+                               "memory: the processes serving one data dir on a host (serve --workers N) share one copy "
+                               "of the vectors and FAISS codes; rows written since stay in each process's memory.")
     ef_search: int = Field(128, ge=1, description="HNSW indexes: search breadth per query (recall vs speed).")
     typo_tolerance: bool = Field(True, description="BM25 scores a query word no product holds as its closest "
                                                    "catalogue word (1 edit from 4 letters, 2 from 8).")

@@ -16,14 +16,16 @@ string (``Flat``, ``SQfp16``, ``HNSW32``, ``IVF{n},Flat``, ``IVF{n},PQ{m}``) ove
   rows (always correct); otherwise FAISS searches with an ``IDSelector`` and falls back to
   exact search if it returns fewer hits than exist;
 - tombstones are compacted away once they make up a quarter of the rows;
-- ``save`` writes one file (temp file, fsync, rename), ``load`` verifies its checksum.
+- ``save`` writes one file (temp file, fsync, rename; vitrine/index/vector_files.py), ``load``
+  verifies its checksum and by default maps it read-only: the rows and FAISS's codes of a loaded
+  snapshot are shared by every process on the host that maps it, rows written since are kept in
+  memory (vitrine/index/vector_rows.py) and searched exactly until there are ``MAPPED_TAIL_MAX``
+  of them, when the index is copied into memory and takes them in.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import logging
 import os
 import re
@@ -33,9 +35,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput, StorageError
+from vitrine.index import vector_files
 from vitrine.index.rowmap import RowMap
+from vitrine.index.vector_rows import VectorRows
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,9 @@ _FACTORY_RE = re.compile(r"^(Flat|SQfp16|HNSW\d+(,Flat)?|IVF\d+,(Flat|PQ\d+(x\d+
 # exhaustive scans: every row is added as it comes (no training, no tail searched apart)
 _SCANS = ("Flat", "SQfp16")
 RESCORE_EXTRA = 16  # an SQfp16 search asks FAISS for this many more hits than it returns, then rescores
-FORMAT_VERSION = 1
+# rows written after a mapped snapshot was loaded, searched exactly beside it, before the index is
+# copied into memory to take them in (which ends its sharing with other processes)
+MAPPED_TAIL_MAX = 50_000
 GPU_TEMP_MEMORY = 256 * 2**20  # scratch memory per GPU index copy (FAISS's default takes ~18% of the GPU)
 TRAIN_PER_LIST = 64  # IVF training sample per inverted list (FAISS warns below 39)
 
@@ -155,14 +160,14 @@ class VectorIndex:
         self.exact_min = exact_min
         self.use_gpu = use_gpu
         self._lock = threading.RLock()
-        self._vecs = np.zeros((0, dim), dtype=np.float32)
+        self._rows = VectorRows(dim)
         self._row_ids = np.zeros(0, dtype=np.int64)  # id stored in each row, -1 = dead
-        self._n = 0  # rows used
         self._row_of = RowMap()
         self._index: Any = None  # faiss index over rows [0, self._indexed) (faiss has no type hints)
         self._gpu_index: Any = None
         self._gpu_res = None  # faiss.StandardGpuResources, created on first GPU copy
         self._indexed = 0
+        self._index_mapped = False  # self._index reads its codes from a mapped file: never add to it
 
     # -- bookkeeping ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -170,6 +175,16 @@ class VectorIndex:
 
     def __contains__(self, id_: int) -> bool:
         return int(id_) in self._row_of
+
+    @property
+    def _n(self) -> int:
+        """Rows used (live and dead)."""
+        return len(self._rows)
+
+    @property
+    def mapped_rows(self) -> int:
+        """Rows read from a memory-mapped snapshot file (shared with other processes)."""
+        return self._rows.mapped
 
     @property
     def dead_rows(self) -> int:
@@ -182,26 +197,23 @@ class VectorIndex:
     def get(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """Vectors of ``ids`` (KeyError for an unknown id)."""
         with self._lock:
-            rows = [self._row_of[int(i)] for i in ids]
-            return self._vecs[rows].copy()
+            rows = np.array([self._row_of[int(i)] for i in ids], dtype=np.int64)
+            return self._rows.take(rows).copy()
 
     def get_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``ids`` are here (a boolean mask) and their vectors, in order."""
         with self._lock:
             rows = self._row_of.rows(ids)
             have = rows >= 0
-            return have, self._vecs[rows[have]]
+            return have, self._rows.take(rows[have])
 
     def _grow(self, need: int) -> None:
-        cap = len(self._vecs)
+        cap = len(self._row_ids)
         if self._n + need <= cap:
             return
-        new_cap = max(1024, int((self._n + need) * 1.5))
-        vecs = np.zeros((new_cap, self.dim), dtype=np.float32)
-        vecs[: self._n] = self._vecs[: self._n]
-        rid = np.full(new_cap, -1, dtype=np.int64)
+        rid = np.full(max(1024, int((self._n + need) * 1.5)), -1, dtype=np.int64)
         rid[: self._n] = self._row_ids[: self._n]
-        self._vecs, self._row_ids = vecs, rid
+        self._row_ids = rid
 
     # -- writes ----------------------------------------------------------------------------
     def upsert(self, ids: np.ndarray | list[int], vectors: np.ndarray) -> None:
@@ -221,12 +233,10 @@ class VectorIndex:
                 if old is not None:
                     self._row_ids[old] = -1
             self._grow(len(ids))
-            start = self._n
-            self._vecs[start:start + len(ids)] = vectors
+            start = self._rows.append(vectors)
             self._row_ids[start:start + len(ids)] = ids
             for j, i in enumerate(ids):
                 self._row_of.set(int(i), start + j)
-            self._n += len(ids)
             self._maybe_maintain()
 
     def delete(self, ids: np.ndarray | list[int]) -> int:
@@ -250,7 +260,10 @@ class VectorIndex:
     def _pending_limit(self) -> int:
         """Rows searched exactly before they are folded into the ANN index. A CPU Flat index
         takes rows as they come (adding is a copy): a tail searched apart cost a second scan and
-        a merge on every search, ~0.3 ms of 1.3 over 20,873 vectors."""
+        a merge on every search, ~0.3 ms of 1.3 over 20,873 vectors. A mapped index keeps its
+        tail apart (adding would end its sharing) up to ``MAPPED_TAIL_MAX`` rows."""
+        if self._index_mapped:
+            return MAPPED_TAIL_MAX
         if self.factory in _SCANS and self._gpu_index is None and (self.use_gpu == "never" or gpu_count() == 0):
             return 1
         return max(256, min(20_000, self._n // 20))
@@ -258,16 +271,15 @@ class VectorIndex:
     def rebuild(self) -> None:
         """Compact tombstones and rebuild the FAISS index from the live rows."""
         with self._lock:
-            live = self._row_ids[: self._n] >= 0
-            vecs = self._vecs[: self._n][live]
-            ids = self._row_ids[: self._n][live]
-            self._vecs = np.zeros((max(1024, len(ids)), self.dim), dtype=np.float32)
-            self._vecs[: len(ids)] = vecs
-            self._row_ids = np.full(len(self._vecs), -1, dtype=np.int64)
+            live = np.flatnonzero(self._row_ids[: self._n] >= 0)
+            vecs = self._rows.take(live)
+            ids = self._row_ids[live]
+            self._rows = VectorRows(self.dim)
+            self._rows.append(vecs)
+            self._row_ids = np.full(max(1024, len(ids)), -1, dtype=np.int64)
             self._row_ids[: len(ids)] = ids
-            self._n = len(ids)
             self._row_of = RowMap.from_rows(ids)
-            self._index, self._gpu_index, self._indexed = None, None, 0
+            self._index, self._gpu_index, self._indexed, self._index_mapped = None, None, 0, False
             self._extend_index()
 
     def _needs_training(self) -> bool:
@@ -291,10 +303,16 @@ class VectorIndex:
                 most = TRAIN_PER_LIST * self._train_size() // 39
                 if len(live) > most:
                     live = np.sort(rng.choice(live, most, replace=False))
-                self._index.train(np.ascontiguousarray(self._vecs[live]))
+                self._index.train(np.ascontiguousarray(self._rows.take(live)))
             self._configure(self._index)
         if self._n > self._indexed:
-            self._index.add(np.ascontiguousarray(self._vecs[self._indexed:self._n]))
+            if self._index_mapped:  # FAISS aborts on adding to mapped codes: take a private copy first
+                log.info("copying a mapped %s index of %d rows into memory to add %d rows",
+                         self.factory, self._indexed, self._n - self._indexed)
+                self._index = faiss.deserialize_index(faiss.serialize_index(self._index))
+                self._configure(self._index)
+                self._index_mapped = False
+            self._index.add(np.ascontiguousarray(self._rows.slice(self._indexed, self._n)))
             self._indexed = self._n
         self._gpu_index = self._to_gpu(self._index)
 
@@ -405,7 +423,7 @@ class VectorIndex:
         kk = min(k, len(rows))
         for s in range(0, len(rows), 262_144):
             part = rows[s:s + 262_144]
-            sims = q @ self._vecs[part].T
+            sims = q @ self._rows.part(part).T
             if kk < len(part):
                 top = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
             else:
@@ -427,7 +445,7 @@ class VectorIndex:
     def _rescored(self, q: np.ndarray, k: int, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` of FAISS's approximate hits ``r`` scored exactly from the float32 rows
         (ties: the earlier row first)."""
-        exact = np.einsum("qkd,qd->qk", self._vecs[np.maximum(r, 0)], q)
+        exact = np.einsum("qkd,qd->qk", self._rows.take(np.maximum(r, 0)), q)
         exact = np.where(r >= 0, exact, -np.inf).astype(np.float32)
         order = np.lexsort((np.where(r >= 0, r, np.iinfo(np.int64).max), -exact), axis=1)[:, :k]
         out_s, out_r = np.take_along_axis(exact, order, axis=1), np.take_along_axis(r, order, axis=1)
@@ -468,62 +486,51 @@ class VectorIndex:
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> str:
-        """Write the index to one file atomically; returns its SHA-256."""
+        """Write the index to one file atomically (vitrine/index/vector_files.py); returns its
+        SHA-256. Every row is in the saved FAISS index (a mapped index's tail is added to a copy)."""
         faiss = _faiss()
-        path = Path(path)
         with self._lock:
             if self.dead_rows:
                 self.rebuild()
-            meta = {
-                "format": FORMAT_VERSION, "dim": self.dim, "factory": self.factory, "n": self._n,
-                "indexed": self._indexed, "nprobe": self.nprobe, "ef_search": self.ef_search,
-            }
-            arrays: dict[str, Any] = {
-                "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-                "vectors": self._vecs[: self._n],
-                "ids": self._row_ids[: self._n],
-            }
-            if self._index is not None:
-                arrays["faiss"] = faiss.serialize_index(self._index)
-            buf = io.BytesIO()
-            np.savez(buf, **arrays)
-        data = buf.getvalue()
-        atomic_write_bytes(path, data)
-        return hashlib.sha256(data).hexdigest()
+            index = self._index
+            if index is not None and self._indexed < self._n:
+                if self._index_mapped:
+                    index = faiss.deserialize_index(faiss.serialize_index(index))
+                    index.add(np.ascontiguousarray(self._rows.slice(self._indexed, self._n)))
+                else:
+                    self._extend_index()
+                    index = self._index
+            meta = {"dim": self.dim, "factory": self.factory, "n": self._n,
+                    "indexed": self._n if index is not None else 0,
+                    "nprobe": self.nprobe, "ef_search": self.ef_search}
+            return vector_files.write(Path(path), meta, self._rows.slice(0, self._n),
+                                      self._row_ids[: self._n], index)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], expected_sha256: str | None = None, **kwargs) -> "VectorIndex":
-        faiss = _faiss()
-        path = Path(path)
-        data = read_verified(path, expected_sha256, "vector index")
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                meta = json.loads(bytes(z["meta"]).decode())
-                vecs = np.array(z["vectors"], dtype=np.float32)
-                ids = np.array(z["ids"], dtype=np.int64)
-                blob = np.array(z["faiss"]) if "faiss" in z.files else None
-        except (ValueError, KeyError, OSError) as e:
-            raise StorageError(f"vector index {path} is unreadable: {e}") from e
-        if meta.get("format") != FORMAT_VERSION:
-            raise StorageError(f"vector index {path} has format {meta.get('format')}, expected {FORMAT_VERSION}")
+    def load(cls, path: str | os.PathLike[str], expected_sha256: str | None = None, *, mmap: bool = True,
+             **kwargs: Any) -> "VectorIndex":
+        """The index saved at ``path``, checked against ``expected_sha256``; ``mmap`` maps its rows and
+        FAISS codes read-only (shared with other processes) instead of reading them into memory."""
+        got = vector_files.read(path, expected_sha256, mmap=mmap)
+        meta = got.meta
         opts = {"nprobe": meta["nprobe"], "ef_search": meta["ef_search"]} | kwargs
         idx = cls(meta["dim"], meta["factory"], **opts)
         n = int(meta["n"])
-        idx._vecs = np.zeros((max(1024, n), idx.dim), dtype=np.float32)
-        idx._vecs[:n] = vecs
-        idx._row_ids = np.full(len(idx._vecs), -1, dtype=np.int64)
-        idx._row_ids[:n] = ids
-        idx._n = n
-        idx._row_of = RowMap.from_rows(ids)
-        if blob is not None:
-            idx._index = faiss.deserialize_index(blob)
+        if got.vectors.shape != (n, idx.dim) or got.ids.shape != (n,):
+            raise StorageError(f"vector index {path} is unreadable: its arrays do not match its meta")
+        idx._rows = VectorRows(idx.dim, got.vectors)
+        idx._row_ids = np.full(max(1024, n), -1, dtype=np.int64)
+        idx._row_ids[:n] = got.ids
+        idx._row_of = RowMap.from_rows(got.ids)
+        if got.index is not None:
+            idx._index = got.index
+            idx._index_mapped = got.mapped
             idx._configure(idx._index)
             idx._indexed = int(meta["indexed"])
             idx._gpu_index = idx._to_gpu(idx._index)
         if idx._n > idx._indexed and idx._pending_limit() == 1:
             idx._extend_index()
         return idx
-
 
 def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     s = np.concatenate([s1, s2], axis=1)
@@ -542,9 +549,6 @@ def read_verified(path: Path, expected_sha256: str | None, what: str) -> bytes:
     if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
         raise StorageError(f"{what} {path} failed its checksum")
     return data
-
-
-    fsync_dir(path.parent)
 
 
 def fsync_dir(folder: Path) -> None:

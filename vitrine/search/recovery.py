@@ -98,7 +98,8 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
         return "it belongs to another record store", True, False
     try:
         vectors: dict[str, VectorIndexAPI] = {
-            f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"), nprobe=s.nprobe, ef_search=s.ef_search)
+            f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"), mmap=s.mmap_indexes,
+                                nprobe=s.nprobe, ef_search=s.ef_search)
             for f in INDEX_FIELDS}
         graph = None
         same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
@@ -106,7 +107,8 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
             graph = ProductGraph.load(snap.file(GRAPH_FILE), state.graph_data, snap.sha256(GRAPH_FILE))
         nat = state.new_native()
         if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
-            nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE), nprobe=s.nprobe, ef_search=s.ef_search)
+            nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE), mmap=s.mmap_indexes,
+                     nprobe=s.nprobe, ef_search=s.ef_search)
     except StorageError as e:
         return str(e), True, False
     except (KeyError, ValueError, OSError) as e:

@@ -30,7 +30,8 @@ def _text_only_jsonl(catalog_dir, path, limit=None):
 def _engine(settings_factory, encoder, catalog_dir, tmp_path, name, limit=None):
     from vitrine.ingest.catalog import ingest_file
 
-    eng = Engine(settings_factory(tmp_path / name), encoder)
+    # one tune sample: these tests check training and installing; averaging samples is test_tuning's
+    eng = Engine(settings_factory(tmp_path / name, tune_samples=1), encoder)
     ingest_file(eng, _text_only_jsonl(catalog_dir, tmp_path / f"{name}.jsonl", limit), progress=False)
     return eng
 

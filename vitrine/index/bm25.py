@@ -30,6 +30,7 @@ import math
 import os
 import re
 import sqlite3
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -100,7 +101,8 @@ class MemoryBM25:
         self._total = 0.0
         self._len = np.zeros(0, dtype=np.float64)  # tokens per row, by iid
         self._post: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # term -> (iids, weighted tf)
-        self._doc_terms: dict[int, tuple[tuple[str, ...], tuple[float, ...]]] = {}
+        # each product's terms (to find the postings a change touches), one shared str per term
+        self._doc_terms: dict[int, tuple[str, ...]] = {}
         self._vocab: list[str] | None = None  # the terms, for typo corrections (built on first use)
         self._fixes = fuzzy.Corrections()
 
@@ -127,6 +129,7 @@ class MemoryBM25:
         max_iid = 0
         lens: dict[int, int] = {}
         for term, doc, col in rows:
+            term = sys.intern(term)  # one str per term, not one per (term, product, column) row
             wt = float(w[col_ix[col]])
             d = acc.setdefault(term, {})
             d[doc] = d.get(doc, 0.0) + wt
@@ -136,7 +139,7 @@ class MemoryBM25:
             if doc > max_iid:
                 max_iid = doc
         self._post = {t: _arrays(d) for t, d in acc.items()}
-        self._doc_terms = {doc: (tuple(d), tuple(d.values())) for doc, d in doc_acc.items()}
+        self._doc_terms = {doc: tuple(d) for doc, d in doc_acc.items()}
         self._len = np.zeros(max_iid + 1, dtype=np.float64)
         for doc, n in lens.items():
             self._len[doc] = n
@@ -172,7 +175,7 @@ class MemoryBM25:
         for iid in changed:
             old = self._doc_terms.pop(iid, None)
             if old is not None:
-                for t in old[0]:
+                for t in old:
                     touched.setdefault(t, {})[iid] = None
             if iid < len(self._len):
                 self._len[iid] = 0.0
@@ -182,7 +185,7 @@ class MemoryBM25:
             toks = self._tok.columns(vals)
             for term, col in toks:
                 per[term] = per.get(term, 0.0) + float(w[col])
-            self._doc_terms[iid] = (tuple(per), tuple(per.values()))
+            self._doc_terms[iid] = tuple(sys.intern(t) for t in per)
             for t, f in per.items():
                 touched.setdefault(t, {})[iid] = f
             if iid >= len(self._len):

@@ -7,6 +7,7 @@ filters on different fields must all match.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -44,7 +45,8 @@ class FilterIndex:
             self._edges = None
             stored: dict[str, tuple[str, ...]] = {}
             for f in self.fields:
-                vals = tuple(dict.fromkeys(norm_value(v) for v in values.get(f, ()) if str(v).strip()))
+                # interned: a value is one str however many products hold it
+                vals = tuple(dict.fromkeys(sys.intern(norm_value(v)) for v in values.get(f, ()) if str(v).strip()))
                 for raw in values.get(f, ()):
                     self._display[f].setdefault(norm_value(raw), str(raw).strip())
                 for v in vals:

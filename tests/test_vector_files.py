@@ -119,3 +119,42 @@ def test_format_1_files_are_still_read(tmp_path):
     q = _data(5, seed=4)
     np.testing.assert_array_equal(old.search(q, 3)[1], _brute(x, np.arange(300), q, 3))
     assert vector_files.FORMAT_VERSION == 2
+
+
+def _clustered(n: int, d: int = 32, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(64, d))[rng.integers(0, 64, n)] + 0.4 * rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_auto_chooses_the_index_by_size_at_each_save(tmp_path, monkeypatch):
+    from vitrine.index import index_choice
+
+    monkeypatch.setattr(index_choice, "ANN_FROM", 5000)
+    monkeypatch.setattr(index_choice, "BACK_BELOW", 4000)
+    assert index_choice.choose(4999) == "SQfp16" and index_choice.choose(30_000) == "IVF512,Flat"
+    assert index_choice.choose(4500, "IVF512,Flat") == "IVF256,Flat"  # hysteresis: stays IVF above 4,000
+    assert index_choice.choose(10**6) == "IVF4096,Flat"
+    x, ids = _clustered(30_000), np.arange(30_000, dtype=np.int64)
+    idx = VectorIndex(32, "auto")
+    idx.upsert(ids[:4000], x[:4000])
+    idx.save(tmp_path / "a.vidx")
+    assert idx.factory == "SQfp16"
+    idx.upsert(ids[4000:], x[4000:])
+    assert idx.factory == "SQfp16"  # rows come in as they are; the choice waits for the snapshot
+    sha = idx.save(tmp_path / "b.vidx")
+    assert idx.factory == "IVF512,Flat" and idx._index is not None and idx._indexed == 30_000
+    back = VectorIndex.load(tmp_path / "b.vidx", sha, auto=True)
+    assert back.factory == "IVF512,Flat" and back.auto
+    q = _clustered(50, seed=5)
+    got = back.search(q, 10)[1]
+    want = _brute(x, ids, q, 10)
+    assert np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())]) >= 0.9
+    back.delete(ids[3000:])  # shrinks below the line: a scan again at the next snapshot
+    back.save(tmp_path / "c.vidx")
+    assert back.factory == "SQfp16"
+    np.testing.assert_array_equal(back.search(q, 10)[1], _brute(x[:3000], ids[:3000], q, 10))
+    fixed = VectorIndex(32, "SQfp16")
+    fixed.upsert(ids, x)
+    fixed.save(tmp_path / "d.vidx")
+    assert fixed.factory == "SQfp16"  # a configured factory is kept whatever the size

@@ -116,9 +116,11 @@ class IndexSettings(_Section):
     vector_backend: Literal["faiss", "pgvector"] = Field(
         "faiss", description="Where vectors are searched: FAISS in each process (index_factory), or pgvector's HNSW "
                              "index in the PostgreSQL store (needs store=postgresql://...; docs/postgresql.md).")
-    index_factory: str = Field("SQfp16", description="FAISS factory string: SQfp16 (an exhaustive scan over float16 "
-                               "copies, hits scored again exactly: half Flat's memory read per query), Flat (float32 "
-                               "scan; the one a GPU host searches on the GPU), HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
+    index_factory: str = Field("auto", description="FAISS factory string: auto (SQfp16 below 200,000 products, "
+                               "IVF{4*sqrt(n)},Flat from there, re-chosen at each snapshot; vitrine/index/index_choice.py), "
+                               "SQfp16 (an exhaustive scan over float16 copies, hits scored again exactly: half Flat's "
+                               "memory read per query), Flat (float32 scan; the one a GPU host searches on the GPU), "
+                               "HNSW32, IVF{n},Flat, IVF{n},PQ{m}.")
     nprobe: int = Field(16, ge=1, description="IVF indexes: lists searched per query (recall vs speed).")
     mmap_indexes: bool = Field(True, description="Map snapshot vector files read-only instead of reading them into "
                                "memory: the processes serving one data dir on a host (serve --workers N) share one copy "

@@ -36,7 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from vitrine.errors import InvalidInput, StorageError
-from vitrine.index import vector_files
+from vitrine.index import index_choice, vector_files
 from vitrine.index.rowmap import RowMap
 from vitrine.index.vector_rows import VectorRows
 
@@ -146,26 +146,27 @@ class VectorIndex:
         exact_min: int = 4096,
         use_gpu: str = "auto",
     ) -> None:
-        if not _FACTORY_RE.match(factory):
+        if not (factory == index_choice.AUTO or _FACTORY_RE.match(factory)):
             raise InvalidInput(
-                f"unsupported index factory {factory!r}; use Flat, SQfp16, HNSW<M>, IVF<n>,Flat or IVF<n>,PQ<m>"
+                f"unsupported index factory {factory!r}; use auto, Flat, SQfp16, HNSW<M>, IVF<n>,Flat or IVF<n>,PQ<m>"
             )
         if dim <= 0:
             raise InvalidInput("dim must be positive")
         self.dim = dim
-        self.factory = factory
+        # auto: the factory follows the catalogue's size, re-chosen at each save (index_choice.py)
+        self.auto = factory == index_choice.AUTO
+        self.factory = index_choice.SCAN if self.auto else factory
         self.nprobe = nprobe
         self.ef_search = ef_search
         self.exact_fraction = exact_fraction
         self.exact_min = exact_min
-        self.use_gpu = use_gpu
+        self._gpu = _GpuCopier(use_gpu)
         self._lock = threading.RLock()
         self._rows = VectorRows(dim)
         self._row_ids = np.zeros(0, dtype=np.int64)  # id stored in each row, -1 = dead
         self._row_of = RowMap()
         self._index: Any = None  # faiss index over rows [0, self._indexed) (faiss has no type hints)
         self._gpu_index: Any = None
-        self._gpu_res = None  # faiss.StandardGpuResources, created on first GPU copy
         self._indexed = 0
         self._index_mapped = False  # self._index reads its codes from a mapped file: never add to it
 
@@ -323,26 +324,12 @@ class VectorIndex:
         if self.factory.startswith("HNSW"):
             index.hnsw.efSearch = self.ef_search
 
-    def _to_gpu(self, index):
-        """A GPU copy of ``index`` when FAISS has a GPU (HNSW and a flat SQfp16 scan have no GPU
-        version), else None.
+    def _to_gpu(self, index: Any) -> Any:
+        return self._gpu.copy(index, self.factory)
 
-        One ``StandardGpuResources`` per VectorIndex, kept for its lifetime and reused across
-        rebuilds (each one reserves GPU scratch memory, and FAISS wants one per calling thread:
-        this index's searches are serialised by its lock)."""
-        if self.use_gpu == "never" or self.factory.startswith(("HNSW", "SQ")) or gpu_count() == 0:
-            return None
-        faiss = _faiss()
-        try:
-            if self._gpu_res is None:
-                res = faiss.StandardGpuResources()
-                res.setTempMemory(GPU_TEMP_MEMORY)
-                self._gpu_res = res
-            return faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
-        except Exception as e:  # noqa: BLE001 - CPU fallback whenever the GPU path fails
-            log.warning("FAISS GPU unavailable (%s); searching on CPU", e)
-            self.use_gpu = "never"
-            return None
+    @property
+    def use_gpu(self) -> str:
+        return self._gpu.use_gpu
 
     @property
     def on_gpu(self) -> bool:
@@ -490,7 +477,12 @@ class VectorIndex:
         SHA-256. Every row is in the saved FAISS index (a mapped index's tail is added to a copy)."""
         faiss = _faiss()
         with self._lock:
-            if self.dead_rows:
+            want = index_choice.choose(len(self), self.factory) if self.auto else self.factory
+            if want != self.factory:
+                log.info("the index of %d rows becomes %s (was %s)", len(self), want, self.factory)
+                self.factory = want
+                self.rebuild()
+            elif self.dead_rows:
                 self.rebuild()
             index = self._index
             if index is not None and self._indexed < self._n:
@@ -508,13 +500,15 @@ class VectorIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], expected_sha256: str | None = None, *, mmap: bool = True,
-             **kwargs: Any) -> "VectorIndex":
+             auto: bool = False, **kwargs: Any) -> "VectorIndex":
         """The index saved at ``path``, checked against ``expected_sha256``; ``mmap`` maps its rows and
-        FAISS codes read-only (shared with other processes) instead of reading them into memory."""
+        FAISS codes read-only (shared with other processes) instead of reading them into memory;
+        ``auto``: the index was configured ``auto`` and keeps choosing its factory by size."""
         got = vector_files.read(path, expected_sha256, mmap=mmap)
         meta = got.meta
         opts = {"nprobe": meta["nprobe"], "ef_search": meta["ef_search"]} | kwargs
         idx = cls(meta["dim"], meta["factory"], **opts)
+        idx.auto = auto
         n = int(meta["n"])
         if got.vectors.shape != (n, idx.dim) or got.ids.shape != (n,):
             raise StorageError(f"vector index {path} is unreadable: its arrays do not match its meta")
@@ -531,6 +525,34 @@ class VectorIndex:
         if idx._n > idx._indexed and idx._pending_limit() == 1:
             idx._extend_index()
         return idx
+
+class _GpuCopier:
+    """GPU copies of one VectorIndex's FAISS index, when FAISS has a GPU (HNSW and a flat SQfp16
+    scan have no GPU version). One ``StandardGpuResources`` per VectorIndex, kept for its lifetime
+    and reused across rebuilds (each one reserves GPU scratch memory, and FAISS wants one per calling
+    thread: the index's searches are serialised by its lock)."""
+
+    def __init__(self, use_gpu: str) -> None:
+        self.use_gpu = use_gpu
+        self._res: Any = None  # faiss.StandardGpuResources, created on the first copy
+
+    def copy(self, index: Any, factory: str) -> Any:
+        """A GPU copy of ``index``, or None (no GPU, a factory without one, or a failed copy: then
+        never again for this index)."""
+        if self.use_gpu == "never" or factory.startswith(("HNSW", "SQ")) or gpu_count() == 0:
+            return None
+        faiss = _faiss()
+        try:
+            if self._res is None:
+                res = faiss.StandardGpuResources()
+                res.setTempMemory(GPU_TEMP_MEMORY)
+                self._res = res
+            return faiss.index_cpu_to_gpu(self._res, 0, index)
+        except Exception as e:  # noqa: BLE001 - CPU fallback whenever the GPU path fails
+            log.warning("FAISS GPU unavailable (%s); searching on CPU", e)
+            self.use_gpu = "never"
+            return None
+
 
 def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     s = np.concatenate([s1, s2], axis=1)

@@ -99,7 +99,7 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
     try:
         vectors: dict[str, VectorIndexAPI] = {
             f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"), mmap=s.mmap_indexes,
-                                nprobe=s.nprobe, ef_search=s.ef_search)
+                                auto=s.index_factory == "auto", nprobe=s.nprobe, ef_search=s.ef_search)
             for f in INDEX_FIELDS}
         graph = None
         same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
@@ -108,7 +108,7 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
         nat = state.new_native()
         if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
             nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE), mmap=s.mmap_indexes,
-                     nprobe=s.nprobe, ef_search=s.ef_search)
+                     auto=s.index_factory == "auto", nprobe=s.nprobe, ef_search=s.ef_search)
     except StorageError as e:
         return str(e), True, False
     except (KeyError, ValueError, OSError) as e:

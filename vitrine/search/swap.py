@@ -240,7 +240,7 @@ def build_candidate(state: IndexState, s: Settings, req: SwapRequest, *, progres
         if int(m.get("seq", 0)) > state.records.seq:
             raise StorageError(f"snapshot {snap.name} is ahead of the record store")
         cand.vectors = {f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"),
-                                            mmap=s.index.mmap_indexes, nprobe=s.index.nprobe,
+                                            mmap=s.index.mmap_indexes, auto=factory == "auto", nprobe=s.index.nprobe,
                                             ef_search=s.index.ef_search) for f in INDEX_FIELDS}
         cand.seq = int(m.get("seq", 0))
         catch_up(state, cand, progress=progress)

@@ -4,8 +4,9 @@ A snapshot's rows are a memory map of its file (``numpy.memmap``, read-only): ev
 host that opens the same snapshot shares one copy of them in the page cache, so a second API
 worker costs no second copy of the catalogue's vectors (docs/performance.md). Rows written after
 the snapshot (upserts replayed from the record store) go to an in-memory tail, private to the
-process, until the next snapshot holds them. A fresh index has an empty base and keeps every row
-in its tail; compaction (:meth:`live`) gives the rows to a new instance in memory.
+process, until it opens a newer snapshot that holds them. A fresh index has an empty base and
+keeps every row in its tail; compaction (``VectorIndex.rebuild``) copies the live rows into a new
+instance's tail.
 
 Row numbers run over base then tail. Not thread-safe: the owning VectorIndex locks.
 """

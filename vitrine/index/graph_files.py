@@ -13,7 +13,7 @@ import networkx as nx
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import StorageError
 from vitrine.index.graph_store import FORMAT_VERSION, GraphStore
-from vitrine.index.vectors import read_verified
+from vitrine.index.snapshots import read_verified
 from vitrine.index.vocabulary import GraphData
 
 

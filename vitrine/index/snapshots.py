@@ -22,6 +22,7 @@ loads it, falling back to the previous version when one is refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -34,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitrine.atomic import atomic_write_bytes
+from vitrine.atomic import atomic_write_bytes, fsync_dir
 from vitrine.errors import StorageError
-from vitrine.index.vectors import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,17 @@ class SnapshotStore:
         if removed:
             fsync_dir(self.snapshots_dir)
         return removed
+
+
+def read_verified(path: Path, expected_sha256: str | None, what: str) -> bytes:
+    """A snapshot file's bytes; StorageError when unreadable or not matching its SHA-256."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise StorageError(f"cannot read {what} {path}: {e}") from e
+    if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise StorageError(f"{what} {path} failed its checksum")
+    return data
 
 
 def _pointer_version(root: Path) -> int:

@@ -25,7 +25,6 @@ string (``Flat``, ``SQfp16``, ``HNSW32``, ``IVF{n},Flat``, ``IVF{n},PQ{m}``) ove
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -169,6 +168,7 @@ class VectorIndex:
         self._gpu_index: Any = None
         self._indexed = 0
         self._index_mapped = False  # self._index reads its codes from a mapped file: never add to it
+        self._writes = 0  # upserts and deletes so far (a factory switch checks nothing came between)
 
     # -- bookkeeping ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -229,6 +229,7 @@ class VectorIndex:
         if not np.isfinite(vectors).all():
             raise InvalidInput("vectors contain NaN or infinity")
         with self._lock:
+            self._writes += 1
             for i in ids:
                 old = self._row_of.pop(int(i))
                 if old is not None:
@@ -243,6 +244,7 @@ class VectorIndex:
     def delete(self, ids: np.ndarray | list[int]) -> int:
         removed = 0
         with self._lock:
+            self._writes += 1
             for i in ids:
                 row = self._row_of.pop(int(i))
                 if row is not None:
@@ -426,21 +428,9 @@ class VectorIndex:
         return self._rescored_search(q, k)
 
     def _rescored_search(self, q: np.ndarray, k: int, **kw: object) -> tuple[np.ndarray, np.ndarray]:
-        """An SQfp16 search: ``RESCORE_EXTRA`` more hits than asked for, then :meth:`_rescored`."""
-        return self._rescored(q, k, *self._index.search(q, min(self._indexed, k + RESCORE_EXTRA), **kw))
-
-    def _rescored(self, q: np.ndarray, k: int, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The top ``k`` of FAISS's approximate hits ``r`` scored exactly from the float32 rows
-        (ties: the earlier row first)."""
-        exact = np.einsum("qkd,qd->qk", self._rows.take(np.maximum(r, 0)), q)
-        exact = np.where(r >= 0, exact, -np.inf).astype(np.float32)
-        order = np.lexsort((np.where(r >= 0, r, np.iinfo(np.int64).max), -exact), axis=1)[:, :k]
-        out_s, out_r = np.take_along_axis(exact, order, axis=1), np.take_along_axis(r, order, axis=1)
-        if out_s.shape[1] < k:  # fewer rows than k: pad as FAISS does
-            pad = k - out_s.shape[1]
-            out_s = np.pad(out_s, ((0, 0), (0, pad)), constant_values=-np.inf)
-            out_r = np.pad(out_r, ((0, 0), (0, pad)), constant_values=-1)
-        return out_s, out_r
+        """An SQfp16 search: ``RESCORE_EXTRA`` more hits than asked for, then :func:`_rescored`."""
+        _, r = self._index.search(q, min(self._indexed, k + RESCORE_EXTRA), **kw)
+        return _rescored(self._rows, q, k, r)
 
     def _unfiltered_index(self, k: int):
         """The GPU copy when there is one (FAISS GPU answers at most 2048 neighbours), else the index."""
@@ -476,13 +466,11 @@ class VectorIndex:
         """Write the index to one file atomically (vitrine/index/vector_files.py); returns its
         SHA-256. Every row is in the saved FAISS index (a mapped index's tail is added to a copy)."""
         faiss = _faiss()
+        want = index_choice.choose(len(self), self.factory) if self.auto else self.factory
+        if want != self.factory:
+            self._switch(want)
         with self._lock:
-            want = index_choice.choose(len(self), self.factory) if self.auto else self.factory
-            if want != self.factory:
-                log.info("the index of %d rows becomes %s (was %s)", len(self), want, self.factory)
-                self.factory = want
-                self.rebuild()
-            elif self.dead_rows:
+            if self.dead_rows:
                 self.rebuild()
             index = self._index
             if index is not None and self._indexed < self._n:
@@ -497,6 +485,23 @@ class VectorIndex:
                     "nprobe": self.nprobe, "ef_search": self.ef_search}
             return vector_files.write(Path(path), meta, self._rows.slice(0, self._n),
                                       self._row_ids[: self._n], index)
+
+    def _switch(self, factory: str) -> None:
+        """Become a ``factory`` index. The new index is built (an IVF one trained) from a copy of
+        the live rows outside the lock, so searches go on meanwhile; it replaces this one only if
+        nothing was written since the copy (else the next save tries again)."""
+        with self._lock:
+            writes, live = self._writes, np.flatnonzero(self._row_ids[: self._n] >= 0)
+            ids, vecs = self._row_ids[live], self._rows.take(live)
+        new = VectorIndex(self.dim, factory, nprobe=self.nprobe, ef_search=self.ef_search, use_gpu=self.use_gpu)
+        new.upsert(ids, vecs)
+        new._extend_index()
+        with self._lock:
+            if self._writes != writes:
+                return
+            log.info("the index of %d rows is now %s (was %s)", len(ids), factory, self.factory)
+            self.factory, self._rows, self._row_ids, self._row_of = factory, new._rows, new._row_ids, new._row_of
+            self._index, self._gpu_index, self._indexed, self._index_mapped = new._index, new._gpu_index, new._indexed, False
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], expected_sha256: str | None = None, *, mmap: bool = True,
@@ -554,6 +559,20 @@ class _GpuCopier:
             return None
 
 
+def _rescored(rows: VectorRows, q: np.ndarray, k: int, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of FAISS's approximate hits ``r`` (row numbers) scored exactly from the float32
+    ``rows`` (ties: the earlier row first)."""
+    exact = np.einsum("qkd,qd->qk", rows.take(np.maximum(r, 0)), q)
+    exact = np.where(r >= 0, exact, -np.inf).astype(np.float32)
+    order = np.lexsort((np.where(r >= 0, r, np.iinfo(np.int64).max), -exact), axis=1)[:, :k]
+    out_s, out_r = np.take_along_axis(exact, order, axis=1), np.take_along_axis(r, order, axis=1)
+    if out_s.shape[1] < k:  # fewer rows than k: pad as FAISS does
+        pad = k - out_s.shape[1]
+        out_s = np.pad(out_s, ((0, 0), (0, pad)), constant_values=-np.inf)
+        out_r = np.pad(out_r, ((0, 0), (0, pad)), constant_values=-1)
+    return out_s, out_r
+
+
 def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     s = np.concatenate([s1, s2], axis=1)
     r = np.concatenate([r1, r2], axis=1)
@@ -561,24 +580,3 @@ def _merge(s1: np.ndarray, r1: np.ndarray, s2: np.ndarray, r2: np.ndarray, k: in
     order = np.argsort(-s, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(s, order, axis=1), np.take_along_axis(r, order, axis=1)
 
-
-def read_verified(path: Path, expected_sha256: str | None, what: str) -> bytes:
-    """A snapshot file's bytes; StorageError when unreadable or not matching its SHA-256."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise StorageError(f"cannot read {what} {path}: {e}") from e
-    if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
-        raise StorageError(f"{what} {path} failed its checksum")
-    return data
-
-
-def fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -25,7 +25,8 @@ KEY = "events-crash-key"
 def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "VITRINE_MODEL": "tiny-vit-test", "VITRINE_ADAPTER": "none",
             "VITRINE_CACHE_DIR": str(tmp_path / "cache"), "VITRINE_TORCH_THREADS": "1", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO), "VITRINE_API_KEY": KEY}
+            "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO), "VITRINE_API_KEY": KEY,
+            "VITRINE_TUNE_AFTER_INGEST": "false"}  # tuning is test_tuning's (20 s of this test)
 
 
 def _serve(cli: list[str], data: Path, port: int, env: dict[str, str], log: Path) -> subprocess.Popen:

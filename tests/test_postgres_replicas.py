@@ -37,7 +37,8 @@ def _env(tmp_path: Path, url: str) -> dict[str, str]:
     return {**os.environ, "VITRINE_MODEL": "tiny-vit-test", "VITRINE_ADAPTER": "none", "VITRINE_STORE": url,
             "VITRINE_INTENT": "false", "VITRINE_API_KEY": KEY, "VITRINE_CACHE_DIR": str(tmp_path / "cache"),
             "VITRINE_KAFKA_SESSION_TIMEOUT_MS": "2000", "VITRINE_KAFKA_POLL_TIMEOUT_MS": "200",
-            "VITRINE_TORCH_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+            "VITRINE_TORCH_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO),
+            "VITRINE_TUNE_AFTER_INGEST": "false"}  # tuning is test_tuning's
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

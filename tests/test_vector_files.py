@@ -144,8 +144,14 @@ def test_auto_chooses_the_index_by_size_at_each_save(tmp_path, monkeypatch):
     assert idx.factory == "SQfp16"  # rows come in as they are; the choice waits for the snapshot
     sha = idx.save(tmp_path / "b.vidx")
     assert idx.factory == "IVF512,Flat" and idx._index is not None and idx._indexed == 30_000
-    back = VectorIndex.load(tmp_path / "b.vidx", sha, auto=True)
-    assert back.factory == "IVF512,Flat" and back.auto
+    assert idx.nprobe >= 16  # raised from the setting until its own rows reach the recall target
+    rows_q = x[::97]
+    got_rows = idx.search(rows_q, 11)[1]
+    exact_rows = _brute(x, ids, rows_q, 11)
+    own = np.mean([len(set(g) & set(w)) / 11 for g, w in zip(got_rows.tolist(), exact_rows.tolist())])
+    assert own >= 0.97 or idx.nprobe == 512, (own, idx.nprobe)
+    back = VectorIndex.load(tmp_path / "b.vidx", sha, auto=True, nprobe=16)
+    assert back.factory == "IVF512,Flat" and back.auto and back.nprobe == idx.nprobe  # the calibrated lists kept
     q = _clustered(50, seed=5)
     got = back.search(q, 10)[1]
     want = _brute(x, ids, q, 10)

@@ -319,6 +319,10 @@ class VectorIndex:
             self._indexed = self._n
         self._gpu_index = self._to_gpu(self._index)
 
+    def _configure_nprobe(self, nprobe: int) -> None:
+        self.nprobe = nprobe
+        self._configure(self._index)
+
     def _configure(self, index) -> None:
         faiss = _faiss()
         if "IVF" in self.factory:
@@ -400,27 +404,9 @@ class VectorIndex:
         return ids
 
     def _exact(self, q: np.ndarray, k: int, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        if rows is None:
-            rows = np.flatnonzero(self._row_ids[: self._n] >= 0)
-        else:
-            rows = rows[self._row_ids[rows] >= 0]
-        nq = len(q)
-        out_s = np.full((nq, k), -np.inf, dtype=np.float32)
-        out_r = np.full((nq, k), -1, dtype=np.int64)
-        if len(rows) == 0:
-            return out_s, out_r
-        kk = min(k, len(rows))
-        for s in range(0, len(rows), 262_144):
-            part = rows[s:s + 262_144]
-            sims = q @ self._rows.part(part).T
-            if kk < len(part):
-                top = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
-            else:
-                top = np.tile(np.arange(len(part)), (nq, 1))
-            ts = np.take_along_axis(sims, top, axis=1)
-            tr = part[top]
-            out_s, out_r = _merge(out_s, out_r, ts, tr, k)
-        return out_s, out_r
+        """Exact top ``k`` over ``rows`` (None: every live row), dead rows skipped."""
+        rows = np.flatnonzero(self._row_ids[: self._n] >= 0) if rows is None else rows[self._row_ids[rows] >= 0]
+        return _exact(self._rows, q, k, rows)
 
     def _unfiltered_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.factory != "SQfp16":
@@ -496,11 +482,15 @@ class VectorIndex:
         new = VectorIndex(self.dim, factory, nprobe=self.nprobe, ef_search=self.ef_search, use_gpu=self.use_gpu)
         new.upsert(ids, vecs)
         new._extend_index()
+        if new._index is not None and "IVF" in factory:  # lists searched: enough for the recall target
+            new.nprobe = index_choice.calibrate_nprobe(lambda q, k: new._index.search(q, k)[1], new._configure_nprobe,
+                                                       vecs, new._train_size() // 39, self.nprobe)
         with self._lock:
             if self._writes != writes:
                 return
             log.info("the index of %d rows is now %s (was %s)", len(ids), factory, self.factory)
             self.factory, self._rows, self._row_ids, self._row_of = factory, new._rows, new._row_ids, new._row_of
+            self.nprobe = new.nprobe
             self._index, self._gpu_index, self._indexed, self._index_mapped = new._index, new._gpu_index, new._indexed, False
 
     @classmethod
@@ -514,6 +504,8 @@ class VectorIndex:
         opts = {"nprobe": meta["nprobe"], "ef_search": meta["ef_search"]} | kwargs
         idx = cls(meta["dim"], meta["factory"], **opts)
         idx.auto = auto
+        if auto:  # the lists its build found necessary for the recall target (index_choice.calibrate_nprobe)
+            idx.nprobe = max(idx.nprobe, int(meta["nprobe"]))
         n = int(meta["n"])
         if got.vectors.shape != (n, idx.dim) or got.ids.shape != (n,):
             raise StorageError(f"vector index {path} is unreadable: its arrays do not match its meta")
@@ -557,6 +549,20 @@ class _GpuCopier:
             log.warning("FAISS GPU unavailable (%s); searching on CPU", e)
             self.use_gpu = "never"
             return None
+
+
+def _exact(store: VectorRows, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of ``rows`` of ``store`` by inner product with each of ``q``, in chunks."""
+    nq = len(q)
+    out_s = np.full((nq, k), -np.inf, dtype=np.float32)
+    out_r = np.full((nq, k), -1, dtype=np.int64)
+    kk = min(k, len(rows))
+    for s in range(0, len(rows), 262_144):
+        part = rows[s:s + 262_144]
+        sims = q @ store.part(part).T
+        top = np.argpartition(-sims, kk - 1, axis=1)[:, :kk] if kk < len(part) else np.tile(np.arange(len(part)), (nq, 1))
+        out_s, out_r = _merge(out_s, out_r, np.take_along_axis(sims, top, axis=1), part[top], k)
+    return out_s, out_r
 
 
 def _rescored(rows: VectorRows, q: np.ndarray, k: int, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

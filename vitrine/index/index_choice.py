@@ -4,10 +4,14 @@
   scored again exactly (scores are exact; 1.1 ms per query over 20,873 x 256 on one core). Its
   cost grows with the catalogue: one query reads every row of both spaces.
 - From ``ANN_FROM`` rows: ``IVF{nlist},Flat`` with ``nlist`` the power of two nearest
-  ``4 * sqrt(n)`` (4096 at 1M), searched with the ``nprobe`` setting (16 by default). On 1,000,000
-  vectors grown from the catalogue, IVF4096,Flat at nprobe 16 had recall@10 0.987 against exact
-  search at 2,000 single queries/s, where an exact float32 scan managed 10/s on one core
-  (bench-results/index.md). Rows the IVF index has not taken in yet are searched exactly.
+  ``4 * sqrt(n)`` (2048 at 250k, 4096 at 1M). Its ``nprobe`` starts at the setting (16 by
+  default) and is doubled until recall@10 against exact search reaches ``RECALL_TARGET`` on a sample
+  of the catalogue's own rows (:func:`calibrate_nprobe`); the snapshot keeps it. How many lists a
+  catalogue needs depends on how clustered its vectors are: on 1,000,000 vectors grown from the
+  fashion catalogue IVF4096,Flat reached recall@10 0.987 at 16 (bench-results/index.md); on
+  250,000 synthetic products (near-duplicates in places) 16 gave 0.935 on judged query texts and the
+  calibrated 256 gave 0.993 at 1.7 ms per query (bench-results/index-auto-250k/). Rows the IVF index
+  has not taken in yet are searched exactly.
 
 The switch is at 200,000 rows: there an exact scan of both spaces (256 + 384 dimensions, float16)
 reads about 250 MB per query, 10-20 ms on these cores, already more than the rest of a search
@@ -33,7 +37,7 @@ log = logging.getLogger(__name__)
 AUTO = "auto"
 # recall@10 an auto IVF index must reach against exact search, with a sample of the catalogue's own
 # rows as queries (each without itself); on 250,000 synthetic products that ran 0.01-0.03 above the
-# recall of real text queries, so 0.99 here held them at 0.98 (bench-results/index-auto-250k/)
+# recall of generated query texts, so 0.99 here held those at 0.98 (bench-results/index-auto-250k/)
 RECALL_TARGET = 0.99
 CALIBRATION_QUERIES = 300
 SCAN = "SQfp16"

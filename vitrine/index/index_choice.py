@@ -40,6 +40,7 @@ AUTO = "auto"
 # recall of generated query texts, so 0.99 here held those at 0.98 (bench-results/index-auto-250k/)
 RECALL_TARGET = 0.99
 CALIBRATION_QUERIES = 300
+CALIBRATION_CHUNK = 131_072  # rows scored at a time by the exact search of the calibration
 SCAN = "SQfp16"
 ANN_FROM = 200_000
 BACK_BELOW = 160_000  # hysteresis: an IVF index stays IVF down to here
@@ -76,9 +77,10 @@ def calibrate_nprobe(search: Callable[[np.ndarray, int], np.ndarray], set_nprobe
     pick = np.sort(np.random.default_rng(seed).choice(n, m, replace=False))
     q = np.ascontiguousarray(rows[pick])
     best_s, best_r = np.full((m, 0), -np.inf, dtype=np.float32), np.zeros((m, 0), dtype=np.int64)
-    for a in range(0, n, 131_072):  # exact top 11 in chunks (300 x 1M scores would be 1.2 GB)
-        sims = q @ rows[a:a + 131_072].T
-        top = np.argpartition(-sims, 10, axis=1)[:, :11]
+    for a in range(0, n, CALIBRATION_CHUNK):  # exact top 11 in chunks (300 x 1M scores: 1.2 GB)
+        sims = q @ rows[a:a + CALIBRATION_CHUNK].T
+        width = sims.shape[1]
+        top = np.argpartition(-sims, 10, axis=1)[:, :11] if width > 11 else np.tile(np.arange(width), (m, 1))
         best_s = np.concatenate([best_s, np.take_along_axis(sims, top, axis=1)], axis=1)
         best_r = np.concatenate([best_r, top + a], axis=1)
         keep = np.argsort(-best_s, axis=1, kind="stable")[:, :11]

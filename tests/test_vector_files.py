@@ -194,3 +194,21 @@ def test_a_switch_built_while_rows_were_written_waits_for_the_next_save(tmp_path
     q = _clustered(20, seed=7)
     got, want = idx.search(q, 10)[1], _brute(x, ids, q, 10)
     assert np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())]) >= 0.9
+
+
+def test_a_failed_switch_leaves_the_index_as_it_was_and_the_snapshot_is_written(tmp_path, monkeypatch):
+    from vitrine.index import index_choice
+
+    monkeypatch.setattr(index_choice, "ANN_FROM", 5000)
+
+    def broken(*a: object, **kw: object) -> int:
+        raise RuntimeError("k-means ran out of something")
+
+    monkeypatch.setattr(index_choice, "calibrate_nprobe", broken)
+    x, ids = _clustered(21_000), np.arange(21_000, dtype=np.int64)
+    idx = VectorIndex(32, "auto")
+    idx.upsert(ids, x)
+    sha = idx.save(tmp_path / "a.vidx")
+    assert idx.factory == "SQfp16" and len(VectorIndex.load(tmp_path / "a.vidx", sha)) == 21_000
+    q = _clustered(5, seed=8)
+    np.testing.assert_array_equal(idx.search(q, 10)[1], _brute(x, ids, q, 10))

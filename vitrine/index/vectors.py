@@ -454,7 +454,10 @@ class VectorIndex:
         faiss = _faiss()
         want = index_choice.choose(len(self), self.factory) if self.auto else self.factory
         if want != self.factory:
-            self._switch(want)
+            try:
+                self._switch(want)
+            except (RuntimeError, ValueError, MemoryError) as e:  # the snapshot goes on with the index as it is
+                log.error("could not make the index of %d rows %s (%s); it stays %s", len(self), want, e, self.factory)
         with self._lock:
             if self.dead_rows:
                 self.rebuild()

@@ -84,6 +84,20 @@ def _store_ids(url: str) -> list[str]:
         s.close()
 
 
+def _store_ids_once_up(url: str, timeout: float = 30) -> list[str]:
+    """``_store_ids`` once this process's own health watcher has seen the database again (it probes
+    every 0.5 s: right after a restart it can still call the database down, and refuse at once)."""
+    from vitrine.errors import StorageError
+
+    def ids() -> list[str] | None:
+        try:
+            return _store_ids(url)
+        except StorageError:
+            return None
+
+    return wait_for(ids, timeout, "this process to see the database again", every=0.2)
+
+
 def test_every_process_builds_the_same_towers(tmp_path):
     """A replica ranks vectors another process wrote (another replica, ingest, a Kafka worker)
     against queries it embeds itself, all under one model key: so every process must build the
@@ -229,7 +243,7 @@ def test_replicas_and_a_kafka_worker_share_one_store(broker, pg_server, pg_url, 
             assert time.monotonic() < t_end, r.text
             time.sleep(0.2)
         assert r.status_code == 200, r.text
-        want = len(_store_ids(pg_url))
+        want = len(_store_ids_once_up(pg_url))
         for u in urls:
             wait_for(lambda u=u: (h := _json(u + "/health")) is not None and h["products"] == want, 60,
                      f"{u} to follow a write after the restart", every=0.2)

@@ -1,8 +1,9 @@
 """`vitrine serve --workers N`: several API processes over one data dir, as a user runs them.
 
 On the tiny test towers (fast to load; the wiring is under test): the settings reach every
-worker, a write through one worker is seen through all of them, a hot swap is refused with a
-clear reason, and SIGTERM stops them all."""
+worker, every worker serves the indexes its supervisor loaded before forking it (shared
+copy-on-write, vitrine/web/workers.py), a write through one worker is seen through all of them, a
+hot swap is refused with a clear reason, a worker killed is replaced by one that has every write, and SIGTERM stops them all."""
 
 from __future__ import annotations
 
@@ -79,6 +80,8 @@ def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(catalog_dir, 
         with ThreadPoolExecutor(8) as pool:
             seen = list(pool.map(health, range(48)))
         assert all(h["products"] == SUBSET_SIZE for h in seen)
+        # each worker serves the indexes loaded once before the fork, not a copy of its own
+        assert all(h["recovery"].get("shared") is True for h in seen), {h["pid"]: h["recovery"] for h in seen}
         print("workers that answered:", sorted(Counter(h["pid"] for h in seen).items()))
         answered = {h["pid"] for h in seen}  # (48 connections, 8 at a time: both workers answer)
         assert len(answered) == 2 and answered <= set(workers)  # (the supervisor's children)
@@ -104,6 +107,18 @@ def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(catalog_dir, 
         res = httpx.post(url + "/search", json={"text": "workers test blazer", "k": 3, "filters": {"brand": "Acme"}},
                          timeout=60)
         assert res.status_code == 200 and res.json()["results"][0]["id"] == "w-1"
+        # a worker that dies is forked again from the supervisor's indexes and catches up with the write
+        os.kill(sorted(answered)[0], signal.SIGKILL)
+        t_end = time.monotonic() + 120
+        while True:
+            with ThreadPoolExecutor(8) as pool:
+                hs = list(pool.map(health, range(32)))
+            pids = {h["pid"] for h in hs}
+            if len(pids) == 2 and pids != answered and {h["products"] for h in hs} == {SUBSET_SIZE + 1}:
+                break
+            assert time.monotonic() < t_end, (pids, answered, {h["products"] for h in hs})
+            time.sleep(0.5)
+        assert all(h["recovery"].get("shared") is True for h in hs)
         # hot swap would switch one process only: refused, with the reason
         swap = httpx.post(url + "/admin/swap", json={"index_factory": "HNSW32"}, headers={"x-api-key": KEY},
                           timeout=60)

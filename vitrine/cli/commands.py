@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -94,18 +93,12 @@ def _serve(settings, *, consume: bool = False, follow: float | None = None) -> N
     import uvicorn
 
     if settings.web.workers > 1:
-        from vitrine.settings import settings_env
+        from vitrine.web.workers import serve_shared
 
-        # uvicorn starts each worker process fresh: it rebuilds these settings from the environment
-        os.environ.update(settings_env(settings))
         web = settings.web
         click.echo(f"Vitrine serving {settings.storage.data_dir} at http://{web.host}:{web.port}/ with "
-                   f"{web.workers} worker processes (API docs at /docs)", err=True)
-        # uvicorn kills a worker that does not answer its supervisor's ping within the health-check
-        # timeout (5 s by default) and starts another: a worker loading its models on a busy machine
-        # missed it, and on 2 shared cores the workers were restarted for over ten minutes on end
-        uvicorn.run("vitrine.web.app:create_app", factory=True, workers=settings.web.workers, host=settings.web.host,
-                    port=settings.web.port, log_level="warning", timeout_worker_healthcheck=120)
+                   f"{web.workers} worker processes sharing one copy of the indexes (API docs at /docs)", err=True)
+        serve_shared(settings)
         return
     from vitrine.web.app import create_app
 

@@ -110,6 +110,18 @@ class MemoryBM25:
         with self._lock:
             self._conn.close()
 
+    def reopened(self) -> "MemoryBM25":
+        """These postings for a process forked after they were built: a new index sharing them
+        (copy-on-write pages) with connections and locks of its own (a SQLite connection must not
+        be used across a fork). Its changes from then on are its own."""
+        other = MemoryBM25.__new__(MemoryBM25)
+        other.__dict__.update(self.__dict__)
+        other._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        other._tok = _Tokenizer()
+        other._lock = threading.RLock()
+        other._fixes = fuzzy.Corrections()
+        return other
+
     # -- snapshot --------------------------------------------------------------------------------
     def _rebuild(self) -> None:
         c = self._conn

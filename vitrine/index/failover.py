@@ -176,6 +176,13 @@ class FailoverRecordStore:
     def bm25_scores(self, text: str) -> Mapping[int, float]:
         return self._call("BM25 (the record store)", lambda s: s.bm25_scores(text))
 
+    def text_index(self) -> object | None:
+        """None: the shared database ranks text."""
+        return None
+
+    def adopt_text_index(self, index: object | None) -> None:
+        """Nothing to adopt: the shared database ranks text."""
+
     def count(self) -> int:
         return self._read(lambda s: s.count(), self.mirror.count)
 

@@ -303,6 +303,13 @@ class PgRecordStore:
             q = pgtext.scores_query(P, words, self._idfs(c, words))
             return {} if q is None else {int(i): float(s) for i, s in c.execute(q[0], q[1]).fetchall()}
 
+    def text_index(self) -> object | None:
+        """None: the database ranks text (tsvector), nothing is held in memory to share."""
+        return None
+
+    def adopt_text_index(self, index: object | None) -> None:
+        """Nothing to adopt: the database ranks text."""
+
     def count(self) -> int:
         with self._conn() as c:
             return int(scalar(c.execute(f"SELECT count(*) FROM {P} WHERE NOT deleted")))

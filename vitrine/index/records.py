@@ -349,6 +349,21 @@ class RecordStore:
                         return None
         return self._bm25
 
+    def text_index(self) -> MemoryBM25 | None:
+        """The in-memory BM25 postings, built now if they were not (for processes forked after
+        this one: :meth:`adopt_text_index`). None without FTS5."""
+        if not self.fts:
+            return None
+        self.bm25_scores("warm up")
+        return self._bm25
+
+    def adopt_text_index(self, index: object | None) -> None:
+        """Serve BM25 from postings the process this one was forked from built over this file
+        (:meth:`text_index`), caught up with later changes when first asked."""
+        if isinstance(index, MemoryBM25) and self.fts and index.path == str(self.path):
+            with self._bm25_lock:
+                self._bm25 = index.reopened()
+
     def changed_since(self, seq: int) -> int:
         """Products written or deleted after change ``seq`` (how far the catalogue moved since)."""
         with self._lock:

@@ -17,6 +17,8 @@ them and delegates, so its methods are the API the web app, the CLI, evals and b
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -58,7 +60,7 @@ from vitrine.search.feedback import EventIn, Feedback
 from vitrine.search.learning import LearnResult
 from vitrine.search.read_context import ReadContext
 from vitrine.search.reads import ReadPath
-from vitrine.search.state import IndexState, product_out
+from vitrine.search.state import IndexState, LoadedIndexes, product_out
 from vitrine.search.suggestions import SuggestResponse, Suggestions
 from vitrine.search.understanding import QueryUnderstanding
 from vitrine.search.writes import ProductInput, WritePath
@@ -70,7 +72,7 @@ log = logging.getLogger(__name__)
 class Engine:
     """Vitrine's search engine over one data dir. Build with :meth:`open`."""
 
-    def __init__(self, settings: Settings, encoder: MultimodalEncoder) -> None:
+    def __init__(self, settings: Settings, encoder: MultimodalEncoder, loaded: LoadedIndexes | None = None) -> None:
         self.settings = settings
         self.data_dir = Path(settings.storage.data_dir)
         enc = settings.encoders
@@ -81,8 +83,10 @@ class Engine:
         self.hotswap = hotswap.HotSwap(self.index, settings, save=self.writes.save)
         MemoryBM25.typo_tolerance = settings.index.typo_tolerance  # one engine per process sets it
         reembed = (lambda: self.writes.reembed(progress=True)) if settings.index.reembed_on_open else None
-        recovery.open_indexes(self.index, reembed)
+        recovery.open_indexes(self.index, reembed, loaded)
         self.reader = ReadContext(self.index, settings)
+        if loaded is not None and loaded.suggestions is not None and self.index.recovery.get("shared"):
+            self.reader.suggestions.adopt(loaded.suggestions)
         # the read path; its query intent + slots (vitrine/intent) are loaded here, never at import
         self.reads = ReadPath(self.reader)
         self._feedback: Feedback | None = None
@@ -165,8 +169,10 @@ class Engine:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def open(cls, settings: Settings, encoder: MultimodalEncoder | None = None) -> "Engine":
-        """Load models (unless given) and open ``settings.data_dir``, recovering indexes.
+    def open(cls, settings: Settings, encoder: MultimodalEncoder | None = None, *,
+             loaded: LoadedIndexes | None = None) -> "Engine":
+        """Load models (unless given) and open ``settings.data_dir``, recovering indexes (or
+        serving ``loaded``: those the process this one was forked from opened, :meth:`loaded_indexes`).
 
         A data dir whose model was hot-swapped opens with that model (``follow_swap``); when its
         artifacts fail their checksums the configured model serves instead, and says so."""
@@ -191,7 +197,7 @@ class Engine:
                     log.error("%s", notes[-1])
             if encoder is None:
                 encoder = build_encoder(settings)
-        eng = cls(settings, encoder)
+        eng = cls(settings, encoder, loaded)
         if notes:
             eng.recovery.setdefault("notes", []).extend(notes)
         return eng
@@ -254,6 +260,11 @@ class Engine:
         """SHA-256 of every model artifact serving this engine (towers, adapter, intent)."""
         intent = self.settings.intent
         return served_artifacts(self.model_spec, self.encoder, intent.intent_model if intent.intent else None)
+
+    def loaded_indexes(self) -> LoadedIndexes:
+        """The in-memory indexes, for processes forked from this one to serve (``Engine.open(...,
+        loaded=)``) without loading their own: their pages stay shared until a process changes them."""
+        return dataclasses.replace(self.index.loaded(), suggestions=self.suggestions.shared_index())
 
     def close(self) -> None:
         try:

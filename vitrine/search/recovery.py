@@ -19,15 +19,23 @@ from vitrine.index.graph import ProductGraph
 from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native
-from vitrine.search.state import GRAPH_FILE, INDEX_FIELDS, IndexState
+from vitrine.search.state import GRAPH_FILE, INDEX_FIELDS, IndexState, LoadedIndexes
 
 log = logging.getLogger(__name__)
 
 
-def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) -> dict[str, Any]:
+def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None,
+                 shared: LoadedIndexes | None = None) -> dict[str, Any]:
     """Load ``state``'s indexes (see the module docstring); ``reembed`` re-embeds the products
-    another model embedded (None: only warn about them). Returns and keeps the recovery report."""
+    another model embedded (None: only warn about them). With ``shared`` (indexes the process this
+    one was forked from opened) those serve, caught up with the later changes, when they were made
+    by this model over this record store. Returns and keeps the recovery report."""
     t0 = time.time()
+    if shared is not None:
+        why = _unshareable(state, shared)
+        if why is None:
+            return _adopt(state, shared, t0)
+        log.warning("not serving the indexes loaded before the fork: %s; opening the data dir", why)
     records, s = state.records, state.options
     # Read first: everything up to it is in what follows; later changes (other writers of a
     # shared store) are replayed by the next refresh. Read after the replay, it could claim a
@@ -73,6 +81,30 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None) ->
             "%d products were embedded by another model; run `vitrine reindex --data %s` to re-embed",
             stale_model, state.data_dir,
         )
+    return rec
+
+
+def _unshareable(state: IndexState, loaded: LoadedIndexes) -> str | None:
+    if loaded.model_key != state.model_key:
+        return f"made by another model ({loaded.model_key})"
+    if loaded.store_id != state.store_id:
+        return "made over another record store"
+    if loaded.seq > state.records.seq:
+        return f"they reflect change {loaded.seq} but the record store is at {state.records.seq}"
+    return None
+
+
+def _adopt(state: IndexState, loaded: LoadedIndexes, t0: float) -> dict[str, Any]:
+    replayed = state.adopt(loaded)
+    rec: dict[str, Any] = {
+        "records_seq": state.records.seq, "snapshot": loaded.snapshot_version, "snapshot_seq": loaded.seq,
+        "refused": [], "skipped": [], "partial": [], "shared": True, "replayed": replayed, "rebuilt": False,
+        "graph_rebuilt": False, "products": state.records.count(), "stale_model": 0,
+        "seconds": round(time.time() - t0, 3)}
+    rec["summary"] = (f"serving the indexes loaded before the fork (change {loaded.seq}, shared copy-on-write); "
+                      f"replayed {replayed} later changes")
+    state.recovery = rec
+    log.info("opened %s: %s", state.data_dir, rec["summary"])
     return rec
 
 

@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,25 @@ def product_fields(row: RecordRow) -> dict[str, Any]:
 def product_out(row: RecordRow) -> ProductOut:
     """A stored record as the API shows a product."""
     return ProductOut(**product_fields(row), version=row.version)
+
+
+@dataclass(frozen=True)
+class LoadedIndexes:
+    """The in-memory indexes one process opened, as of change ``seq``: processes forked from it
+    serve them instead of loading their own (:meth:`IndexState.adopt`), so their pages stay shared
+    copy-on-write until a process changes them (``vitrine serve --workers N``)."""
+
+    vectors: dict[str, VectorIndexAPI]
+    native: native.NativeSpace
+    graph: ProductGraph
+    graph_data: GraphData
+    filters: FilterIndex
+    seq: int
+    snapshot_version: str | None
+    model_key: str
+    store_id: str
+    text_index: object | None = None  # the record store's in-memory BM25 postings
+    suggestions: tuple[Any, int, float] | None = None  # the catalogue's suggestion index (Suggestions.adopt)
 
 
 class IndexState:
@@ -192,6 +212,26 @@ class IndexState:
         if replayed:
             self._dirty = True
         return replayed, stale_model
+
+    def loaded(self) -> LoadedIndexes:
+        """The indexes as they are now, for processes forked from this one (:meth:`adopt`)."""
+        with self.write_lock:
+            return LoadedIndexes(dict(self.vectors), self.native, self.graph, self.graph_data, self.filters,
+                                 self._seq, self.snapshot_version, self.model_key, self.store_id,
+                                 self.records.text_index())
+
+    def adopt(self, loaded: LoadedIndexes) -> int:
+        """Serve indexes the process this one was forked from opened (``loaded``, made by this
+        model over this record store), then apply the record store's changes after them. Returns
+        the number of changes applied. This process's own changes copy only the pages they touch."""
+        # the forking process's category mapper embeds with its text tower: map with this one's
+        loaded.graph_data.mapper = self.graph_data.mapper
+        with self.write_lock, self.lock.write():
+            self.vectors, self.native, self.graph = dict(loaded.vectors), loaded.native, loaded.graph
+            self.graph_data, self.filters = loaded.graph_data, loaded.filters
+            self._seq, self.snapshot_version = loaded.seq, loaded.snapshot_version
+            self.records.adopt_text_index(loaded.text_index)
+            return self._catch_up_locked()
 
     def mark_changed(self) -> None:
         """The indexes differ from every snapshot version (a new one is due)."""

@@ -162,6 +162,19 @@ class Suggestions:
         self._build_in_background()
         return current
 
+    def shared_index(self) -> tuple[suggest.SuggestIndex, int, float] | None:
+        """The catalogue's index (built now if need be), the change it reflects and its build's
+        seconds, for processes forked from this one (:meth:`adopt`)."""
+        index = self.catalogue()
+        return None if index is None else (index, self._catalogue_seq, self._build_s)
+
+    def adopt(self, shared: tuple[suggest.SuggestIndex, int, float]) -> None:
+        """Serve the catalogue index the process this one was forked from built (rebuilt as
+        usual once the catalogue moves on)."""
+        with self._lock:
+            self._catalogue, self._catalogue_seq, self._build_s = shared
+            self._cache.clear()
+
     def warm(self) -> float:
         """Build the indexes before the first lookup; returns the seconds it took."""
         t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from vitrine import __version__
 from vitrine.search.engine import Engine
+from vitrine.search.state import LoadedIndexes
 from vitrine.settings import Settings
 from vitrine.web.errors import install_handlers
 from vitrine.web.guards import ContentTypeGuard, RequestTimeout
@@ -35,10 +36,11 @@ API_PREFIX = "/v1"
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None, *,
-               freeze_gc: bool | None = None) -> FastAPI:
+               freeze_gc: bool | None = None, loaded: LoadedIndexes | None = None) -> FastAPI:
     """The API. Give ``engine`` to serve an already open one (tests); otherwise the lifespan
-    opens ``settings.data_dir`` and loads the models. ``freeze_gc`` (default: when the app opens
-    its own engine) moves every object alive after warm-up out of the garbage collector's reach."""
+    opens ``settings.data_dir`` and loads the models (serving ``loaded``, indexes opened before
+    this process was forked, when given: vitrine/web/workers.py). ``freeze_gc`` (default: when the
+    app opens its own engine) moves every object alive after warm-up out of the garbage collector's reach."""
     if settings is None:
         settings = engine.settings if engine is not None else Settings()
     metrics = Metrics()
@@ -46,7 +48,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
         title="Vitrine",
         version=__version__,
         description="Multimodal semantic search for e-commerce: words, a photo, or both.",
-        lifespan=lifespan_for(settings, engine, metrics, freeze_gc),
+        lifespan=lifespan_for(settings, engine, metrics, freeze_gc, loaded),
     )
     app.state.settings = settings
     app.state.metrics = metrics

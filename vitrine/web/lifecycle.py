@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from vitrine.errors import StorageError, VitrineError
 from vitrine.index.vectors import set_search_threads
 from vitrine.search.engine import Engine
+from vitrine.search.state import LoadedIndexes
 from vitrine.settings import Settings
 from vitrine.web.memory import limit_heap_growth
 from vitrine.web.metrics import Metrics
@@ -24,16 +25,17 @@ from vitrine.web.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
-def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, freeze_gc: bool | None
-                 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The lifespan of an app serving ``engine`` (or, when None, one it opens from ``settings``)."""
+def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, freeze_gc: bool | None,
+                 loaded: LoadedIndexes | None = None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The lifespan of an app serving ``engine`` (or, when None, one it opens from ``settings``,
+    serving ``loaded`` when given: indexes opened before this process was forked)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
         if own and settings.web.tune_malloc:
             limit_heap_growth()
-        eng = engine if engine is not None else await asyncio.to_thread(Engine.open, settings)
+        eng = engine if engine is not None else await asyncio.to_thread(lambda: Engine.open(settings, loaded=loaded))
         app.state.engine = eng
         if own:  # after the models loaded their libraries: the limits apply to loaded ones
             set_search_threads(settings.index.search_threads or 1)

@@ -46,3 +46,18 @@ def limit_heap_growth(mmap_threshold: int = 8 << 20, trim_threshold: int = 16 <<
     ok = all(mallopt(param, value) == 1 for param, value in settings)
     log.debug("malloc tuning %s", "applied" if ok else "refused")
     return ok
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; after dropping
+    large objects, before forking). Returns whether anything was released."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        malloc_trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    return bool(malloc_trim(0))

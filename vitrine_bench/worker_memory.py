@@ -3,7 +3,12 @@ by N processes counts 1/N in each) of every process of ``vitrine serve --workers
 warm-up of searches, for N = 1 and 2. What a second worker adds is the host's total PSS at two
 workers minus at one.
 
-``python -m vitrine_bench.worker_memory --data D [--workers 1,2] [--out DIR]``
+``python -m vitrine_bench.worker_memory --data D [--workers 1,2] [--out DIR] [--queries Q --searches N]``
+
+With ``--queries`` (a JSONL of ``{"text": ...}``, e.g. `vitrine make-catalogue`'s queries.jsonl) the
+warm-up is N searches over those texts, half of them with brand and category facets, from 8
+connections at once (so every worker serves its share): what a worker copies of the pages it
+shares grows with the variety of what it is asked, not with a handful of repeated queries.
 """
 
 from __future__ import annotations
@@ -30,18 +35,34 @@ def smaps(pid: int) -> dict[str, float]:
     return out
 
 
-def warm(url: str, n: int = 40) -> None:
+WORDS = ["red dress", "men running shoes", "blue jeans", "leather handbag", "white shirt", "watch"]
+
+
+def warm(url: str, n: int = 40, texts: list[str] | None = None, offset: int = 0) -> None:
     from vitrine.client import Client
 
-    words = ["red dress", "men running shoes", "blue jeans", "leather handbag", "white shirt", "watch"]
-    with Client(url, timeout=30) as c:
+    texts = texts or WORDS
+    with Client(url, timeout=60) as c:
         for i in range(n):
-            c.search(words[i % len(words)])
+            j = offset + i
+            c.search(texts[j % len(texts)], facets=("brand", "category") if j % 2 and texts is not WORDS else ())
 
 
-def measure(data_dir: Path, workers: int) -> dict[str, Any]:
-    srv = start_server(data_dir, env={"VITRINE_WORKERS": str(workers), "OMP_WAIT_POLICY": "PASSIVE"})
+def warm_many(url: str, texts: list[str], searches: int, connections: int = 8) -> None:
+    """``searches`` searches over ``texts`` from ``connections`` connections at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    per = -(-searches // connections)
+    with ThreadPoolExecutor(connections) as pool:
+        list(pool.map(lambda k: warm(url, per, texts, k * per), range(connections)))
+
+
+def measure(data_dir: Path, workers: int, texts: list[str] | None = None, searches: int = 0) -> dict[str, Any]:
+    srv = start_server(data_dir, env={"VITRINE_WORKERS": str(workers), "OMP_WAIT_POLICY": "PASSIVE"},
+                       timeout=3600)
     try:
+        if texts:
+            warm_many(srv.url, texts, searches)
         for _ in range(3):  # requests spread over the workers by the kernel: warm each
             warm(srv.url)
         time.sleep(1.0)
@@ -54,7 +75,7 @@ def measure(data_dir: Path, workers: int) -> dict[str, Any]:
                 continue
     finally:
         srv.stop()
-    return {"workers": workers, "processes": procs, "total_pss_mb": sum(p.get("pss_mb", 0) for p in procs),
+    return {"workers": workers, "searches": searches + 120, "processes": procs, "total_pss_mb": sum(p.get("pss_mb", 0) for p in procs),
             "total_rss_mb": sum(p.get("rss_mb", 0) for p in procs)}
 
 
@@ -63,9 +84,12 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--out", type=Path, default=Path("bench-results"))
+    ap.add_argument("--queries", type=Path, default=None, help="JSONL of {\"text\": ...}: the warm-up's texts")
+    ap.add_argument("--searches", type=int, default=2000, help="searches over --queries before measuring")
     a = ap.parse_args()
     rep = Report("worker-memory", a.out, "Vitrine memory per API worker (RSS and PSS)")
-    rows = [measure(a.data, int(w)) for w in a.workers.split(",")]
+    texts = [json.loads(x)["text"] for x in a.queries.read_text().splitlines() if x.strip()] if a.queries else None
+    rows = [measure(a.data, int(w), texts, a.searches if texts else 0) for w in a.workers.split(",")]
     rep.add("runs", rows)
     table = []
     for r in rows:

@@ -289,6 +289,57 @@ def test_filter_index_cached_answers_follow_changes():
                 assert not got.flags.writeable  # shared between searches: nobody may change it
 
 
+def test_filter_index_columns_match_a_brute_force_reference():
+    """Multi-valued fields that widen as products with more values arrive, ids far apart, prices,
+    exclusions, facet counts, counts over result ids and price edges, after random upserts and
+    deletes: every answer equals a scan of plain Python dicts."""
+    from collections import Counter
+
+    rng = np.random.default_rng(1)
+    paths = [["Apparel"], ["Apparel", "Topwear"], ["Apparel", "Topwear", "Shirts"], ["Home", "Kitchen"],
+             ["Home", "Kitchen", "Knives", "Chef Knives", "Japanese"]]
+    brands = ["Acme", "Zorbex", "acme", "Quux"]
+    f = FilterIndex(["category", "brand"])
+    truth: dict[int, tuple[list[str], list[str], float | None]] = {}
+    for step in range(300):
+        iid = int(rng.choice([rng.integers(0, 40), rng.integers(5000, 5010)]))
+        if rng.random() < 0.2:
+            f.delete(iid)
+            truth.pop(iid, None)
+        else:
+            cat = paths[rng.integers(0, len(paths))]
+            brand = [] if rng.random() < 0.2 else [brands[rng.integers(0, len(brands))]]
+            price = None if rng.random() < 0.3 else float(rng.integers(1, 500))
+            f.upsert(iid, {"category": cat, "brand": brand}, price=price)
+            truth[iid] = (cat, brand, price)
+        if step % 10:
+            continue
+        low = {i: ({c.casefold() for c in cat}, {b.casefold() for b in br}, p) for i, (cat, br, p) in truth.items()}
+        assert len(f) == len(truth)
+        for terms, pmin, excl in [({"category": ["topwear"]}, None, None), ({"brand": ["ACME", "quux"]}, 100.0, None),
+                                  ({"category": ["home"]}, None, {"brand": ["zorbex"]}), ({}, None, {"category": ["apparel"]}),
+                                  ({"category": ["japanese"], "brand": ["acme"]}, None, None), ({"brand": ["nobody"]}, None, None)]:
+            got = f.allowed(terms, price_min=pmin, exclude=excl)
+            want = sorted(i for i, (cs, bs, p) in low.items()
+                          if all({v.casefold() for v in vals} & (cs if k == "category" else bs) for k, vals in terms.items())
+                          and (pmin is None or (p is not None and p >= pmin))
+                          and not any({v.casefold() for v in vals} & (cs if k == "category" else bs)
+                                      for k, vals in (excl or {}).items()))
+            assert got is not None and got.tolist() == want, (terms, pmin, excl)
+        # facets count each product once per value; values show as first written
+        assert sum(f.facet("category").values()) == sum(len({c.casefold() for c in cat}) for cat, _, _ in truth.values())
+        assert Counter({k.casefold(): v for k, v in f.facet("brand").items()}) == \
+            Counter(b.casefold() for _, br, _ in truth.values() for b in br)
+        some = list(truth)[::2] + [99_999]  # an id never written counts nothing
+        assert Counter({k.casefold(): v for k, v in f.counts(some, "category").items()}) == \
+            Counter(c for i in some if i in low for c in low[i][0])
+        prices = f.prices(some)
+        assert [None if np.isnan(x) else x for x in prices.tolist()] == [truth[i][2] if i in truth else None for i in some]
+        priced = [p for _, _, p in truth.values() if p is not None]
+        assert f.has_prices() == bool(priced)
+        assert f.price_edges() == sorted(set(f.price_edges()))
+
+
 def test_record_store_sequence_and_tombstones(tmp_path):
     rs = RecordStore(tmp_path / "r.sqlite")
     v = {"fused": np.ones(4, np.float32), "image": None, "text": np.zeros(4, np.float32)}

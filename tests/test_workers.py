@@ -39,16 +39,57 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.slow
-def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(catalog_dir, tmp_path):
-    from vitrine_bench.common import free_port
+CLI = [sys.executable, "-m", "vitrine.cli.__main__"]
 
-    env = _env(tmp_path)
-    data = tmp_path / "data"
-    cli = [sys.executable, "-m", "vitrine.cli.__main__"]
-    done = subprocess.run([*cli, "ingest", str(catalog_dir / "catalog.jsonl"), "--data", str(data)], env=env,
+
+@pytest.fixture(scope="module")
+def ingested(catalog_dir, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("workers")
+    env, data = _env(tmp), tmp / "data"
+    done = subprocess.run([*CLI, "ingest", str(catalog_dir / "catalog.jsonl"), "--data", str(data)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    return data, env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_their_supervisor(ingested):
+    """A supervisor killed outright (kill -9, the out-of-memory killer) takes its workers along:
+    orphans would keep serving and holding their memory with nobody to stop them."""
+    from vitrine_bench.common import free_port
+
+    data, env = ingested
+    proc = subprocess.Popen([*CLI, "serve", "--data", str(data), "--port", str(free_port()), "--workers", "2"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t_end = time.monotonic() + 300
+        while len(workers := _children(proc.pid)) < 2:
+            assert proc.poll() is None and time.monotonic() < t_end, "the workers did not start"
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait(30)
+        t_end = time.monotonic() + 60
+        while any(_alive(w) for w in workers):
+            assert time.monotonic() < t_end, [w for w in workers if _alive(w)]
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(ingested):
+    from vitrine_bench.common import free_port
+
+    data, env = ingested
+    cli = CLI
     port = free_port()
     proc = subprocess.Popen([*cli, "serve", "--data", str(data), "--port", str(port), "--workers", "2"],
                             env={**env, "VITRINE_API_KEY": KEY}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -10,13 +10,22 @@ keeps the collector from writing to (and so copying) every inherited object. gun
 worker that dies, forked again from the same loaded indexes.
 
 torch and FAISS run single-threaded in the supervisor: GNU OpenMP's thread pool does not survive
-a fork (a worker forked after a multi-threaded matmul hangs in its first one).
+a fork (a worker forked after a multi-threaded matmul hangs in its first one). A worker whose
+supervisor dies (killed, out of memory) is sent SIGTERM by the kernel (Linux's parent-death
+signal): gunicorn's own check of its parent does not run in uvicorn's loop, and orphaned workers
+kept serving, each holding its memory, after their supervisor was gone.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import logging
+import os
+import signal
+import sys
+from typing import Any
 from fastapi import FastAPI
 from gunicorn.app.base import BaseApplication
 
@@ -57,6 +66,28 @@ def preload(settings: Settings) -> LoadedIndexes:
     return loaded
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> bool:
+    """Ask the kernel to send this process SIGTERM when ``parent`` (its parent now) dies (Linux;
+    elsewhere a no-op). Returns whether it is set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        ok = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
+    return ok
+
+
+def _post_fork(server: Any, worker: Any) -> None:
+    die_with_parent(server.pid)
+
+
 class SharedIndexServer(BaseApplication):
     """gunicorn serving the API in ``settings.web.workers`` processes forked after :func:`preload`."""
 
@@ -69,7 +100,7 @@ class SharedIndexServer(BaseApplication):
         for key, value in {
             "bind": f"{web.host}:{web.port}", "workers": web.workers, "preload_app": True,
             "worker_class": "uvicorn_worker.UvicornWorker", "timeout": WORKER_BOOT_S,
-            "graceful_timeout": 30, "loglevel": "warning", "accesslog": None,
+            "graceful_timeout": 30, "loglevel": "warning", "accesslog": None, "post_fork": _post_fork,
         }.items():
             self.cfg.set(key, value)
 

@@ -41,20 +41,38 @@ def _cli(args: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def one_size(n: int, work: Path, *, jobs: int, n_queries: int, env: dict[str, str]) -> dict[str, Any]:
-    cat, data = work / f"cat-{n}", work / f"data-{n}"
-    shutil.rmtree(data, ignore_errors=True)
-    t_make = _cli(["make-catalogue", "--n", str(n), "--out", str(cat), "--queries", str(n_queries * 2)], env)
-    t_ingest = _cli(["--log-level", "WARNING", "ingest", str(cat / "catalog.jsonl"), "--data", str(data),
-                     "--jobs", str(jobs)], env)
-    row: dict[str, Any] = {"products": n, "make_s": round(t_make, 1), "ingest_s": round(t_ingest, 1),
-                           "products_per_s": round(n / t_ingest, 1), "data_dir_mb": round(_du_mb(data), 1)}
+def one_size(n: int, work: Path, *, jobs: int, n_queries: int, env: dict[str, str], reuse: bool = False,
+             workers: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+    """Make and ingest a catalogue of ``n`` products (``reuse``: measure the catalogue and data
+    dir a previous run left in ``work``, with the ingest time it recorded), then serve it with each
+    number of ``workers`` in turn."""
+    cat, data, done = work / f"cat-{n}", work / f"data-{n}", work / f"ingest-{n}.json"
+    if reuse and data.is_dir() and done.is_file():
+        row: dict[str, Any] = json.loads(done.read_text())
+    else:
+        shutil.rmtree(data, ignore_errors=True)
+        t_make = _cli(["make-catalogue", "--n", str(n), "--out", str(cat), "--queries", str(n_queries * 2)], env)
+        t_ingest = _cli(["--log-level", "WARNING", "ingest", str(cat / "catalog.jsonl"), "--data", str(data),
+                         "--jobs", str(jobs)], env)
+        row = {"products": n, "make_s": round(t_make, 1), "ingest_s": round(t_ingest, 1),
+               "products_per_s": round(n / t_ingest, 1)}
+        done.write_text(json.dumps(row))
+    row["data_dir_mb"] = round(_du_mb(data), 1)
+    queries = [json.loads(x) for x in (cat / "queries.jsonl").read_text().splitlines()]
+    test = [q for q in queries if q["split"] == "test"][:n_queries]
+    for w in workers:
+        got = _serve_and_search(data, test, {**env, "VITRINE_WORKERS": str(w)})
+        row.update(got if w == 1 else {f"{k}_{w}w": v for k, v in got.items()})
+    return row
+
+
+def _serve_and_search(data: Path, test: list[dict[str, Any]], env: dict[str, str]) -> dict[str, Any]:
+    """`vitrine serve` on ``data``: its start time, memory after the searches, search round trips
+    one client at a time with nDCG@10, a facet request and a deep page."""
     t0 = time.perf_counter()
-    server = start_server(data, env=env, timeout=1800)
-    row["open_s"] = round(time.perf_counter() - t0, 1)
+    server = start_server(data, env=env, timeout=3600)
+    row: dict[str, Any] = {"open_s": round(time.perf_counter() - t0, 1)}
     try:
-        queries = [json.loads(x) for x in (cat / "queries.jsonl").read_text().splitlines()]
-        test = [q for q in queries if q["split"] == "test"][:n_queries]
         lat, nd = [], []
         with httpx.Client(base_url=server.url + "/v1", timeout=60) as c:
             for q in test[:20]:  # warm-up
@@ -88,32 +106,36 @@ def one_size(n: int, work: Path, *, jobs: int, n_queries: int, env: dict[str, st
     return row
 
 
-def run(out: Path, *, sizes: list[int], work: Path, jobs: int = 2, n_queries: int = 200) -> Path:
+def run(out: Path, *, sizes: list[int], work: Path, jobs: int = 2, n_queries: int = 200, reuse: bool = False) -> Path:
     rep = Report("growth", out, "What the catalogue's size costs: ingest, disk, memory, restart, search")
     rep.add("gflops_per_core_before", round(matmul_flops(1) / 1e9, 1))
     env = {**os.environ, "VITRINE_TUNE_AFTER_INGEST": "false", "VITRINE_CACHE_DIR": str(work / "cache")}
     rows = []
     for n in sizes:
-        rows.append(one_size(n, work, jobs=jobs, n_queries=n_queries, env=env))
+        rows.append(one_size(n, work, jobs=jobs, n_queries=n_queries, env=env, reuse=reuse))
         rep.data["rows"] = rows
     rep.add("gflops_per_core_after", round(matmul_flops(1) / 1e9, 1))
     rep.text(
         "Synthetic text-only catalogues (`vitrine make-catalogue --n N`: Google taxonomy leaf categories, invented "
         "brands, generated titles and descriptions; generated text, not shoppers). Per size: `vitrine ingest --jobs "
         f"{jobs}` (whole command, cold feature cache, tuning off), data dir size, `vitrine serve` start time and "
-        "memory (one worker, after warm-up), text search round trips one client at a time over the catalogue's "
+        "memory (one worker, then `--workers 2`: the total over its processes, after the searches), text search round trips one client at a time over the catalogue's "
         "test queries (nDCG@10 against their attribute judgements), one facet request, one page at offset 90 "
         "(the deepest the default max_k allows). "
         f"Command: `vitrine bench growth --sizes {','.join(map(str, sizes))}`. Machine: "
         f"{rep.data['gflops_per_core_before']} / {rep.data['gflops_per_core_after']} GFLOP/s per core "
         "(fp32 matmul, before / after).")
     rep.table(rows, ["products", "ingest_s", "products_per_s", "data_dir_mb", "open_s", "rss_mb", "pss_mb",
-                     "search_p50_ms", "search_p99_ms", "facets_ms", "deep_page_ms", "nDCG@10"], "Per size")
+                     "search_p50_ms", "search_p99_ms", "facets_ms", "deep_page_ms", "nDCG@10"], "Per size, one worker")
+    rep.table(rows, ["products", "open_s_2w", "rss_mb_2w", "pss_mb_2w", "search_p50_ms_2w", "search_p99_ms_2w",
+                     "facets_ms_2w", "deep_page_ms_2w", "nDCG@10_2w"], "Per size, `--workers 2` (all its processes)")
 
     def draw(ax: Any) -> None:
         xs = [r["products"] for r in rows]
         ax.loglog(xs, [r["ingest_s"] for r in rows], "o-", label="ingest s")
         ax.loglog(xs, [r["rss_mb"] for r in rows], "s-", label="RSS MB (one worker)")
+        ax.loglog(xs, [r.get("pss_mb_2w") for r in rows], "s--", label="PSS MB (--workers 2, all processes)")
+        ax.loglog(xs, [r["open_s"] for r in rows], "v-", label="start s (one worker)")
         ax.loglog(xs, [r["data_dir_mb"] for r in rows], "^-", label="data dir MB")
         ax.loglog(xs, [r["search_p99_ms"] for r in rows], "d-", label="search p99 ms")
         ax.set_xlabel("products")

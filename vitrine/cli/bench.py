@@ -437,11 +437,14 @@ def bench_store_outage(outages: str, n: int, rate: float, out: Path) -> None:
               help="Folder for the generated catalogues and their data dirs (large at 1M)")
 @click.option("--jobs", type=click.IntRange(1, 256), default=2, show_default=True, help="vitrine ingest --jobs")
 @click.option("--queries", "n_queries", type=int, default=200, show_default=True, help="Test queries searched per size")
+@click.option("--reuse", is_flag=True, help="Measure a size's catalogue and data dir a previous run left in WORK "
+                                           "(with the ingest time it recorded) instead of making and ingesting again")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
-def bench_growth(sizes: str, work: Path, jobs: int, n_queries: int, out: Path) -> None:
+def bench_growth(sizes: str, work: Path, jobs: int, n_queries: int, reuse: bool, out: Path) -> None:
     """What a catalogue's size costs end to end, per size (`vitrine make-catalogue`): ingest time
     and products/s, data dir size, restart time, memory of a worker, search p50/p99, facets, a deep page."""
     _bench()
     from vitrine_bench import growth
 
-    click.echo(f"report: {growth.run(out, sizes=_numbers(sizes, int), work=work, jobs=jobs, n_queries=n_queries)}")
+    report = growth.run(out, sizes=_numbers(sizes, int), work=work, jobs=jobs, n_queries=n_queries, reuse=reuse)
+    click.echo(f"report: {report}")

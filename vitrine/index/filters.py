@@ -155,8 +155,8 @@ class FilterIndex:
         col = self._cols[f]
         if not codes:
             return np.zeros(len(col), dtype=bool)
-        hit = col == codes[0] if len(codes) == 1 else np.isin(col, codes)
-        return hit[:, 0] if hit.shape[1] == 1 else hit.any(axis=1)
+        hit: np.ndarray = np.equal(col, codes[0]) if len(codes) == 1 else np.isin(col, codes)
+        return hit[:, 0] if hit.shape[1] == 1 else np.any(hit, axis=1)
 
     def _allowed(self, terms: list[tuple[str, tuple[str, ...]]], price_min: float | None,
                  price_max: float | None, excl: tuple[tuple[str, tuple[str, ...]], ...]) -> np.ndarray | None:

@@ -35,7 +35,10 @@ class FilterIndex:
         self._code: dict[str, dict[str, int]] = {f: {} for f in self.fields}  # value (normalised) -> code
         self._value: dict[str, list[str]] = {f: [] for f in self.fields}  # code -> value
         self._display: dict[str, dict[str, str]] = {f: {} for f in self.fields}
-        self._cols: dict[str, np.ndarray] = {f: np.full((0, 1), -1, dtype=np.int32) for f in self.fields}
+        # per field: [value slot, product id] -> code (-1: none); each slot a contiguous row, so a
+        # filter scans one vector per slot
+        self._cols: dict[str, np.ndarray] = {f: np.full((1, 0), -1, dtype=np.int32) for f in self.fields}
+        self._raw: dict[str, dict[object, int]] = {f: {} for f in self.fields}  # value as given -> code
         self._count: dict[str, np.ndarray] = {f: np.zeros(0, dtype=np.int64) for f in self.fields}  # per code
         self._price = np.zeros(0, dtype=np.float64)
         self._live = np.zeros(0, dtype=bool)
@@ -56,8 +59,8 @@ class FilterIndex:
             return
         new = max(iid + 1, int(cap * 1.5) + 1024)
         for f, col in self._cols.items():
-            grown = np.full((new, col.shape[1]), -1, dtype=np.int32)
-            grown[:cap] = col
+            grown = np.full((col.shape[0], new), -1, dtype=np.int32)
+            grown[:, :cap] = col
             self._cols[f] = grown
         price = np.full(new, np.nan, dtype=np.float64)
         price[:cap] = self._price
@@ -81,47 +84,81 @@ class FilterIndex:
         return out
 
     def upsert(self, iid: int, values: Mapping[str, Iterable[object]], price: float | None = None) -> None:
+        self.upsert_many([(iid, values, price)])
+
+    def _normalised(self, f: str, values: Mapping[str, Iterable[object]]) -> list[int]:
+        """The codes of a product's values of ``f`` (each once, in order; blank values dropped)."""
+        known = self._raw[f]
+        out: list[int] = []
+        for r in values.get(f, ()):
+            c = known.get(r) if isinstance(r, str) else None
+            if c is None:
+                if not str(r).strip():
+                    continue
+                v = sys.intern(norm_value(r))  # interned: a value is one str however many places hold it
+                self._display[f].setdefault(v, str(r).strip())
+                c = self._codes_of(f, (v,))[0]
+                if isinstance(r, str) and len(known) < 1_000_000:
+                    known[r] = c
+            if c not in out:
+                out.append(c)
+        return out
+
+    def upsert_many(self, items: Iterable[tuple[int, Mapping[str, Iterable[object]], float | None]]) -> None:
+        """Upsert (product id, field values, price) items together: one vectorised write of the
+        columns per call (opening a data dir writes every product at once; a write a batch)."""
         with self._lock:
-            self.delete(iid)
+            rows = {iid: (values, price) for iid, values, price in items}  # the last of an id wins
+            if not rows:
+                return
+            iids = np.fromiter(rows, dtype=np.int64, count=len(rows))
             self._cache.clear()
             self._edges = None
-            self._grow(iid)
+            self._drop(iids)
+            self._grow(int(iids.max()))
             for f in self.fields:
-                raw = list(values.get(f, ()))
-                # interned: a value is one str however many places hold it
-                vals = tuple(dict.fromkeys(sys.intern(norm_value(v)) for v in raw if str(v).strip()))
-                for r in raw:
-                    self._display[f].setdefault(norm_value(r), str(r).strip())
-                codes = self._codes_of(f, vals)
+                codes = [self._normalised(f, values) for values, _ in rows.values()]
+                width = max(map(len, codes), default=0)
                 col = self._cols[f]
-                if len(codes) > col.shape[1]:  # a product with more values than any before
-                    wide = np.full((len(col), len(codes)), -1, dtype=np.int32)
-                    wide[:, :col.shape[1]] = col
+                if width > col.shape[0]:  # a product with more values than any before
+                    wide = np.full((width, col.shape[1]), -1, dtype=np.int32)
+                    wide[:col.shape[0]] = col
                     self._cols[f] = col = wide
-                col[iid] = -1
-                col[iid, :len(codes)] = codes
-                np.add.at(self._count[f], codes, 1)
-            self._live[iid] = True
-            self._n += 1
-            if price is not None:
-                self._price[iid] = float(price)
-                self._n_priced += 1
+                block = np.full((col.shape[0], len(codes)), -1, dtype=np.int32)
+                for j, cs in enumerate(codes):
+                    block[:len(cs), j] = cs
+                col[:, iids] = block
+                used = block[block >= 0]
+                if len(used):
+                    self._count[f][: len(self._value[f])] += np.bincount(used, minlength=len(self._value[f]))
+            self._live[iids] = True
+            self._n += len(iids)
+            prices = np.array([np.nan if p is None else float(p) for _, p in rows.values()], dtype=np.float64)
+            self._price[iids] = prices
+            self._n_priced += int(np.count_nonzero(~np.isnan(prices)))
 
     def delete(self, iid: int) -> None:
         with self._lock:
-            if iid >= len(self._live) or not self._live[iid]:
-                return
-            self._cache.clear()
-            self._edges = None
-            for f, col in self._cols.items():
-                codes = col[iid][col[iid] >= 0]
-                np.subtract.at(self._count[f], codes, 1)
-                col[iid] = -1
-            if not np.isnan(self._price[iid]):
-                self._n_priced -= 1
-            self._price[iid] = np.nan
-            self._live[iid] = False
-            self._n -= 1
+            self._drop(np.array([iid], dtype=np.int64))
+
+    def _drop(self, iids: np.ndarray) -> None:
+        """Remove the live ones of ``iids`` (lock held)."""
+        iids = iids[(iids >= 0) & (iids < len(self._live))]
+        iids = iids[self._live[iids]]
+        if not len(iids):
+            return
+        self._cache.clear()
+        self._edges = None
+        for f, col in self._cols.items():
+            rows = col[:, iids]
+            used = rows[rows >= 0]
+            if len(used):
+                self._count[f][: len(self._value[f])] -= np.bincount(used, minlength=len(self._value[f]))
+            col[:, iids] = -1
+        self._n_priced -= int(np.count_nonzero(~np.isnan(self._price[iids])))
+        self._price[iids] = np.nan
+        self._live[iids] = False
+        self._n -= len(iids)
 
     def allowed(
         self, terms: Mapping[str, Iterable[object]], price_min: float | None = None, price_max: float | None = None,
@@ -153,10 +190,14 @@ class FilterIndex:
         """Mask of the products holding any of ``vals`` in field ``f``."""
         codes = [c for v in vals if (c := self._code[f].get(v)) is not None]
         col = self._cols[f]
-        if not codes:
-            return np.zeros(len(col), dtype=bool)
-        hit: np.ndarray = np.equal(col, codes[0]) if len(codes) == 1 else np.isin(col, codes)
-        return hit[:, 0] if hit.shape[1] == 1 else np.any(hit, axis=1)
+        hit = np.zeros(col.shape[1], dtype=bool)
+        for slot in col if codes else ():
+            if len(codes) <= 8:  # a few values: comparisons beat isin's sort
+                for c in codes:
+                    hit |= slot == c
+            else:
+                hit |= np.isin(slot, codes)
+        return hit
 
     def _allowed(self, terms: list[tuple[str, tuple[str, ...]]], price_min: float | None,
                  price_max: float | None, excl: tuple[tuple[str, tuple[str, ...]], ...]) -> np.ndarray | None:
@@ -201,7 +242,7 @@ class FilterIndex:
     def counts(self, iids: Iterable[int], field: str) -> Counter[str]:
         """Display value -> how many of ``iids`` hold it, for one field."""
         with self._lock:
-            codes = self._cols[field][self._known(iids)].ravel()
+            codes = self._cols[field][:, self._known(iids)].ravel()
             codes = codes[codes >= 0]
             names, disp = self._value[field], self._display[field]
             n = np.bincount(codes, minlength=0) if len(codes) else np.zeros(0, dtype=np.int64)

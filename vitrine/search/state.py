@@ -198,12 +198,16 @@ class IndexState:
         replayed, live products embedded by another model)."""
         stale_model = 0
         live: list[int] = []
+        batch: list[tuple[int, dict[str, list[str]], float | None]] = []
         for row in self.records.iter_rows(with_vectors=False):
-            values, price = filter_values(row.doc)
-            self.filters.upsert(row.iid, values, price)
+            batch.append((row.iid, *filter_values(row.doc)))
+            if len(batch) >= 5000:
+                self.filters.upsert_many(batch)
+                batch = []
             live.append(row.iid)
             if row.model_key != self.model_key:
                 stale_model += 1
+        self.filters.upsert_many(batch)
         replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
         self._seq = max(self._seq, target)
         # (the live products read once above: reading every record again cost 2.3 s at 100k)
@@ -267,9 +271,7 @@ class IndexState:
             seq, iids = self.records.upsert_many(rows)
             stored = [StoredRow.written(r, iid, seq) for r, iid in zip(rows, iids)]
             self.apply_rows(stored)
-            for r in stored:
-                values, price = filter_values(r.doc)
-                self.filters.upsert(r.iid, values, price)
+            self.filters.upsert_many((r.iid, *filter_values(r.doc)) for r in stored)
             self._advance_seq(seq)
         return seq
 
@@ -337,9 +339,7 @@ class IndexState:
         for r in rows:
             if r.deleted:
                 self.filters.delete(r.iid)
-            else:
-                values, price = filter_values(r.doc)
-                self.filters.upsert(r.iid, values, price)
+        self.filters.upsert_many((r.iid, *filter_values(r.doc)) for r in rows if not r.deleted)
         return len(rows)
 
     def refresh(self) -> int:

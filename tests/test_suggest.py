@@ -132,6 +132,28 @@ def test_follows_catalogue_changes_and_chinese(write_client):
     assert "Levi's" in texts(write_client.get("/v1/suggest", params={"q": "levi"}).json())
 
 
+def test_a_slow_catalogue_index_is_rebuilt_at_most_once_per_spacing(write_client, monkeypatch):
+    """Where a build is slow (every build counts as slow here), writes do not start a rebuild
+    each: the old index answers until REBUILD_SPACING builds' time has passed since the last."""
+    import time
+
+    from vitrine.search import suggestions as sugg
+
+    put(write_client, "S1", "Lenovo ThinkPad Laptop", brand="Lenovo")
+    assert "Lenovo" in texts(write_client.get("/v1/suggest", params={"q": "leno"}).json())
+    monkeypatch.setattr(sugg, "INLINE_BUILD_S", 0.0)
+    monkeypatch.setattr(sugg, "REBUILD_SPACING", 1e9)
+    put(write_client, "S2", "Levi's Denim Jacket", brand="Levi's")
+    for _ in range(5):  # not rebuilt: the last build was less than the spacing ago
+        assert "Levi's" not in texts(write_client.get("/v1/suggest", params={"q": "levi"}).json())
+        time.sleep(0.1)
+    monkeypatch.setattr(sugg, "REBUILD_SPACING", 0.0)
+    t_end = time.monotonic() + 30  # now due: rebuilt in the background, the old index answering meanwhile
+    while "Levi's" not in texts(write_client.get("/v1/suggest", params={"q": "levi"}).json()):
+        assert time.monotonic() < t_end
+        time.sleep(0.05)
+
+
 def test_popular_queries_with_clicks_only(write_client, fresh_engine):
     put(write_client, "P1", "Red Cotton Shirt", category="Apparel > Shirts")
     calls = []

@@ -40,6 +40,10 @@ MAX_K = 50
 MAX_PREFIX_CHARS = 200
 INLINE_BUILD_S = 0.02  # a catalogue that built faster than this is rebuilt inside the lookup
 INLINE_FIRST_BUILD = 2000  # products: a first build inside a search (the intent rule's words) up to this
+# A rebuild reads every product (2 minutes at 1M products): after a write, the catalogue's index is
+# rebuilt at most once per REBUILD_SPACING builds' time, so a stream of writes costs each worker at
+# most ~1/REBUILD_SPACING of a core for suggestions, however large the catalogue.
+REBUILD_SPACING = 10
 SuggestKind = Literal["query", "title", "category", "brand", "facet"]
 
 
@@ -67,6 +71,7 @@ class Suggestions:
         self._catalogue: suggest.SuggestIndex | None = None
         self._catalogue_seq = -1
         self._build_s = 0.0
+        self._built_at = -float("inf")  # time.monotonic() when the catalogue's index was last built
         self._queries = suggest.SuggestIndex(())
         self._queries_at = -float("inf")
         self._lock = threading.Lock()  # one catalogue build at a time
@@ -127,6 +132,7 @@ class Suggestions:
         index = suggest.SuggestIndex(suggest.catalogue_phrases(self._docs(), brand_of=brand_of))
         self._catalogue, self._catalogue_seq = index, seq
         self._build_s = time.perf_counter() - t0
+        self._built_at = time.monotonic()
         self._cache.clear()
         log.info("suggestions: %d catalogue phrases at change %d in %.2fs", len(index), seq, self._build_s)
 
@@ -159,7 +165,8 @@ class Suggestions:
             with self._lock:
                 self._build()
             return self._catalogue
-        self._build_in_background()
+        if time.monotonic() - self._built_at >= REBUILD_SPACING * self._build_s:
+            self._build_in_background()
         return current
 
     def shared_index(self) -> tuple[suggest.SuggestIndex, int, float] | None:
@@ -173,6 +180,7 @@ class Suggestions:
         usual once the catalogue moves on)."""
         with self._lock:
             self._catalogue, self._catalogue_seq, self._build_s = shared
+            self._built_at = -float("inf")  # built in another process: due for a rebuild once it is behind
             self._cache.clear()
 
     def warm(self) -> float:

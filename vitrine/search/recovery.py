@@ -85,6 +85,8 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None,
 
 
 def _unshareable(state: IndexState, loaded: LoadedIndexes) -> str | None:
+    if state.options.vector_backend != "faiss":  # pgvector: the forking process closed its connections
+        return f"the vectors live in the database ({state.options.vector_backend})"
     if loaded.model_key != state.model_key:
         return f"made by another model ({loaded.model_key})"
     if loaded.store_id != state.store_id:

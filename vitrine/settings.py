@@ -350,8 +350,9 @@ class WebSettings(_Section):
     workers: int = Field(1, ge=1, le=64, description="API worker processes (`vitrine serve`). One Python process "
                          "tops out near one core (the interpreter lock). With more than one, the data dir's "
                          "indexes are opened once and the workers are forked from that process (gunicorn), "
-                         "sharing them copy-on-write; each loads its own models and follows the data dir "
-                         "(follow_s), so a write through one is seen by all. Hot swap needs a single worker.")
+                         "sharing them copy-on-write; each loads its own models (torch single-threaded unless "
+                         "torch_threads says otherwise) and follows the data dir (follow_s), so a write "
+                         "through one is seen by all. Hot swap needs a single worker.")
     follow_s: float = Field(0.0, ge=0, description="The API picks up other processes' writes to its data dir this "
                                                    "often (0: never; 1 s when workers > 1; 0.5 s with a "
                                                    "PostgreSQL store).")

@@ -10,7 +10,8 @@ keeps the collector from writing to (and so copying) every inherited object. gun
 worker that dies, forked again from the same loaded indexes.
 
 torch and FAISS run single-threaded in the supervisor: GNU OpenMP's thread pool does not survive
-a fork (a worker forked after a multi-threaded matmul hangs in its first one). A worker whose
+a fork (a worker forked after a multi-threaded matmul hangs in its first one); the workers inherit
+one torch thread each (N workers for N cores) unless ``VITRINE_TORCH_THREADS`` sets it. A worker whose
 supervisor dies (killed, out of memory) is sent SIGTERM by the kernel (Linux's parent-death
 signal): gunicorn's own check of its parent does not run in uvicorn's loop, and orphaned workers
 kept serving, each holding its memory, after their supervisor was gone.

@@ -18,7 +18,6 @@ them and delegates, so its methods are the API the web app, the CLI, evals and b
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import threading
 from collections.abc import Callable, Sequence

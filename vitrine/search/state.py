@@ -198,16 +198,16 @@ class IndexState:
         replayed, live products embedded by another model)."""
         stale_model = 0
         live: list[int] = []
-        batch: list[tuple[int, dict[str, list[str]], float | None]] = []
+        pending: list[tuple[int, dict[str, list[str]], float | None]] = []  # filter rows, written 5,000 at a time
         for row in self.records.iter_rows(with_vectors=False):
-            batch.append((row.iid, *filter_values(row.doc)))
-            if len(batch) >= 5000:
-                self.filters.upsert_many(batch)
-                batch = []
+            pending.append((row.iid, *filter_values(row.doc)))
+            if len(pending) >= 5000:
+                self.filters.upsert_many(pending)
+                pending = []
             live.append(row.iid)
             if row.model_key != self.model_key:
                 stale_model += 1
-        self.filters.upsert_many(batch)
+        self.filters.upsert_many(pending)
         replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
         self._seq = max(self._seq, target)
         # (the live products read once above: reading every record again cost 2.3 s at 100k)

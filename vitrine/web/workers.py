@@ -98,8 +98,9 @@ class SharedIndexServer(BaseApplication):
 
     def load_config(self) -> None:
         web = self.settings.web
+        host = f"[{web.host}]" if ":" in web.host else web.host  # an IPv6 address: gunicorn's [::]:port
         for key, value in {
-            "bind": f"{web.host}:{web.port}", "workers": web.workers, "preload_app": True,
+            "bind": f"{host}:{web.port}", "workers": web.workers, "preload_app": True,
             "worker_class": "uvicorn_worker.UvicornWorker", "timeout": WORKER_BOOT_S,
             "graceful_timeout": 30, "loglevel": "warning", "accesslog": None, "post_fork": _post_fork,
         }.items():

@@ -132,7 +132,6 @@ def test_auto_chooses_the_index_by_size_at_each_save(tmp_path, monkeypatch):
 
     monkeypatch.setattr(index_choice, "ANN_FROM", 5000)
     monkeypatch.setattr(index_choice, "BACK_BELOW", 4000)
-    monkeypatch.setattr(index_choice, "CALIBRATION_CHUNK", 29_995)  # a last chunk of 5 rows, fewer than 11
     assert index_choice.choose(4999) == "SQfp16" and index_choice.choose(30_000) == "IVF512,Flat"
     assert index_choice.choose(4500, "IVF512,Flat") == "IVF256,Flat"  # hysteresis: stays IVF above 4,000
     assert index_choice.choose(10**6) == "IVF4096,Flat"

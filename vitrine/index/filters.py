@@ -68,20 +68,17 @@ class FilterIndex:
         live[:cap] = self._live
         self._price, self._live = price, live
 
-    def _codes_of(self, f: str, vals: tuple[str, ...]) -> list[int]:
-        codes = self._code[f]
-        out = []
-        for v in vals:
-            c = codes.get(v)
-            if c is None:
-                c = codes[v] = len(self._value[f])
-                self._value[f].append(v)
-                if c >= len(self._count[f]):
-                    grown = np.zeros(max(16, 2 * c), dtype=np.int64)
-                    grown[:len(self._count[f])] = self._count[f]
-                    self._count[f] = grown
-            out.append(c)
-        return out
+    def _code_for(self, f: str, v: str) -> int:
+        """The code of normalised value ``v`` of ``f``, given one if it has none yet."""
+        c = self._code[f].get(v)
+        if c is None:
+            c = self._code[f][v] = len(self._value[f])
+            self._value[f].append(v)
+            if c >= len(self._count[f]):
+                grown = np.zeros(max(16, 2 * c), dtype=np.int64)
+                grown[:len(self._count[f])] = self._count[f]
+                self._count[f] = grown
+        return c
 
     def upsert(self, iid: int, values: Mapping[str, Iterable[object]], price: float | None = None) -> None:
         self.upsert_many([(iid, values, price)])
@@ -97,7 +94,7 @@ class FilterIndex:
                     continue
                 v = sys.intern(norm_value(r))  # interned: a value is one str however many places hold it
                 self._display[f].setdefault(v, str(r).strip())
-                c = self._codes_of(f, (v,))[0]
+                c = self._code_for(f, v)
                 if isinstance(r, str) and len(known) < 1_000_000:
                     known[r] = c
             if c not in out:

@@ -40,7 +40,6 @@ AUTO = "auto"
 # recall of generated query texts, so 0.99 here held those at 0.98 (bench-results/index-auto-250k/)
 RECALL_TARGET = 0.99
 CALIBRATION_QUERIES = 300
-CALIBRATION_CHUNK = 131_072  # rows scored at a time by the exact search of the calibration
 SCAN = "SQfp16"
 ANN_FROM = 200_000
 BACK_BELOW = 160_000  # hysteresis: an IVF index stays IVF down to here
@@ -64,33 +63,24 @@ def fits(saved: str, configured: str) -> bool:
     return saved == configured
 
 
-def calibrate_nprobe(search: Callable[[np.ndarray, int], np.ndarray], set_nprobe: Callable[[int], None],
-                     rows: np.ndarray, nlist: int, start: int, seed: int = 0) -> int:
+def calibrate_nprobe(search: Callable[[np.ndarray, int], np.ndarray], exact: Callable[[np.ndarray, int], np.ndarray],
+                     set_nprobe: Callable[[int], None], rows: np.ndarray, nlist: int, start: int, seed: int = 0) -> int:
     """The smallest ``nprobe`` of ``start``, 2 x start, ... (at most ``nlist``) at which ``search``
-    (queries, k -> row numbers) has recall@10 >= RECALL_TARGET against exact search over ``rows``,
-    with CALIBRATION_QUERIES of the rows as queries (each left out of its own answers). Leaves the
-    index set to it (``set_nprobe``)."""
+    (queries, k -> row numbers) has recall@10 >= RECALL_TARGET against ``exact`` (the same, by exact
+    search) over ``rows``, with CALIBRATION_QUERIES of the rows as queries (each left out of its own
+    answers). Leaves the index set to it (``set_nprobe``)."""
     n, m = len(rows), CALIBRATION_QUERIES
     if n <= 10 * m:
         set_nprobe(start)
         return start
     pick = np.sort(np.random.default_rng(seed).choice(n, m, replace=False))
     q = np.ascontiguousarray(rows[pick])
-    best_s, best_r = np.full((m, 0), -np.inf, dtype=np.float32), np.zeros((m, 0), dtype=np.int64)
-    for a in range(0, n, CALIBRATION_CHUNK):  # exact top 11 in chunks (300 x 1M scores: 1.2 GB)
-        sims = q @ rows[a:a + CALIBRATION_CHUNK].T
-        width = sims.shape[1]
-        top = np.argpartition(-sims, 10, axis=1)[:, :11] if width > 11 else np.tile(np.arange(width), (m, 1))
-        best_s = np.concatenate([best_s, np.take_along_axis(sims, top, axis=1)], axis=1)
-        best_r = np.concatenate([best_r, top + a], axis=1)
-        keep = np.argsort(-best_s, axis=1, kind="stable")[:, :11]
-        best_s, best_r = np.take_along_axis(best_s, keep, axis=1), np.take_along_axis(best_r, keep, axis=1)
-    exact = [[r for r in row if r != p][:10] for row, p in zip(best_r.tolist(), pick.tolist())]
+    exact_rows = [[r for r in row if r != p][:10] for row, p in zip(exact(q, 11).tolist(), pick.tolist())]
     nprobe, recall = max(1, start), 0.0
     while True:
         set_nprobe(nprobe)
         got = search(q, 11).tolist()
-        recall = float(np.mean([len(set(g) & set(e)) / len(e) for g, e in zip(got, exact)]))
+        recall = float(np.mean([len(set(g) & set(e)) / len(e) for g, e in zip(got, exact_rows)]))
         if recall >= RECALL_TARGET or nprobe >= nlist:
             break
         nprobe = min(nlist, nprobe * 2)

@@ -486,7 +486,8 @@ class VectorIndex:
         new.upsert(ids, vecs)
         new._extend_index()
         if new._index is not None and "IVF" in factory:  # lists searched: enough for the recall target
-            new.nprobe = index_choice.calibrate_nprobe(lambda q, k: new._index.search(q, k)[1], new._configure_nprobe,
+            new.nprobe = index_choice.calibrate_nprobe(lambda q, k: new._index.search(q, k)[1],
+                                                       lambda q, k: new._exact(q, k, None)[1], new._configure_nprobe,
                                                        vecs, new._train_size() // 39, self.nprobe)
         with self._lock:
             if self._writes != writes:

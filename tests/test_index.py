@@ -289,10 +289,26 @@ def test_filter_index_cached_answers_follow_changes():
                 assert not got.flags.writeable  # shared between searches: nobody may change it
 
 
-def test_filter_index_columns_match_a_brute_force_reference():
+def test_a_damaged_or_foreign_filter_file_is_refused(tmp_path):
+    f = FilterIndex(["category", "brand"])
+    f.upsert(3, {"category": ["Shoes"], "brand": ["Acme"]}, price=10.0)
+    path = tmp_path / "filters.varr"
+    sha = f.save(path)
+    assert FilterIndex.load(path, sha, ["category", "brand"]).allowed({"brand": ["acme"]}).tolist() == [3]
+    with pytest.raises(StorageError, match="holds fields"):
+        FilterIndex.load(path, sha, ["category", "colour"])
+    raw = bytearray(path.read_bytes())
+    raw[10] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(StorageError, match="checksum"):
+        FilterIndex.load(path, sha, ["category", "brand"])
+
+
+def test_filter_index_columns_match_a_brute_force_reference(tmp_path):
     """Multi-valued fields that widen as products with more values arrive, ids far apart, prices,
     exclusions, facet counts, counts over result ids and price edges, after random upserts and
-    deletes: every answer equals a scan of plain Python dicts."""
+    deletes, and across saves and loads (as a snapshot keeps it): every answer equals a scan of
+    plain Python dicts."""
     from collections import Counter
 
     rng = np.random.default_rng(1)
@@ -312,6 +328,9 @@ def test_filter_index_columns_match_a_brute_force_reference():
             price = None if rng.random() < 0.3 else float(rng.integers(1, 500))
             f.upsert(iid, {"category": cat, "brand": brand}, price=price)
             truth[iid] = (cat, brand, price)
+        if step % 100 == 55:  # saved and loaded: the loaded index answers, and takes changes, the same
+            sha = f.save(tmp_path / f"filters-{step}.varr")
+            f = FilterIndex.load(tmp_path / f"filters-{step}.varr", sha, ["category", "brand"])
         if step % 10:
             continue
         low = {i: ({c.casefold() for c in cat}, {b.casefold() for b in br}, p) for i, (cat, br, p) in truth.items()}

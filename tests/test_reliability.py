@@ -124,7 +124,7 @@ def test_a_damaged_version_is_refused_and_the_previous_one_serves(subset_engine,
     bad = eng.snapshots.versions()[0]
     q = SearchRequest(text="blue shirt", k=10, use_intent=False)
     before = [h.id for h in eng.search(q).results]
-    n = len(eng)
+    n, facets = len(eng), eng.facets()
     eng.records.close()
     raw = bytearray((bad.path / "fused.vidx").read_bytes())
     raw[len(raw) // 2] ^= 0xFF  # one flipped byte
@@ -141,6 +141,8 @@ def test_a_damaged_version_is_refused_and_the_previous_one_serves(subset_engine,
                                                                   "failed its checksum"}]
         assert rec["partial"] == [partial.name] and rec["replayed"] == 2  # the later upsert and delete
         assert len(e2) == n and [h.id for h in e2.search(q).results] == before
+        # the filters came with the good version and took the two later changes
+        assert not rec["filters_rebuilt"] and e2.facets() == facets
         assert "refused " + bad.name in rec["summary"]
         with TestClient(create_app(engine=e2)) as c:
             h = c.get("/health").json()
@@ -160,7 +162,7 @@ def test_every_version_unusable_rebuilds_from_the_records(subset_engine, setting
         (v.path / "manifest.json").write_text("{truncated")
     e2 = Engine(settings_factory(eng.data_dir, intent=False), encoder)
     try:
-        assert e2.recovery["rebuilt"] and e2.recovery["snapshot"] is None
+        assert e2.recovery["rebuilt"] and e2.recovery["snapshot"] is None and e2.recovery["filters_rebuilt"]
         assert "manifest unreadable" in e2.recovery["refused"][0]["reason"]
         assert len(e2) == n and [h.id for h in e2.search(q).results] == before
     finally:

@@ -11,9 +11,12 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 
+from vitrine.errors import StorageError
+from vitrine.index import vector_files
 from vitrine.index.cache import IdSetCache
 
 
@@ -137,6 +140,48 @@ class FilterIndex:
     def delete(self, iid: int) -> None:
         with self._lock:
             self._drop(np.array([iid], dtype=np.int64))
+
+    def live_ids(self) -> np.ndarray:
+        """The ids of every product the index holds, ascending."""
+        with self._lock:
+            return np.flatnonzero(self._live)
+
+    # -- persistence (a snapshot's ``filters.varr``) ---------------------------------------------------
+    def save(self, path: str | Path) -> str:
+        """Write the columns, counts, prices and value names to one array file (atomically);
+        returns its SHA-256."""
+        with self._lock:
+            meta = {"fields": list(self.fields), "values": self._value, "display": self._display,
+                    "n": self._n, "n_priced": self._n_priced}
+            arrays = {"price": self._price, "live": self._live}
+            for i, f in enumerate(self.fields):
+                arrays[f"col{i}"] = self._cols[f]
+                arrays[f"count{i}"] = self._count[f]
+            return vector_files.write_arrays(path, meta, arrays)
+
+    @classmethod
+    def load(cls, path: str | Path, expected_sha256: str | None, fields: Iterable[str]) -> "FilterIndex":
+        """An index :meth:`save` wrote; StorageError when it is damaged or holds other ``fields``."""
+        meta, arrays = vector_files.read_arrays(path, expected_sha256, what="filter index")
+        out = cls(fields)
+        if meta.get("fields") != list(out.fields):
+            raise StorageError(f"filter index {path} holds fields {meta.get('fields')}, expected {list(out.fields)}")
+        try:
+            for i, f in enumerate(out.fields):
+                out._value[f] = [sys.intern(v) for v in meta["values"][f]]
+                out._code[f] = {v: c for c, v in enumerate(out._value[f])}
+                out._display[f] = dict(meta["display"][f])
+                out._cols[f] = arrays[f"col{i}"].astype(np.int32, copy=False)
+                out._count[f] = arrays[f"count{i}"].astype(np.int64, copy=False)
+            out._price = arrays["price"].astype(np.float64, copy=False)
+            out._live = arrays["live"].astype(bool, copy=False)
+            out._n, out._n_priced = int(meta["n"]), int(meta["n_priced"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StorageError(f"filter index {path} is unreadable: {e}") from e
+        lengths = {len(out._price), len(out._live), *(c.shape[1] for c in out._cols.values())}
+        if len(lengths) != 1 or int(out._live.sum()) != out._n:
+            raise StorageError(f"filter index {path} is inconsistent")
+        return out
 
     def _drop(self, iids: np.ndarray) -> None:
         """Remove the live ones of ``iids`` (lock held)."""

@@ -15,6 +15,11 @@ the process); :class:`~vitrine.index.vectors.VectorIndex` copies it into memory 
 
 The whole file is checked against its SHA-256 (streamed, not read into memory) before it is used.
 Format 1 (an ``.npz`` with the same arrays and the FAISS blob) is still read, into memory.
+
+The same layout without the FAISS part holds the other indexes a snapshot keeps as arrays (the
+filter columns, the BM25 postings, the suggestion index): :func:`write_arrays` / :func:`read_arrays`,
+named arrays and a JSON meta, with a magic of their own. Reading them is a few large reads, where
+rebuilding them reads every record (minutes at 1M products).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from vitrine.errors import StorageError
 
 FORMAT_VERSION = 2
 MAGIC = b"VIDX\x02\x00\x00\x00"
+ARRAYS_MAGIC = b"VARR\x01\x00\x00\x00"
 ALIGN = 4096
 _TRAILER = struct.Struct("<Q8s")
 _CHUNK = 64 * 2**20
@@ -166,3 +172,39 @@ def _read_npz(path: Path) -> VectorFile:
         raise StorageError(f"vector index {path} has format {meta.get('format')}, expected 1 or {FORMAT_VERSION}")
     index = _faiss().deserialize_index(blob) if blob is not None else None
     return VectorFile(meta, vectors, ids, index, mapped=False)
+
+
+def write_arrays(path: str | os.PathLike[str], meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
+    """Write named arrays and a JSON-able ``meta`` to one file atomically; returns its SHA-256."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        w = _HashingWriter(f)
+        specs = {name: w.array(np.asarray(a)) for name, a in arrays.items()}
+        w.pad()
+        trailer = json.dumps({"meta": meta, "arrays": specs}).encode()
+        w.write(trailer)
+        w.write(_TRAILER.pack(len(trailer), ARRAYS_MAGIC))
+        f.flush()
+        return w.h.hexdigest()
+
+
+def read_arrays(path: str | os.PathLike[str], expected_sha256: str | None = None, *,
+                what: str = "index file") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The meta and arrays :func:`write_arrays` wrote (read into memory, writable), checked against
+    ``expected_sha256``; StorageError when unreadable or damaged."""
+    path = Path(path)
+    verify(path, expected_sha256, what)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size < _TRAILER.size:
+                raise ValueError("too short")
+            f.seek(size - _TRAILER.size)
+            length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+            if magic != ARRAYS_MAGIC:
+                raise ValueError("not an array file")
+            f.seek(size - _TRAILER.size - length)
+            body = json.loads(f.read(length).decode())
+        arrays = {name: _array(path, spec, mmap=False) for name, spec in body["arrays"].items()}
+        return body["meta"], arrays
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise StorageError(f"{what} {path} is unreadable: {e}") from e

@@ -82,10 +82,10 @@ class NativeSpace:
         return done
 
     def fill_missing(self, records: RecordStoreAPI, text_features: Callable[[list[str]], np.ndarray],
-                     live: Iterable[int]) -> int:
+                     live: np.ndarray) -> int:
         """Give every one of the ``live`` products (iids) lacking a native vector one (stored vector or
         from its text)."""
-        missing = [iid for iid in live if iid not in self.index]
+        missing = np.setdiff1d(np.asarray(live, dtype=np.int64), self.index.ids()).tolist()
         if not missing:
             return 0
         log.info("%d products lack a native text vector: filling them in", len(missing))

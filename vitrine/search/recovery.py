@@ -15,11 +15,12 @@ from typing import Any
 
 from vitrine.errors import StorageError
 from vitrine.index import index_choice
+from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native
-from vitrine.search.state import GRAPH_FILE, INDEX_FIELDS, IndexState, LoadedIndexes
+from vitrine.search.state import FILTERS_FILE, GRAPH_FILE, INDEX_FIELDS, IndexState, LoadedIndexes
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,13 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None,
         rec["snapshot"], rec["snapshot_seq"] = loaded.name, state.seq
     if not graph_loaded:  # no usable graph snapshot: build it from every record
         state.rebuild_graph()
-    # Filters always rebuild from records; vectors and graph replay what the snapshot lacks.
+    filters_rebuilt = not state.filters_loaded
+    # Vectors, graph and filters replay what the snapshot lacks (filters it lacks: rebuilt from the records).
     replayed, stale_model = state.replay(target)
     if loaded is None:
         state.mark_changed()
     rec.update(replayed=replayed, rebuilt=loaded is None, graph_rebuilt=not graph_loaded,
-               products=records.count(), stale_model=stale_model)
+               filters_rebuilt=filters_rebuilt, products=records.count(), stale_model=stale_model)
     if stale_model and reembed is not None:
         log.warning("%d products were embedded by another model; re-embedding them with %s",
                     stale_model, state.model_key)
@@ -101,7 +103,7 @@ def _adopt(state: IndexState, loaded: LoadedIndexes, t0: float) -> dict[str, Any
     rec: dict[str, Any] = {
         "records_seq": state.records.seq, "snapshot": loaded.snapshot_version, "snapshot_seq": loaded.seq,
         "refused": [], "skipped": [], "partial": [], "shared": True, "replayed": replayed, "rebuilt": False,
-        "graph_rebuilt": False, "products": state.records.count(), "stale_model": 0,
+        "graph_rebuilt": False, "filters_rebuilt": False, "products": state.records.count(), "stale_model": 0,
         "seconds": round(time.time() - t0, 3)}
     rec["summary"] = (f"serving the indexes loaded before the fork (change {loaded.seq}, shared copy-on-write); "
                       f"replayed {replayed} later changes")
@@ -140,6 +142,9 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
         same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
         if GRAPH_FILE in (m.get("files") or {}) and same_graph:
             graph = ProductGraph.load(snap.file(GRAPH_FILE), state.graph_data, snap.sha256(GRAPH_FILE))
+        filters = None
+        if FILTERS_FILE in (m.get("files") or {}):  # older versions lack it: rebuilt from the records
+            filters = FilterIndex.load(snap.file(FILTERS_FILE), snap.sha256(FILTERS_FILE), state.filters.fields)
         nat = state.new_native()
         if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
             nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE), mmap=s.mmap_indexes,
@@ -148,7 +153,7 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
         return str(e), True, False
     except (KeyError, ValueError, OSError) as e:
         return f"unreadable: {e}", True, False
-    state.restore(vectors, nat, graph, seq, snap.name)  # missing native: filled after replay
+    state.restore(vectors, nat, graph, seq, snap.name, filters)  # missing native: filled after replay
     return None, False, graph is not None
 
 

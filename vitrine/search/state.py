@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
 GRAPH_FILE = "graph.json"
+FILTERS_FILE = "filters.varr"
 
 
 def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
@@ -143,6 +144,7 @@ class IndexState:
         self.store_id = self._store_identity()
         self._seq = 0
         self._dirty = False
+        self._filters_at_seq = False  # the filters were loaded with the indexes (else rebuilt from every record)
 
     def text_features(self, texts: list[str]) -> np.ndarray:
         """The serving text tower's features of ``texts`` (the native space's vectors, unnormalised)."""
@@ -176,12 +178,16 @@ class IndexState:
         return str(sid)
 
     def restore(self, vectors: dict[str, VectorIndexAPI], nat: native.NativeSpace, graph: ProductGraph | None,
-                seq: int, version: str | None) -> None:
+                seq: int, version: str | None, filters: FilterIndex | None = None) -> None:
         """Take indexes loaded from a snapshot version (or fresh ones: ``version`` None, ``seq`` 0)
-        as they were at change ``seq``; a None ``graph`` keeps the current one."""
+        as they were at change ``seq``; a None ``graph`` keeps the current one, None ``filters``
+        are rebuilt from every record by :meth:`replay`."""
         self.vectors, self.native, self._seq = vectors, nat, seq
         if graph is not None:
             self.graph = graph
+        self._filters_at_seq = filters is not None
+        if filters is not None:
+            self.filters = filters
         if version is not None:
             self.snapshot_version = version
 
@@ -192,10 +198,29 @@ class IndexState:
             self._dirty = True
 
     def replay(self, target: int) -> tuple[int, int]:
-        """Filters rebuilt from every record; vectors and graph given the changes after their
-        sequence number; native vectors filled in where missing. ``target``: the record store's
-        sequence number read before (the indexes then reflect at least it). Returns (changes
-        replayed, live products embedded by another model)."""
+        """Vectors, graph and filters given the changes after their sequence number (filters not
+        loaded with them: rebuilt from every record); native vectors filled in where missing.
+        ``target``: the record store's sequence number read before (the indexes then reflect at
+        least it). Returns (changes replayed, live products embedded by another model)."""
+        if self._filters_at_seq:
+            replayed = sum(self._apply_changed_rows(b) for b in self.changes_since(self._seq, 5000))
+            live = self.filters.live_ids()
+            # live products without a vector of this model: embedded by another one (apply_rows
+            # keeps those out of the vector indexes)
+            stale_model = len(np.setdiff1d(live, self.vectors["fused"].ids(), assume_unique=True))
+        else:
+            live, stale_model = self._rebuild_filters()
+            replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
+        self._seq = max(self._seq, target)
+        if self.native.fill_missing(self.records, self.text_features, live):
+            self._dirty = True
+        if replayed:
+            self._dirty = True
+        return replayed, stale_model
+
+    def _rebuild_filters(self) -> tuple[np.ndarray, int]:
+        """The filters built from every record; returns (the live iids, how many of them another
+        model embedded)."""
         stale_model = 0
         live: list[int] = []
         pending: list[tuple[int, dict[str, list[str]], float | None]] = []  # filter rows, written 5,000 at a time
@@ -208,14 +233,8 @@ class IndexState:
             if row.model_key != self.model_key:
                 stale_model += 1
         self.filters.upsert_many(pending)
-        replayed = sum(self.apply_rows(batch) for batch in self.changes_since(self._seq, 5000))
-        self._seq = max(self._seq, target)
-        # (the live products read once above: reading every record again cost 2.3 s at 100k)
-        if self.native.fill_missing(self.records, self.text_features, live):
-            self._dirty = True
-        if replayed:
-            self._dirty = True
-        return replayed, stale_model
+        self._filters_at_seq = True
+        return np.asarray(live, dtype=np.int64), stale_model
 
     def loaded(self) -> LoadedIndexes:
         """The indexes as they are now, for processes forked from this one (:meth:`adopt`)."""
@@ -233,6 +252,7 @@ class IndexState:
         with self.write_lock, self.lock.write():
             self.vectors, self.native, self.graph = dict(loaded.vectors), loaded.native, loaded.graph
             self.graph_data, self.filters = loaded.graph_data, loaded.filters
+            self._filters_at_seq = True
             self._seq, self.snapshot_version = loaded.seq, loaded.snapshot_version
             self.records.adopt_text_index(loaded.text_index)
             return self._catch_up_locked()
@@ -355,6 +375,12 @@ class IndexState:
             return applied
 
     @property
+    def filters_loaded(self) -> bool:
+        """Whether the filters came with the indexes (a snapshot, or a process this one was forked
+        from) rather than from reading every record."""
+        return self._filters_at_seq
+
+    @property
     def seq(self) -> int:
         """The change sequence number the in-memory indexes reflect."""
         return self._seq
@@ -381,6 +407,7 @@ class IndexState:
             with self.snapshots.publish() as pub:
                 files = {f"{f}.vidx": self.vectors[f].save(pub.dir / f"{f}.vidx") for f in INDEX_FIELDS}
                 files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
+                files[FILTERS_FILE] = self.filters.save(pub.dir / FILTERS_FILE)
                 files[native.FILE] = self.native.save(pub.dir)
                 snap = pub.commit({
                     "seq": self._seq, "model_key": self.model_key, "factory": self.options.index_factory,

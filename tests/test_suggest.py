@@ -207,3 +207,50 @@ def test_index_unit():
     assert [m.text for m in idx.top(3)] == ["Nike"]
     assert idx.lookup("", 3) == idx.top(3)
     assert sg.query_phrases([("a", 1), ("b", 0), ("c", float("nan")), ("d", "x")]) == [sg.Phrase("a", "query", 1.0)]
+
+
+def test_index_saved_and_loaded_answers_the_same(tmp_path):
+    from vitrine.errors import StorageError
+
+    phrases = [sg.Phrase("Running Shoes", "category", 40), sg.Phrase("Nike Men Running Shoe", "title"),
+               sg.Phrase("Café Crème Mug", "title"), sg.Phrase("Nike", "brand", 9, example=True),
+               sg.Phrase("红色连衣裙 夏季", "title"), sg.Phrase("Nike running", "query", 3)]
+    idx = sg.SuggestIndex(phrases)
+    path = tmp_path / "suggestions.varr"
+    sha = idx.save(path, {"seq": 7})
+    got, meta = sg.SuggestIndex.load(path, sha)
+    assert meta == {"seq": 7} and len(got) == len(idx) and got.words == idx.words
+    for q in ("runn", "shoe run", "cafe cre", "rnuning", "连衣", "nike r", "", "zzz"):
+        assert got.lookup(q, 5) == idx.lookup(q, 5), q
+    empty = sg.SuggestIndex(())
+    sha = empty.save(tmp_path / "empty.varr")
+    assert sg.SuggestIndex.load(tmp_path / "empty.varr", sha)[0].lookup("a", 3) == []
+    raw = bytearray(path.read_bytes())
+    raw[-40] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(StorageError, match="checksum"):
+        sg.SuggestIndex.load(path, sha)
+
+
+def test_the_catalogue_index_is_kept_with_the_snapshot(engine, settings_factory, encoder, tmp_path):
+    """A restart serves the catalogue's suggestion index the last snapshot version kept (building
+    it reads every product: minutes at 1M), not one built again."""
+    from conftest import engine_copy
+
+    eng = engine_copy(engine, settings_factory, encoder, tmp_path / "copy")
+    try:
+        want = eng.suggest("shi", 8).suggestions
+        assert want
+        eng.save()  # a newly built index makes a new version due (the copy may have loaded it already)
+        version = eng.snapshot_version
+        files = eng.snapshots.versions()[0].manifest["files"]
+        assert "suggestions.varr" in files
+    finally:
+        eng.close()
+    again = engine_copy(eng, settings_factory, encoder, tmp_path / "again")
+    try:
+        assert again.snapshot_version == version
+        assert again.suggestions.catalogue(wait=False) is not None  # there at once, not being built
+        assert again.suggest("shi", 8).suggestions == want
+    finally:
+        again.close()

@@ -86,6 +86,8 @@ class Engine:
         self.reader = ReadContext(self.index, settings)
         if loaded is not None and loaded.suggestions is not None and self.index.recovery.get("shared"):
             self.reader.suggestions.adopt(loaded.suggestions)
+        else:
+            self.reader.suggestions.load_saved()
         # the read path; its query intent + slots (vitrine/intent) are loaded here, never at import
         self.reads = ReadPath(self.reader)
         self._feedback: Feedback | None = None

@@ -59,6 +59,7 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None,
         graph_loaded = False
     else:
         rec["snapshot"], rec["snapshot_seq"] = loaded.name, state.seq
+        state.opened_from = loaded
     if not graph_loaded:  # no usable graph snapshot: build it from every record
         state.rebuild_graph()
     filters_rebuilt = not state.filters_loaded

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import GraphData
 from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
-from vitrine.index.snapshots import SnapshotStore
+from vitrine.index.snapshots import Snapshot, SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native, stock
@@ -55,6 +55,9 @@ FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
 GRAPH_FILE = "graph.json"
 FILTERS_FILE = "filters.varr"
+# An index of a layer above this one, kept with each snapshot version: writes its file at the path
+# given and returns (its SHA-256, what to note in the manifest), or None to keep nothing.
+SnapshotPart = Callable[[Path], "tuple[str, dict[str, Any]] | None"]
 
 
 def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
@@ -140,6 +143,8 @@ class IndexState:
         self.lock = StateLock()  # searches read together; the visible step of a write is exclusive
         self.snapshots = SnapshotStore(self.data_dir / "index", keep=storage.snapshot_keep)
         self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
+        self.opened_from: Snapshot | None = None  # the version opening the data dir loaded (recovery)
+        self._parts: dict[str, SnapshotPart] = {}
         self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
         self.store_id = self._store_identity()
         self._seq = 0
@@ -396,6 +401,18 @@ class IndexState:
             pass
 
     # -- snapshots -----------------------------------------------------------------------------------
+    def add_snapshot_part(self, name: str, write: SnapshotPart) -> None:
+        """Keep file ``name`` (written by ``write``) with every snapshot version from now on."""
+        self._parts[name] = write
+
+    def snapshot_part(self, name: str) -> tuple[Path, str, dict[str, Any]] | None:
+        """File ``name`` of the version the indexes were opened from (path, SHA-256, its manifest
+        note), or None when that version has none."""
+        snap = self.opened_from
+        if snap is None or name not in ((snap.manifest or {}).get("files") or {}):
+            return None
+        return snap.file(name), snap.sha256(name), dict(((snap.manifest or {}).get("parts") or {}).get(name) or {})
+
     def save(self, intent_model: str | None = None) -> bool:
         """Publish a snapshot version of the indexes (vectors + graph + native space, with the
         change sequence number they reflect and every file's SHA-256; vitrine/index/snapshots.py),
@@ -409,7 +426,13 @@ class IndexState:
                 files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
                 files[FILTERS_FILE] = self.filters.save(pub.dir / FILTERS_FILE)
                 files[native.FILE] = self.native.save(pub.dir)
+                parts: dict[str, dict[str, Any]] = {}
+                for name, write in self._parts.items():
+                    got = write(pub.dir / name)
+                    if got is not None:
+                        files[name], parts[name] = got
                 snap = pub.commit({
+                    "parts": parts,
                     "seq": self._seq, "model_key": self.model_key, "factory": self.options.index_factory,
                     "files": files, "created": time.time(), "count": len(self.vectors["fused"]),
                     "graph_fingerprint": self.graph_data.fingerprint, "model": self.model_spec.as_dict(),

@@ -21,14 +21,16 @@ Results are cached per (prefix, k) until either index changes. The catalogue's w
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from vitrine.errors import InvalidInput
+from vitrine.errors import InvalidInput, StorageError
 from vitrine.index import suggest
 from vitrine.lru import LRU
 from vitrine.search.state import IndexState
@@ -44,6 +46,7 @@ INLINE_FIRST_BUILD = 2000  # products: a first build inside a search (the intent
 # rebuilt at most once per REBUILD_SPACING builds' time, so a stream of writes costs each worker at
 # most ~1/REBUILD_SPACING of a core for suggestions, however large the catalogue.
 REBUILD_SPACING = 10
+SNAPSHOT_FILE = "suggestions.varr"  # the catalogue's index, kept with each snapshot version
 SuggestKind = Literal["query", "title", "category", "brand", "facet"]
 
 
@@ -78,6 +81,8 @@ class Suggestions:
         self._building = False
         self._refreshing = False
         self._cache: LRU[list[suggest.Match]] = LRU(cache_size)
+        self._saved: tuple[suggest.SuggestIndex, Path, str] | None = None  # the index last kept, where, its SHA-256
+        state.add_snapshot_part(SNAPSHOT_FILE, self._save_part)
 
     # -- the popular-queries provider --------------------------------------------------------------
     def set_popular(self, popular: PopularQueries | None, refresh_s: float | None = None) -> None:
@@ -134,6 +139,7 @@ class Suggestions:
         self._build_s = time.perf_counter() - t0
         self._built_at = time.monotonic()
         self._cache.clear()
+        self.state.mark_changed()  # the next snapshot version keeps it (a restart then loads it)
         log.info("suggestions: %d catalogue phrases at change %d in %.2fs", len(index), seq, self._build_s)
 
     def _build_in_background(self) -> None:
@@ -182,6 +188,56 @@ class Suggestions:
             self._catalogue, self._catalogue_seq, self._build_s = shared
             self._built_at = -float("inf")  # built in another process: due for a rebuild once it is behind
             self._cache.clear()
+
+    # -- kept with the index snapshots ------------------------------------------------------------
+    def _save_part(self, path: Path) -> tuple[str, dict[str, Any]] | None:
+        """Write the catalogue's index for a snapshot version (IndexState.save); an index already
+        kept by an earlier version is linked, not written again. None: none built yet, or it failed
+        (logged: suggestions never fail a snapshot)."""
+        index, seq, build_s = self._catalogue, self._catalogue_seq, self._build_s  # the index first: a
+        # build finishing meanwhile pairs it with an older seq, which only makes it look stale sooner
+        if index is None:
+            return None
+        note = {"seq": seq, "build_s": round(build_s, 3), "phrases": len(index)}
+        try:
+            saved = self._saved
+            if saved is not None and saved[0] is index:
+                try:
+                    os.link(saved[1], path)
+                    self._saved = (index, path, saved[2])
+                    return saved[2], note
+                except OSError:  # its version was pruned (or another file system): write it again
+                    pass
+            sha = index.save(path)
+            self._saved = (index, path, sha)
+            return sha, note
+        except (OSError, StorageError, ValueError) as e:
+            log.warning("suggestion index not kept with the snapshot: %s", e)
+            path.unlink(missing_ok=True)
+            return None
+
+    def load_saved(self) -> bool:
+        """Serve the catalogue's index kept with the snapshot version the data dir was opened from
+        (rebuilt as usual once the catalogue moves past it). Returns whether there was one."""
+        part = self.state.snapshot_part(SNAPSHOT_FILE)
+        if part is None:
+            return False
+        path, sha, note = part
+        try:
+            t0 = time.perf_counter()
+            index, _ = suggest.SuggestIndex.load(path, sha)
+            seq, build_s = int(note["seq"]), float(note["build_s"])
+        except (StorageError, KeyError, TypeError, ValueError) as e:
+            log.warning("suggestion index of snapshot %s not used (rebuilt instead): %s", path.parent.name, e)
+            return False
+        with self._lock:
+            self._catalogue, self._catalogue_seq, self._build_s = index, seq, build_s
+            self._built_at = -float("inf")  # due for a rebuild as soon as the catalogue is past it
+            self._saved = (index, path, sha)
+            self._cache.clear()
+        log.info("suggestions: %d catalogue phrases at change %d from snapshot %s in %.2fs", len(index), seq,
+                 path.parent.name, time.perf_counter() - t0)
+        return True
 
     def warm(self) -> float:
         """Build the indexes before the first lookup; returns the seconds it took."""

@@ -6,7 +6,9 @@ import heapq
 import json
 
 import numpy as np
+import pytest
 
+from vitrine.errors import StorageError
 from vitrine.index import symbolic
 from vitrine.index.bm25 import MemoryBM25
 from vitrine.ingest.catalog import ingest_file
@@ -44,7 +46,7 @@ def _same(engine, mem: MemoryBM25, queries: list[str]) -> int:
     return answered
 
 
-def test_memory_bm25_equals_fts5_and_follows_writes(fresh_engine, catalog_dir, subset_rows):
+def test_memory_bm25_equals_fts5_and_follows_writes(fresh_engine, catalog_dir, subset_rows, tmp_path):
     eng = fresh_engine
     ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False)
     mem = MemoryBM25(eng.records.path)
@@ -62,7 +64,29 @@ def test_memory_bm25_equals_fts5_and_follows_writes(fresh_engine, catalog_dir, s
     assert _same(eng, mem, [*qs, "zanzibar turquoise", "zed"]) >= len(qs)
     hits = mem.scores("zanzibar", eng.records.seq)
     assert hits is not None and len(hits) == 2
+
+    # saved with its changes merged in, loaded by another: the same numbers, and it follows later
+    # writes from the loaded postings (a deleted, a renamed and a new product)
+    sha, note = mem.save(tmp_path / "bm25.varr")
+    assert note["seq"] == eng.records.seq and note["products"] == eng.records.count()
+    loaded = MemoryBM25(eng.records.path)
+    loaded.typo_tolerance = False
+    loaded.load(tmp_path / "bm25.varr", sha)
+    assert loaded.built and _same(eng, loaded, [*qs, "zanzibar turquoise", "zed"]) >= len(qs)
+    eng.delete(["new-1"])
+    eng.upsert([ProductInput(Product(id="new-2", title="Quokka zanzibar mug", category=["Home"]))])
+    assert _same(eng, loaded, [*qs, "zanzibar turquoise", "zed", "quokka mug", "kurta"]) >= len(qs)
+    assert _same(eng, mem, ["zanzibar turquoise", "quokka mug"]) == 2
     mem.close()
+    loaded.close()
+    broken = MemoryBM25(eng.records.path)
+    raw = bytearray((tmp_path / "bm25.varr").read_bytes())
+    raw[100] ^= 0xFF
+    (tmp_path / "bm25.varr").write_bytes(bytes(raw))
+    with pytest.raises(StorageError, match="checksum"):
+        broken.load(tmp_path / "bm25.varr", sha)
+    assert not broken.built
+    broken.close()
 
 
 def test_record_store_serves_bm25_from_memory(engine, subset_rows):

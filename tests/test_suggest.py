@@ -232,25 +232,27 @@ def test_index_saved_and_loaded_answers_the_same(tmp_path):
         sg.SuggestIndex.load(path, sha)
 
 
-def test_the_catalogue_index_is_kept_with_the_snapshot(engine, settings_factory, encoder, tmp_path):
-    """A restart serves the catalogue's suggestion index the last snapshot version kept (building
-    it reads every product: minutes at 1M), not one built again."""
+def test_the_catalogue_and_bm25_indexes_are_kept_with_the_snapshot(engine, settings_factory, encoder, tmp_path):
+    """A restart serves the catalogue's suggestion index and the BM25 postings the last snapshot
+    version kept (building them reads every product: minutes at 1M), not ones built again."""
     from conftest import engine_copy
 
     eng = engine_copy(engine, settings_factory, encoder, tmp_path / "copy")
     try:
         want = eng.suggest("shi", 8).suggestions
-        assert want
-        eng.save()  # a newly built index makes a new version due (the copy may have loaded it already)
+        scores = dict(eng.records.bm25_scores("blue cotton shirt").items())
+        assert want and scores
+        eng.save()  # newly built indexes make a new version due (the copy may have loaded them already)
         version = eng.snapshot_version
         files = eng.snapshots.versions()[0].manifest["files"]
-        assert "suggestions.varr" in files
+        assert "suggestions.varr" in files and "bm25.varr" in files
     finally:
         eng.close()
     again = engine_copy(eng, settings_factory, encoder, tmp_path / "again")
     try:
-        assert again.snapshot_version == version
+        assert again.snapshot_version == version and again.recovery["text_index_loaded"]
         assert again.suggestions.catalogue(wait=False) is not None  # there at once, not being built
         assert again.suggest("shi", 8).suggestions == want
+        assert dict(again.records.bm25_scores("blue cotton shirt").items()) == scores
     finally:
         again.close()

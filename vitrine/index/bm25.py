@@ -32,11 +32,13 @@ import re
 import sqlite3
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from vitrine.index import fuzzy, symbolic
+from vitrine.errors import StorageError
+from vitrine.index import fuzzy, symbolic, vector_files
 from vitrine.lru import LRU
 
 log = logging.getLogger(__name__)
@@ -100,11 +102,13 @@ class MemoryBM25:
         self._n_rows = 0
         self._total = 0.0
         self._len = np.zeros(0, dtype=np.float64)  # tokens per row, by iid
-        self._post: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # term -> (iids, weighted tf)
-        # each product's terms (to find the postings a change touches), one shared str per term
-        self._doc_terms: dict[int, tuple[str, ...]] = {}
+        self._base = Postings.empty()  # as of the last build or load: arrays, no object per product
+        # changed since: term -> (iids, weighted tf) (empty: none left), iid -> its terms
+        self._post_delta: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._doc_delta: dict[int, tuple[str, ...]] = {}
         self._vocab: list[str] | None = None  # the terms, for typo corrections (built on first use)
         self._fixes = fuzzy.Corrections()
+        self.on_rebuilt: Callable[[], None] | None = None  # told when a build read the whole FTS table
 
     def close(self) -> None:
         with self._lock:
@@ -122,7 +126,54 @@ class MemoryBM25:
         other._fixes = fuzzy.Corrections()
         return other
 
-    # -- snapshot --------------------------------------------------------------------------------
+    @property
+    def built(self) -> bool:
+        """Whether the postings were built or loaded (else the first query builds them)."""
+        return self._seq >= 0
+
+    # -- kept with the index snapshots ----------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]] | None:
+        """Write the postings (the changes since the last build merged in) to one array file;
+        returns (its SHA-256, a note of the change it reflects), or None when not built."""
+        with self._lock:
+            if self._seq < 0:
+                return None
+            base, delta, lens = self._base, dict(self._post_delta), self._len.copy()
+            seq, n_rows = self._seq, self._n_rows
+        if delta:  # arrays are replaced, never changed in place: merged outside the lock
+            post = {t: p for t in base.terms if t not in delta and (p := base.get(t)) is not None}
+            post.update((t, p) for t, p in delta.items() if len(p[0]))
+            base = Postings.build(post, len(lens))
+        meta = {"seq": seq, "n_rows": n_rows, "terms": base.terms, "weights": self.weights.tolist(),
+                "tokenize": _TOKENIZE}
+        sha = vector_files.write_arrays(path, meta, {
+            "offsets": base.offsets, "ids": base.ids, "tf": base.tf, "doc_offsets": base.doc_offsets,
+            "doc_terms": base.doc_terms, "lengths": lens})
+        return sha, {"seq": seq, "products": n_rows, "terms": len(base.terms)}
+
+    def load(self, path: str | os.PathLike[str], expected_sha256: str | None) -> None:
+        """Serve postings :meth:`save` wrote (the changes after them are read before the next
+        query); StorageError when damaged or made with another tokenizer or column weights."""
+        meta, a = vector_files.read_arrays(path, expected_sha256, what="BM25 postings")
+        try:
+            if meta["tokenize"] != _TOKENIZE or meta["weights"] != self.weights.tolist():
+                raise StorageError(f"BM25 postings {path} were made with another tokenizer or column weights")
+            base = Postings(list(map(sys.intern, meta["terms"])), a["offsets"], a["ids"], a["tf"],
+                            a["doc_offsets"], a["doc_terms"])
+            seq, n_rows = int(meta["seq"]), int(meta["n_rows"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StorageError(f"BM25 postings {path} are unreadable: {e}") from e
+        if len(base.offsets) != len(base.terms) + 1 or len(base.ids) != len(base.tf) \
+                or int(base.offsets[-1]) != len(base.ids) or len(base.doc_terms) != len(base.ids):
+            raise StorageError(f"BM25 postings {path} are inconsistent")
+        with self._lock:
+            self._base, self._post_delta, self._doc_delta = base, {}, {}
+            self._len = a["lengths"].astype(np.float64, copy=False)
+            self._n_rows, self._total, self._seq = n_rows, float(self._len.sum()), seq
+            self._vocab_changed()
+        log.info("BM25 postings loaded: %d products, %d terms (seq %d)", n_rows, len(base.terms), seq)
+
+    # -- the postings, from FTS5 --------------------------------------------------------------------
     def _rebuild(self) -> None:
         c = self._conn
         c.execute("BEGIN")
@@ -136,7 +187,6 @@ class MemoryBM25:
             c.execute("COMMIT")
         col_ix = {name: i for i, name in enumerate(symbolic.COLUMNS)}
         acc: dict[str, dict[int, float]] = {}
-        doc_acc: dict[int, dict[str, float]] = {}
         w = self.weights
         max_iid = 0
         lens: dict[int, int] = {}
@@ -145,13 +195,11 @@ class MemoryBM25:
             wt = float(w[col_ix[col]])
             d = acc.setdefault(term, {})
             d[doc] = d.get(doc, 0.0) + wt
-            dd = doc_acc.setdefault(doc, {})
-            dd[term] = dd.get(term, 0.0) + wt
             lens[doc] = lens.get(doc, 0) + 1
             if doc > max_iid:
                 max_iid = doc
-        self._post = {t: _arrays(d) for t, d in acc.items()}
-        self._doc_terms = {doc: tuple(d) for doc, d in doc_acc.items()}
+        self._base = Postings.build({t: _arrays(d) for t, d in acc.items()}, max_iid + 1)
+        self._post_delta, self._doc_delta = {}, {}
         self._len = np.zeros(max_iid + 1, dtype=np.float64)
         for doc, n in lens.items():
             self._len[doc] = n
@@ -159,7 +207,9 @@ class MemoryBM25:
         self._total = float(self._len.sum())
         self._seq = seq
         self._vocab_changed()
-        log.info("BM25 in memory: %d products, %d terms (seq %d)", n_rows, len(self._post), seq)
+        log.info("BM25 in memory: %d products, %d terms (seq %d)", n_rows, len(self._base.terms), seq)
+        if self.on_rebuilt is not None:
+            self.on_rebuilt()
 
     def _refresh(self, seq: int) -> None:
         """Apply the products changed since the snapshot (or rebuild when many changed)."""
@@ -185,10 +235,9 @@ class MemoryBM25:
                 c.execute("COMMIT")
         touched: dict[str, dict[int, float | None]] = {}
         for iid in changed:
-            old = self._doc_terms.pop(iid, None)
-            if old is not None:
-                for t in old:
-                    touched.setdefault(t, {})[iid] = None
+            for t in self._terms_of(iid):
+                touched.setdefault(t, {})[iid] = None
+            self._doc_delta[iid] = ()
             if iid < len(self._len):
                 self._len[iid] = 0.0
         w = self.weights
@@ -197,7 +246,7 @@ class MemoryBM25:
             toks = self._tok.columns(vals)
             for term, col in toks:
                 per[term] = per.get(term, 0.0) + float(w[col])
-            self._doc_terms[iid] = tuple(sys.intern(t) for t in per)
+            self._doc_delta[iid] = tuple(sys.intern(t) for t in per)
             for t, f in per.items():
                 touched.setdefault(t, {})[iid] = f
             if iid >= len(self._len):
@@ -206,17 +255,14 @@ class MemoryBM25:
                 self._len = grown
             self._len[iid] = len(toks)
         for t, changes in touched.items():
-            ids, fs = self._post.get(t, (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)))
+            ids, fs = self._postings(t) or (_NO_IDS, _NO_TF)
             d = dict(zip(ids.tolist(), fs.tolist()))
             for iid, change in changes.items():
                 if change is None:
                     d.pop(iid, None)
                 else:
                     d[iid] = change
-            if d:
-                self._post[t] = _arrays(d)
-            else:
-                self._post.pop(t, None)
+            self._post_delta[t] = _arrays(d)  # empty: the term is gone
         self._n_rows = n_rows
         self._total = float(self._len.sum())
         self._seq = now
@@ -226,9 +272,22 @@ class MemoryBM25:
         self._vocab = None
         self._fixes.clear()
 
+    def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(iids, weighted tf) of the products holding ``term`` (None: none)."""
+        got = self._post_delta.get(term)
+        if got is None:
+            got = self._base.get(term)
+        return got if got is not None and len(got[0]) else None
+
+    def _terms_of(self, iid: int) -> tuple[str, ...]:
+        got = self._doc_delta.get(iid)
+        return got if got is not None else self._base.terms_of(iid)
+
     def _vocabulary(self) -> list[str]:
         if self._vocab is None:
-            self._vocab = list(self._post)
+            delta = self._post_delta
+            self._vocab = [t for t in self._base.terms if t not in delta] + [t for t, (ids, _) in delta.items()
+                                                                             if len(ids)]
         return self._vocab
 
     def correct(self, term: str, word: str) -> str | None:
@@ -239,7 +298,7 @@ class MemoryBM25:
             return None
         with self._lock:
             return self._fixes.best(term, edits, self._vocabulary,
-                                    lambda t: float(len(self._post[t][0])) if t in self._post else 0.0)
+                                    lambda t: float(len(p[0])) if (p := self._postings(t)) is not None else 0.0)
 
     def sync(self, seq: int) -> None:
         """Make the snapshot reflect the store at change sequence ``seq`` (or later)."""
@@ -272,10 +331,10 @@ class MemoryBM25:
             avgdl = self._total / n
             docs, parts = [], []
             for t, w in terms:
-                post = self._post.get(t)
+                post = self._postings(t)
                 if post is None and self.typo_tolerance:
                     fixed = self.correct(t, w)
-                    post = self._post.get(fixed) if fixed is not None else None
+                    post = self._postings(fixed) if fixed is not None else None
                 if post is None:
                     continue
                 ids, f = post
@@ -372,6 +431,59 @@ class BM25Scores(Mapping[int, float]):
             ids, sc = ids[keep], sc[keep]
         order = np.lexsort((ids, -sc))[:n]
         return list(zip(ids[order].tolist(), sc[order].tolist()))
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_TF = np.zeros(0, dtype=np.float64)
+
+
+class Postings:
+    """Every term's postings in three arrays (CSR: ``offsets`` into ``ids`` and ``tf``, terms in
+    ``terms`` order) and each product's terms the same way (``doc_offsets`` into ``doc_terms``,
+    indexes into ``terms``). Immutable: changes go to :class:`MemoryBM25`'s deltas. Arrays, not a
+    dict of arrays and a tuple per product: a snapshot keeps them as they are, and processes
+    forked from the one that loaded them share their pages."""
+
+    def __init__(self, terms: list[str], offsets: np.ndarray, ids: np.ndarray, tf: np.ndarray,
+                 doc_offsets: np.ndarray, doc_terms: np.ndarray) -> None:
+        self.terms = terms
+        self.index = {t: i for i, t in enumerate(terms)}
+        self.offsets, self.ids, self.tf = offsets, ids, tf
+        self.doc_offsets, self.doc_terms = doc_offsets, doc_terms
+
+    @classmethod
+    def empty(cls) -> "Postings":
+        return cls([], np.zeros(1, dtype=np.int64), _NO_IDS, _NO_TF, np.zeros(1, dtype=np.int64),
+                   np.zeros(0, dtype=np.int32))
+
+    @classmethod
+    def build(cls, post: Mapping[str, tuple[np.ndarray, np.ndarray]], n_docs: int) -> "Postings":
+        """From term -> (sorted iids, tf); ``n_docs``: one more than the largest iid."""
+        terms = [sys.intern(t) for t in post]
+        sizes = np.fromiter((len(post[t][0]) for t in terms), dtype=np.int64, count=len(terms))
+        offsets = np.zeros(len(terms) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        ids = np.concatenate([post[t][0] for t in terms]).astype(np.int64) if terms else _NO_IDS
+        tf = np.concatenate([post[t][1] for t in terms]).astype(np.float64) if terms else _NO_TF
+        term_of = np.repeat(np.arange(len(terms), dtype=np.int32), sizes)
+        order = np.argsort(ids, kind="stable")  # by product, each product's terms in term order
+        doc_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ids, minlength=n_docs)[:n_docs], out=doc_offsets[1:])
+        return cls(terms, offsets, ids, tf, doc_offsets, term_of[order])
+
+    def get(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        i = self.index.get(term)
+        if i is None:
+            return None
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.ids[a:b], self.tf[a:b]
+
+    def terms_of(self, iid: int) -> tuple[str, ...]:
+        if not 0 <= iid < len(self.doc_offsets) - 1:
+            return ()
+        a, b = int(self.doc_offsets[iid]), int(self.doc_offsets[iid + 1])
+        terms = self.terms
+        return tuple(terms[j] for j in self.doc_terms[a:b].tolist())
 
 
 def _arrays(d: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:

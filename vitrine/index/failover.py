@@ -176,7 +176,7 @@ class FailoverRecordStore:
     def bm25_scores(self, text: str) -> Mapping[int, float]:
         return self._call("BM25 (the record store)", lambda s: s.bm25_scores(text))
 
-    def text_index(self) -> object | None:
+    def text_index(self, *, build: bool = True) -> object | None:
         """None: the shared database ranks text."""
         return None
 

@@ -303,7 +303,7 @@ class PgRecordStore:
             q = pgtext.scores_query(P, words, self._idfs(c, words))
             return {} if q is None else {int(i): float(s) for i, s in c.execute(q[0], q[1]).fetchall()}
 
-    def text_index(self) -> object | None:
+    def text_index(self, *, build: bool = True) -> object | None:
         """None: the database ranks text (tsvector), nothing is held in memory to share."""
         return None
 

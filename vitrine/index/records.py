@@ -349,13 +349,15 @@ class RecordStore:
                         return None
         return self._bm25
 
-    def text_index(self) -> MemoryBM25 | None:
-        """The in-memory BM25 postings, built now if they were not (for processes forked after
-        this one: :meth:`adopt_text_index`). None without FTS5."""
+    def text_index(self, *, build: bool = True) -> MemoryBM25 | None:
+        """The in-memory BM25 postings (for processes forked after this one:
+        :meth:`adopt_text_index`; for snapshots), built now if they were not unless ``build`` is
+        False. None without FTS5."""
         if not self.fts:
             return None
-        self.bm25_scores("warm up")
-        return self._bm25
+        if build:
+            self.bm25_scores("warm up")
+        return self._memory_bm25()
 
     def adopt_text_index(self, index: object | None) -> None:
         """Serve BM25 from postings the process this one was forked from built over this file

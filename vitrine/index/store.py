@@ -62,8 +62,9 @@ class RecordStoreAPI(Protocol):
 
     def bm25_scores(self, text: str) -> Mapping[int, float]: ...
 
-    def text_index(self) -> object | None:
-        """In-memory text postings a process forked from this one can serve (None: none)."""
+    def text_index(self, *, build: bool = True) -> object | None:
+        """In-memory text postings a process forked from this one can serve (None: none);
+        ``build``: build them now if they were not (else they may be unbuilt)."""
         ...
 
     def adopt_text_index(self, index: object | None) -> None:

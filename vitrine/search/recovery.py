@@ -60,6 +60,7 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None,
     else:
         rec["snapshot"], rec["snapshot_seq"] = loaded.name, state.seq
         state.opened_from = loaded
+        rec["text_index_loaded"] = state.load_text_index()
     if not graph_loaded:  # no usable graph snapshot: build it from every record
         state.rebuild_graph()
     filters_rebuilt = not state.filters_loaded

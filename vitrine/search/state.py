@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import InvalidInput, NotFound
+from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.index import taxonomy_map
+from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import GraphData
@@ -55,6 +56,7 @@ FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
 GRAPH_FILE = "graph.json"
 FILTERS_FILE = "filters.varr"
+TEXT_INDEX_FILE = "bm25.varr"  # the record store's in-memory BM25 postings (SQLite stores)
 # An index of a layer above this one, kept with each snapshot version: writes its file at the path
 # given and returns (its SHA-256, what to note in the manifest), or None to keep nothing.
 SnapshotPart = Callable[[Path], "tuple[str, dict[str, Any]] | None"]
@@ -130,6 +132,7 @@ class IndexState:
         self.data_dir = Path(storage.data_dir)
         # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
         self.records, self.images = open_stores(storage.store, self.data_dir, mirror=storage.store_mirror)
+        self._parts: dict[str, SnapshotPart] = {}  # files of other indexes kept with each snapshot version
         self.filters = FilterIndex((*FILTER_FIELDS, stock.FIELD))  # + the hidden stock field
         self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
@@ -144,12 +147,39 @@ class IndexState:
         self.snapshots = SnapshotStore(self.data_dir / "index", keep=storage.snapshot_keep)
         self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
         self.opened_from: Snapshot | None = None  # the version opening the data dir loaded (recovery)
-        self._parts: dict[str, SnapshotPart] = {}
         self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
         self.store_id = self._store_identity()
+        self._watch_text_index()
         self._seq = 0
         self._dirty = False
         self._filters_at_seq = False  # the filters were loaded with the indexes (else rebuilt from every record)
+
+    def _watch_text_index(self) -> None:
+        """Keep the record store's in-memory BM25 postings with the snapshots, and make a version
+        due once they are built (building them reads the whole full-text index: a minute at 1M)."""
+        bm = self.records.text_index(build=False)
+        if isinstance(bm, MemoryBM25):
+            bm.on_rebuilt = self.mark_changed
+            self._parts[TEXT_INDEX_FILE] = self._save_text_index
+
+    def _save_text_index(self, path: Path) -> tuple[str, dict[str, Any]] | None:
+        bm = self.records.text_index(build=False)
+        return bm.save(path) if isinstance(bm, MemoryBM25) else None
+
+    def load_text_index(self) -> bool:
+        """Serve the BM25 postings kept with the version the indexes were opened from (the changes
+        after them are read before the next query). Returns whether there were any to load."""
+        part = self.snapshot_part(TEXT_INDEX_FILE)
+        bm = self.records.text_index(build=False)
+        if part is None or not isinstance(bm, MemoryBM25):
+            return False
+        try:
+            bm.load(part[0], part[1])
+            return True
+        except StorageError as e:
+            log.warning("BM25 postings of snapshot %s not used (built from the full-text index instead): %s",
+                        part[0].parent.name, e)
+            return False
 
     def text_features(self, texts: list[str]) -> np.ndarray:
         """The serving text tower's features of ``texts`` (the native space's vectors, unnormalised)."""
@@ -260,6 +290,7 @@ class IndexState:
             self._filters_at_seq = True
             self._seq, self.snapshot_version = loaded.seq, loaded.snapshot_version
             self.records.adopt_text_index(loaded.text_index)
+            self._watch_text_index()
             return self._catch_up_locked()
 
     def mark_changed(self) -> None:

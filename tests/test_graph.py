@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from vitrine.errors import StorageError
 from vitrine.index.bm25 import BM25Scores
 from vitrine.index.graph import ProductGraph
+from vitrine.index.graph_facts import ProductFacts
 from vitrine.index.vocabulary import GraphData, QueryTerms, learn_brands, norm_key
 from vitrine.ingest.catalog import ingest_file
 from vitrine import resources
@@ -104,10 +105,10 @@ def test_graph_structure_over_real_products(subset_graph, subset_rows):
     g = subset_graph
     assert len(g) == len(subset_rows)
     r = next(r for r in subset_rows if r["articleType"] == "Casual Shoes")
-    node = f"product:{r['id']}"
-    out = {k: t for _, t, k in g.g.out_edges(node, keys=True)}
-    assert out["is_a"] == "category:casualshoes"
-    assert out["gender"] == f"gender:{norm_key(r['gender'])}"
+    f = g.facts_of(str(r["id"]))
+    assert f is not None and g.category_node(f.category) == "category:casualshoes"
+    assert f.gender == r["gender"] and f.iid in g.store.postings(f"gender:{norm_key(r['gender'])}").tolist()
+    assert f.iid in g.products_of_category("Casual Shoes")
     tax = [t for _, t, k in g.g.out_edges("category:casualshoes", keys=True) if k == "maps_to"]
     assert tax == ["taxonomy:187"] and g.g.nodes["taxonomy:187"]["path"] == "Apparel & Accessories > Shoes"
     # the backbone climbs to the taxonomy root, and catalogue groups hold their leaves
@@ -257,27 +258,41 @@ def test_incremental_updates_equal_a_rebuild(data, subset_rows):
     fresh = ProductGraph(data)
     fresh.upsert_many((iid, pid, doc) for pid, (iid, doc) in final.items())
 
-    def prods(gr: ProductGraph) -> set[str]:
-        return {n for n, d in gr.g.nodes(data=True) if d.get("kind") == "product"}
+    def prods(gr: ProductGraph) -> dict[str, ProductFacts | None]:
+        return {pid: gr.facts_of(pid) for pid in final}
 
-    def pedges(gr: ProductGraph) -> set[tuple[str, str, str]]:
-        return {(u, v, k) for u, v, k in gr.g.edges(keys=True) if u.startswith("product:")}
-
-    assert prods(g) == prods(fresh) and pedges(g) == pedges(fresh)
+    assert prods(g) == prods(fresh) and all(prods(g).values()) and g.facts_of(docs[20][1]) is None
+    # the counts and code columns agree with a scan of every product's facts
+    for field in ("category", "colour", "gender", "brand"):
+        want: dict[str, set[int]] = {}
+        for pid in final:
+            f = g.facts_of(pid)
+            v = getattr(f, field)
+            if v is not None:
+                node = g.category_node(v) if field == "category" else f"{field}:{norm_key(v)}"
+                want.setdefault(node, set()).add(f.iid)
+        for node, iids in want.items():
+            assert set(g.store.postings(node).tolist()) == iids and g.store.on_node(node) == len(iids), node
     assert g.products_with("colour", ["Purple"]) == fresh.products_with("colour", ["Purple"])
     assert g.products_with("category", ["category:watches"]) == fresh.products_with("category", ["category:watches"])
     assert len(g) == len(final)
 
 
-def test_node_link_json_round_trip_and_integrity(subset_graph, data, tmp_path):
-    path = tmp_path / "graph.json"
+def test_graph_file_round_trip_and_integrity(subset_graph, subset_rows, data, tmp_path):
+    from vitrine.index import vector_files
+
+    path = tmp_path / "graph.varr"
     sha = subset_graph.save(path)
-    payload = json.loads(path.read_text())  # plain JSON (node-link), no pickle
-    assert {"nodes", "edges"} <= set(payload) and payload["graph"]["fingerprint"] == data.fingerprint
+    meta, arrays = vector_files.read_arrays(path, sha)  # node-link JSON and arrays, no pickle
+    assert {"nodes", "edges"} <= set(meta["graph"]) and meta["graph"]["graph"]["fingerprint"] == data.fingerprint
+    assert arrays["codes"].dtype == np.int32
     back = ProductGraph.load(path, data, sha)
     assert set(back.g.nodes) == set(subset_graph.g.nodes)
     assert set(back.g.edges(keys=True)) == set(subset_graph.g.edges(keys=True))
+    assert len(back) == len(subset_graph) and all(
+        back.facts_of(str(r["id"])) == subset_graph.facts_of(str(r["id"])) for r in subset_rows)
     assert back.products_with("gender", ["Men"]) == subset_graph.products_with("gender", ["Men"])
+    assert back.stats() == subset_graph.stats()
     assert back.match_query("puma women sports shoes").as_dict() == \
         subset_graph.match_query("puma women sports shoes").as_dict()
     with pytest.raises(StorageError, match="checksum"):
@@ -294,7 +309,7 @@ def test_graph_lives_in_the_snapshot_and_replays(settings_factory, encoder, cata
     e1 = Engine(s, encoder)
     ingest_file(e1, catalog_dir / "catalog.jsonl", progress=False, limit=40)  # saves a snapshot
     manifest = json.loads((tmp_path / "d" / "index" / "manifest.json").read_text())
-    assert "graph.json" in manifest["files"] and len(e1.graph) == 40
+    assert "graph.varr" in manifest["files"] and len(e1.graph) == 40
     ids = e1.records.ids()
     e1.delete(ids[:5])  # after the snapshot, then "crash"
     assert len(e1.graph) == 35
@@ -302,9 +317,11 @@ def test_graph_lives_in_the_snapshot_and_replays(settings_factory, encoder, cata
     e2 = Engine(s, encoder)  # snapshot (40) + replayed deletes
     assert len(e2.graph) == 35 and ids[0] not in e2.graph and ids[10] in e2.graph
     e2.close()
-    (tmp_path / "d" / "index" / "graph.json").write_text("{not json")
-    e3 = Engine(s, encoder)  # corrupt graph: rebuilt from the records
-    assert len(e3.graph) == 35 and ids[10] in e3.graph
+    newest = e2.snapshots.versions()[0]
+    (newest.path / "graph.varr").write_bytes(b"not a graph")
+    e3 = Engine(s, encoder)  # a damaged version is refused; the one before it serves, the deletes replayed
+    assert len(e3.graph) == 35 and ids[10] in e3.graph and ids[0] not in e3.graph
+    assert e3.recovery["refused"] and e3.recovery["snapshot"] != newest.name
     e3.records.close()
 
 
@@ -528,3 +545,28 @@ def test_array_fusion_equals_fusing_one_candidate_at_a_time(rows, method):
 def test_bm25_get_many_matches_get(ids, keys):
     scores = BM25Scores(np.array(sorted(ids), dtype=np.int64), np.arange(len(ids), dtype=np.float64) + 0.5)
     assert scores.get_many(keys) == [scores.get(k, 0.0) for k in keys]
+
+
+def test_a_graph_saved_with_product_nodes_is_still_read(subset_graph, subset_rows, data, tmp_path):
+    """Format 1 (snapshots written before products became rows): node-link JSON with a node per
+    product, its facts as attributes and an edge to each value; read, its products become rows."""
+    import hashlib
+
+    import networkx as nx
+
+    old = subset_graph.g.copy()
+    old.graph["format"] = 1
+    for r in subset_rows:
+        f = subset_graph.facts_of(str(r["id"]))
+        node = f"product:{f.pid}"
+        old.add_node(node, kind="product", iid=f.iid, **{k: v for k, v in f.__dict__.items()
+                                                         if k not in ("iid", "pid") and v is not None})
+        old.add_edge(node, subset_graph.category_node(f.category), key="is_a")
+    raw = json.dumps(nx.node_link_data(old, edges="edges")).encode()
+    path = tmp_path / "graph.json"
+    path.write_bytes(raw)
+    back = ProductGraph.load(path, data, hashlib.sha256(raw).hexdigest())
+    assert not any(n.startswith("product:") for n in back.g.nodes)
+    assert len(back) == len(subset_graph) and all(
+        back.facts_of(str(r["id"])) == subset_graph.facts_of(str(r["id"])) for r in subset_rows)
+    assert back.products_with("category", ["Footwear"]) == subset_graph.products_with("category", ["Footwear"])

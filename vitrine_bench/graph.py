@@ -1,5 +1,5 @@
 """Knowledge-graph and BM25 benchmark: build over the full catalogue, single-product upsert and
-delete, node-link JSON save/load (time, memory), and, given a data dir, what hybrid ranking
+delete, graph file save/load (time, memory), and, given a data dir, what hybrid ranking
 costs per search compared with vector-only ranking."""
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def run(out: Path, *, source: Path, data_dir: Path | None = None, upserts: int =
         g.delete([f"new-{pid}"])
         dele.append(time.perf_counter() - t)
 
-    # persistence: node-link JSON
+    # persistence: the graph file (node-link JSON of the values, the products' code rows)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "graph.json"
+        path = Path(tmp) / "graph.varr"
         t = time.perf_counter()
         sha = g.save(path)
         t_save = time.perf_counter() - t

@@ -116,13 +116,14 @@ def stats(data_dir: Path, mapping: bool) -> None:
     settings = make_settings(data_dir=data_dir)
     manifest = data_dir / "index" / "manifest.json"
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
-    sha = m.get("files", {}).get("graph.json")
+    name = next((f for f in ("graph.varr", "graph.json") if f in m.get("files", {})), "graph.varr")
+    sha = m.get("files", {}).get(name)
     folder = data_dir / "index" / m["dir"] if m.get("dir") else data_dir / "index"  # the current snapshot version
     data = GraphData.load(settings.index.graph_dir, settings.index.taxonomy_file)
     fp = m.get("graph_fingerprint")
     if fp and fp != data.fingerprint:  # built with a mapper (the engine's): read it as it is
         data.fingerprint = fp
-    g = ProductGraph.load(folder / "graph.json", data, sha)
+    g = ProductGraph.load(folder / name, data, sha)
     click.echo(json.dumps(g.stats(), indent=2))
     if mapping:
         for row in g.mapping():

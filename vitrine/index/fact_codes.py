@@ -69,6 +69,29 @@ class FactCodes:
         out[known] = self._rows[iids[known]][:, cols]
         return out
 
+    def values(self, field: str) -> list[str]:
+        """Every value ``field`` has had, in code order (the store's own list: read it only)."""
+        return self._values[field]
+
+    def column(self, field: str) -> np.ndarray:
+        """Every product id's code of ``field`` (read-only view; ``ABSENT`` beyond the last id)."""
+        return self._rows[:, _COLUMN[field]]
+
+    def rows(self) -> np.ndarray:
+        """The whole (ids, fields) matrix of codes, for saving."""
+        return self._rows
+
+    def restore(self, values: dict[str, list[str]], rows: np.ndarray) -> None:
+        """Take codes :meth:`values` and :meth:`rows` gave (a saved graph)."""
+        if set(values) != set(FACT_FIELDS) or rows.ndim != 2 or rows.shape[1] != len(FACT_FIELDS):
+            raise ValueError("fact codes of other fields")
+        for f in FACT_FIELDS:
+            if len(rows) and int(rows[:, _COLUMN[f]].max(initial=NONE)) >= len(values[f]):
+                raise ValueError(f"a {f} code has no value")
+        self._values = {f: [str(v) for v in values[f]] for f in FACT_FIELDS}
+        self._codes = {f: {v: c for c, v in enumerate(vs)} for f, vs in self._values.items()}
+        self._rows = np.ascontiguousarray(rows, dtype=np.int32)
+
     def value(self, field: str, code: int) -> str | None:
         """The value a code stands for (None for ``NONE`` and ``ABSENT``)."""
         return self._values[field][code] if code >= 0 else None

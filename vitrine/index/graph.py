@@ -1,10 +1,13 @@
 """The product knowledge graph: products, brands, categories and attribute values.
 
-``ProductGraph`` wraps a ``networkx.MultiDiGraph``. Node ids are ``kind:key`` strings:
+``ProductGraph`` wraps a ``networkx.MultiDiGraph`` of the catalogue's values, and the products on
+them. Node ids are ``kind:key`` strings:
 
-- ``product:<id>`` — one per live product (attributes: iid, category, brand, colour, gender, ...);
+- products — each live product points at its own attribute values and its leaf category; these
+  edges are kept as a row of value codes per product (:mod:`vitrine.index.graph_store`), not as a
+  networkx node per product, so a million products cost arrays, not millions of Python objects;
 - ``brand:<key>``, ``colour:<key>``, ``gender:<key>``, ``season:<key>``, ``usage:<key>`` — attribute
-  values, each product points at its own (edge keys ``brand``, ``colour``, ...);
+  values;
 - ``category:<key>`` — every name on a product's category path; the leaf is what a product
   ``is_a``; each level points at its parent (``in_group``) and a leaf at the node of Google's
   product taxonomy it ``maps_to`` (the reviewed ``category_map.csv``, else the automatic
@@ -25,8 +28,8 @@ four parts, each its own module:
   the lexicon lacks teaches a new one);
 - :mod:`vitrine.index.graph_categories`: taxonomy places, proximities, complements;
 - :mod:`vitrine.index.graph_query`: which graph values a query's words name;
-- :mod:`vitrine.index.graph_files`: node-link JSON on disk (never pickle) with a SHA-256 the
-  engine's snapshot manifest records.
+- :mod:`vitrine.index.graph_files`: one file on disk (node-link JSON of the values, the products'
+  code rows as an array; never pickle) with a SHA-256 the engine's snapshot manifest records.
 
 This module knows nothing of the search layer.
 """
@@ -42,11 +45,13 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from vitrine.errors import StorageError
+
 from vitrine.index.graph_categories import CategoryRelations
 from vitrine.index.graph_facts import ProductFacts
 from vitrine.index.graph_files import read_graph, save_graph
 from vitrine.index.graph_query import QueryMatcher
-from vitrine.index.graph_store import GraphStore
+from vitrine.index.graph_store import GraphStore, ProductRows
 from vitrine.index.vocabulary import GraphData, QueryTerms
 
 
@@ -55,8 +60,9 @@ class ProductGraph:
     store of them (``store``), how categories relate (``categories``) and what a query names
     (``query``)."""
 
-    def __init__(self, data: GraphData | None = None, graph: nx.MultiDiGraph | None = None) -> None:
-        self.store = GraphStore(data or GraphData(), graph)
+    def __init__(self, data: GraphData | None = None, graph: nx.MultiDiGraph | None = None,
+                 products: ProductRows | None = None) -> None:
+        self.store = GraphStore(data or GraphData(), graph, products)
         self.categories = CategoryRelations(self.store)
         self.query = QueryMatcher(self.store)
 
@@ -170,14 +176,19 @@ class ProductGraph:
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> str:
-        """Write node-link JSON atomically; returns its SHA-256."""
+        """Write the graph and its products atomically (vitrine/index/graph_files.py); returns the
+        file's SHA-256."""
         return save_graph(self.store, path)
 
     @classmethod
     def load(cls, path: str | Path, data: GraphData, expected_sha256: str | None = None) -> "ProductGraph":
-        """Read a node-link JSON snapshot; StorageError if it is unreadable, fails its checksum,
-        or was built from other graph data (then rebuild from the records)."""
-        return cls(data, graph=read_graph(path, data, expected_sha256))
+        """Read a saved graph; StorageError if it is unreadable, fails its checksum, or was built
+        from other graph data (then rebuild from the records)."""
+        g, products = read_graph(path, data, expected_sha256)
+        try:
+            return cls(data, graph=g, products=products)
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise StorageError(f"graph {path} holds inconsistent products: {e}") from e
 
     def stats(self) -> dict[str, Any]:
         s = self.store
@@ -187,4 +198,4 @@ class ProductGraph:
                 "taxonomy_nodes": kinds.get("taxonomy", 0),
                 "categories_mapped": Counter((d.get("map") or {}).get("source") for _, d in s.g.nodes(data=True)
                                              if d.get("kind") == "category" and d.get("map")
-                                             and s.postings(s.category_node(d["name"])))}
+                                             and s.on_node(s.category_node(d["name"])))}

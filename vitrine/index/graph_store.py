@@ -1,11 +1,16 @@
 """The graph's nodes and edges and the products on them: what :class:`~vitrine.index.graph.ProductGraph`
 keeps, kept in step with the vector index (``upsert``/``delete`` with plain dicts).
 
-:class:`GraphStore` wraps the ``networkx.MultiDiGraph`` (node kinds in :mod:`vitrine.index.graph`),
-builds its category backbone from the reviewed data, and indexes the live products: their facts by
-iid (and as integer codes for whole-pool reads) and a posting set of iids per attribute and
-category node. Two counters tell derived structures when to recompute: ``vocab_epoch`` (the
-query vocabulary's names) and ``categories_epoch`` (the category tree).
+:class:`GraphStore` wraps the ``networkx.MultiDiGraph`` of the catalogue's values (node kinds in
+:mod:`vitrine.index.graph`), builds its category backbone from the reviewed data, and indexes the
+live products on it: each product's facts as a row of integer codes (one code per distinct value
+of a field, each code on the graph node of its value), its id, and a count of live products per
+code. A product is an edge from its id to each of its fact values, kept as that row rather than
+as a networkx node: at 1M products a node and its edges per product were ~2.7 KB of Python
+objects per product per process, 40 s to load, and pages a forked worker copies as soon as it
+reads them; the rows are arrays a snapshot keeps as they are. Which products sit on a node is a
+scan of one code column. Two counters tell derived structures when to recompute: ``vocab_epoch``
+(the query vocabulary's names) and ``categories_epoch`` (the category tree).
 """
 
 from __future__ import annotations
@@ -23,22 +28,26 @@ from vitrine.index.graph_facts import FactReader, ProductFacts
 from vitrine.index.learned import learn_title_brands, map_category, premap
 from vitrine.index.vocabulary import ATTRIBUTE_FIELDS, GraphData, norm_key
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: products as networkx nodes (still read: they become rows)
+ProductRows = tuple[list[str | None], dict[str, list[str]], np.ndarray]  # pid by iid, values per field, codes
 
 
 class GraphStore:
     """The graph, its category backbone, and the live products' facts and postings."""
 
-    def __init__(self, data: GraphData, graph: nx.MultiDiGraph | None = None) -> None:
+    def __init__(self, data: GraphData, graph: nx.MultiDiGraph | None = None,
+                 products: "ProductRows | None" = None) -> None:
         self.data = data
         self.lock = threading.RLock()  # hold it to read several facts as of one moment (every write takes it)
         self.vocab_epoch = 0  # bumped when a name the query vocabulary holds may have changed
         self.categories_epoch = 0  # bumped when the category tree changed
         self.read_facts = FactReader(data)
-        self._facts: dict[int, ProductFacts] = {}
-        self._codes = FactCodes()  # the same facts as integer codes, for whole-pool reads
+        self._codes = FactCodes()  # each product's facts as a row of codes
+        self._pids: list[str | None] = []  # product id by iid (None: no such product)
         self._iid_of: dict[str, int] = {}
-        self._post: dict[str, set[int]] = {}  # attribute / category node -> iids
+        self._count: dict[str, np.ndarray] = {f: np.zeros(0, dtype=np.int64) for f in FACT_FIELDS}  # per code
+        self._node_codes: dict[str, list[tuple[str, int]]] = {}  # value node -> (field, code) of its values
+        self._coded = {f: 0 for f in FACT_FIELDS}  # codes already placed on their nodes
         self._leaves_cache: dict[str, frozenset[str]] = {}
         # product sets computed from the postings (per query terms): dropped on any product change
         self._sets_cache = IdSetCache(entries=1024)
@@ -47,7 +56,9 @@ class GraphStore:
             self._build_backbone()
         else:
             self.g = graph
-            self._reindex()
+            self._take_product_nodes()
+        if products is not None:
+            self._restore(*products)
 
     # -- backbone ---------------------------------------------------------------------------------
     def _taxonomy_node(self, tid: int) -> str:
@@ -124,13 +135,8 @@ class GraphStore:
             self._remove(pid)
             self._sets_cache.clear()
             facts, path = self.read_facts(iid, pid, doc)
-            node = f"product:{pid}"
-            self.g.add_node(node, kind="product", iid=iid, **{
-                k: v for k, v in facts.__dict__.items() if k not in ("iid", "pid") and v is not None})
             if facts.category:
                 leaf = self._category_node(facts.category, leaf=True, path=path)
-                self.g.add_edge(node, leaf, key="is_a")
-                self._post.setdefault(leaf, set()).add(iid)
                 child = leaf
                 for parent in reversed(path[:-1]):
                     pn = self._category_node(parent)
@@ -148,15 +154,47 @@ class GraphStore:
                     self.vocab_epoch += 1
                     if f == "brand":
                         self.data.brands.learn(v)
-                self.g.add_edge(node, an, key=f)
-                self._post.setdefault(an, set()).add(iid)
             self._keep(facts)
 
     def _keep(self, facts: ProductFacts) -> None:
-        """Index a product's facts: by iid, as fact codes, and its pid's iid."""
-        self._facts[facts.iid] = facts
-        self._codes.set(facts.iid, [getattr(facts, f) for f in FACT_FIELDS])
-        self._iid_of[facts.pid] = facts.iid
+        """Index a live product's facts: its row of codes, their counts, its pid's iid."""
+        iid = facts.iid
+        self._codes.set(iid, [getattr(facts, f) for f in FACT_FIELDS])
+        self._place_new_codes()
+        for f, c in zip(FACT_FIELDS, self._codes.rows()[iid].tolist()):
+            if c >= 0:
+                self._count[f][c] += 1
+        if iid >= len(self._pids):
+            self._pids.extend([None] * (iid + 1 - len(self._pids)))
+        self._pids[iid] = facts.pid
+        self._iid_of[facts.pid] = iid
+
+    def _unkeep(self, iid: int) -> None:
+        for f, c in zip(FACT_FIELDS, self._codes.rows()[iid].tolist()):
+            if c >= 0:
+                self._count[f][c] -= 1
+        self._codes.drop(iid)
+        pid = self._pids[iid] if iid < len(self._pids) else None
+        if pid is not None:
+            self._pids[iid] = None
+            self._iid_of.pop(pid, None)
+
+    def _place_new_codes(self) -> None:
+        """Put the fact values first seen since the last call on their graph nodes."""
+        for f in FACT_FIELDS:
+            values = self._codes.values(f)
+            if self._coded[f] == len(values):
+                continue
+            for c in range(self._coded[f], len(values)):
+                self._node_codes.setdefault(self._value_node(f, values[c]), []).append((f, c))
+            self._coded[f] = len(values)
+            if len(self._count[f]) < len(values):
+                grown = np.zeros(max(16, 2 * len(values)), dtype=np.int64)
+                grown[: len(self._count[f])] = self._count[f]
+                self._count[f] = grown
+
+    def _value_node(self, f: str, value: str) -> str:
+        return self.category_node(value) if f == "category" else f"{f}:{norm_key(value)}"
 
     def upsert_many(self, items: Iterable[tuple[int, str, Mapping[str, Any]]]) -> int:
         n = 0
@@ -172,19 +210,11 @@ class GraphStore:
         return n
 
     def _remove(self, pid: str) -> bool:
-        node = f"product:{pid}"
-        if node not in self.g:
+        iid = self._iid_of.get(pid)
+        if iid is None:
             return False
-        iid = self._iid_of.pop(pid, None)
         self._sets_cache.clear()
-        for _, target in self.g.out_edges(node):
-            s = self._post.get(target)
-            if s is not None and iid is not None:
-                s.discard(iid)
-        self.g.remove_node(node)
-        if iid is not None:
-            self._facts.pop(iid, None)
-            self._codes.drop(iid)
+        self._unkeep(iid)
         return True
 
     def delete(self, pids: Iterable[str]) -> int:
@@ -193,40 +223,72 @@ class GraphStore:
 
     def delete_iids(self, iids: Iterable[int]) -> int:
         with self.lock:
-            pids = [self._facts[i].pid for i in iids if i in self._facts]
+            pids = [p for i in iids if 0 <= i < len(self._pids) and (p := self._pids[i]) is not None]
             return self.delete(pids)
 
-    def _reindex(self) -> None:
-        self._sets_cache.clear()
-        self._facts.clear()
-        self._codes.clear()
-        self._iid_of.clear()
-        self._post.clear()
-        for node, d in self.g.nodes(data=True):
-            if d.get("kind") != "product":
-                continue
-            pid = node.split(":", 1)[1]
-            iid = int(d["iid"])
-            self._keep(ProductFacts(iid=iid, pid=pid, **{k: d.get(k) for k in FACT_FIELDS}))
-            for _, target in self.g.out_edges(node):
-                self._post.setdefault(target, set()).add(iid)
+    def _take_product_nodes(self) -> None:
+        """A graph saved in format 1 holds its products as nodes: they become rows."""
+        nodes = [(n, d) for n, d in self.g.nodes(data=True) if d.get("kind") == "product"]
+        for node, d in nodes:
+            self._keep(ProductFacts(iid=int(d["iid"]), pid=node.split(":", 1)[1], **{k: d.get(k) for k in FACT_FIELDS}))
             if d.get("brand"):
                 self.data.brands.learn(d["brand"])
+        self.g.remove_nodes_from([n for n, _ in nodes])
+        self.g.graph["format"] = FORMAT_VERSION
+
+    def product_rows(self) -> "ProductRows":
+        """The products as a saved graph keeps them: (pid by iid, values per field, code rows)."""
+        with self.lock:
+            return list(self._pids), {f: list(self._codes.values(f)) for f in FACT_FIELDS}, self._codes.rows().copy()
+
+    def _restore(self, pids: list[str | None], values: dict[str, list[str]], rows: np.ndarray) -> None:
+        self._codes.restore(values, rows)
+        self._pids = list(pids)
+        self._iid_of = {p: i for i, p in enumerate(self._pids) if p is not None}
+        self._place_new_codes()
+        for f in FACT_FIELDS:
+            col = self._codes.column(f)
+            n = np.bincount(col[col >= 0], minlength=len(self._count[f]))
+            self._count[f][: len(n)] = n
+        for b in values["brand"]:
+            self.data.brands.learn(b)
 
     # -- reads ----------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._facts)
+        return len(self._iid_of)
 
     def __contains__(self, pid: object) -> bool:
         return pid in self._iid_of
 
-    def postings(self, node: str) -> set[int]:
-        """iids of the live products on an attribute or category node (the store's own set: read
-        it, never change it)."""
-        return self._post.get(node, set())
+    def postings(self, node: str) -> np.ndarray:
+        """iids of the live products on an attribute or category node, ascending."""
+        codes = self._node_codes.get(node)
+        if not codes:
+            return np.zeros(0, dtype=np.int64)
+        f = codes[0][0]
+        col = self._codes.column(f)
+        if len(codes) == 1:
+            return np.flatnonzero(col == codes[0][1])
+        return np.flatnonzero(np.isin(col, np.array([c for _, c in codes], dtype=np.int32)))
+
+    def on_node(self, node: str) -> int:
+        """How many live products sit on a node."""
+        return sum(int(self._count[f][c]) for f, c in self._node_codes.get(node, ()))
+
+    def _on_nodes(self, nodes: Iterable[str]) -> np.ndarray:
+        """iids of the live products on any of ``nodes`` (all of one field)."""
+        codes = [c for n in nodes for _, c in self._node_codes.get(n, ())]
+        fields = {f for n in nodes for f, _ in self._node_codes.get(n, ())}
+        if not codes:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(np.isin(self._codes.column(fields.pop()), np.array(codes, dtype=np.int32)))
 
     def facts(self, iid: int) -> ProductFacts | None:
-        return self._facts.get(iid)
+        pid = self._pids[iid] if 0 <= iid < len(self._pids) else None
+        if pid is None:
+            return None
+        row = self._codes.rows()[iid].tolist()
+        return ProductFacts(iid, pid, *(self._codes.value(f, c) for f, c in zip(FACT_FIELDS, row)))
 
     def fact_codes(self, iids: np.ndarray, fields: Sequence[str]) -> np.ndarray:
         """The facts ``fields`` of each of ``iids`` at once, as a (len(iids), len(fields)) matrix of
@@ -241,20 +303,17 @@ class GraphStore:
 
     def facts_of(self, pid: str) -> ProductFacts | None:
         iid = self._iid_of.get(pid)
-        return self._facts.get(iid) if iid is not None else None
+        return self.facts(iid) if iid is not None else None
 
     def products_with(self, f: str, values: Iterable[str]) -> set[int]:
         """iids of products holding any of ``values`` for field ``f`` (categories expand to
         every leaf under the named category or taxonomy node)."""
-        out: set[int] = set()
         with self.lock:
-            for v in values:
-                if f == "category":
-                    for leaf in self.category_leaves(v):
-                        out |= self._post.get(leaf, set())
-                else:
-                    out |= self._post.get(f"{f}:{norm_key(v)}", set())
-        return out
+            if f == "category":
+                nodes = {leaf for v in values for leaf in self.category_leaves(v)}
+            else:
+                nodes = {f"{f}:{norm_key(v)}" for v in values}
+            return set(self._on_nodes(nodes).tolist())
 
     def product_set(self, key: Hashable, compute: Callable[[], Iterable[int]]) -> np.ndarray:
         """The sorted iids ``compute()`` gives, remembered under ``key`` until any product changes
@@ -267,7 +326,7 @@ class GraphStore:
     def products_of_category(self, name: str) -> set[int]:
         """iids of products whose own (leaf) category is ``name``: no group expansion."""
         with self.lock:
-            return set(self._post.get(self.category_node(name), set()))
+            return set(self.postings(self.category_node(name)).tolist())
 
     def category_node(self, name: str) -> str:
         return f"category:{norm_key(name)}"
@@ -301,11 +360,11 @@ class GraphStore:
         colour: that colour or one of its family). A query term the catalogue does not hold
         never becomes a graph signal."""
         if f == "category":
-            return any(self._post.get(leaf) for leaf in self.category_leaves(value))
-        if self._post.get(f"{f}:{norm_key(value)}"):
+            return any(self.on_node(leaf) for leaf in self.category_leaves(value))
+        if self.on_node(f"{f}:{norm_key(value)}"):
             return True
         if f == "colour":
             fam = self.data.colours.family_of(value)
             return fam is not None and fam not in self.data.colours.universal and any(
-                self._post.get(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
+                self.on_node(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
         return False

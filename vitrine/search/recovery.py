@@ -20,7 +20,15 @@ from vitrine.index.graph import ProductGraph
 from vitrine.index.snapshots import Snapshot
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native
-from vitrine.search.state import FILTERS_FILE, GRAPH_FILE, INDEX_FIELDS, IndexState, LoadedIndexes
+from vitrine.search.snapshot_parts import load_text_index
+from vitrine.search.state import (
+    FILTERS_FILE,
+    GRAPH_FILE,
+    INDEX_FIELDS,
+    LEGACY_GRAPH_FILE,
+    IndexState,
+    LoadedIndexes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +67,13 @@ def open_indexes(state: IndexState, reembed: Callable[[], int] | None = None,
         graph_loaded = False
     else:
         rec["snapshot"], rec["snapshot_seq"] = loaded.name, state.seq
-        state.opened_from = loaded
-        rec["text_index_loaded"] = state.load_text_index()
+        state.parts.opened_from = loaded
+        rec["text_index_loaded"] = load_text_index(state.parts, records)
     if not graph_loaded:  # no usable graph snapshot: build it from every record
         state.rebuild_graph()
     filters_rebuilt = not state.filters_loaded
+    if filters_rebuilt:
+        state.mark_changed()  # the next version keeps them: a restart then loads them
     # Vectors, graph and filters replay what the snapshot lacks (filters it lacks: rebuilt from the records).
     replayed, stale_model = state.replay(target)
     if loaded is None:
@@ -142,8 +152,9 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
             for f in INDEX_FIELDS}
         graph = None
         same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
-        if GRAPH_FILE in (m.get("files") or {}) and same_graph:
-            graph = ProductGraph.load(snap.file(GRAPH_FILE), state.graph_data, snap.sha256(GRAPH_FILE))
+        graph_file = next((f for f in (GRAPH_FILE, LEGACY_GRAPH_FILE) if f in (m.get("files") or {})), None)
+        if graph_file is not None and same_graph:
+            graph = ProductGraph.load(snap.file(graph_file), state.graph_data, snap.sha256(graph_file))
         filters = None
         if FILTERS_FILE in (m.get("files") or {}):  # older versions lack it: rebuilt from the records
             filters = FilterIndex.load(snap.file(FILTERS_FILE), snap.sha256(FILTERS_FILE), state.filters.fields)
@@ -156,6 +167,8 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
     except (KeyError, ValueError, OSError) as e:
         return f"unreadable: {e}", True, False
     state.restore(vectors, nat, graph, seq, snap.name, filters)  # missing native: filled after replay
+    if graph is not None and graph_file == LEGACY_GRAPH_FILE:
+        state.mark_changed()  # the next version keeps the graph as it is written now
     return None, False, graph is not None
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,19 +34,19 @@ from typing import Any
 import numpy as np
 
 from vitrine.encoders.encoder import MultimodalEncoder
-from vitrine.errors import InvalidInput, NotFound, StorageError
+from vitrine.errors import InvalidInput, NotFound
 from vitrine.index import taxonomy_map
-from vitrine.index.bm25 import MemoryBM25
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import GraphData
 from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
-from vitrine.index.snapshots import Snapshot, SnapshotStore
+from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
 from vitrine.search import native, stock
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
+from vitrine.search.snapshot_parts import SnapshotParts, keep_text_index
 from vitrine.search.models import FacetsResponse, FacetValue, Filters, ProductOut, Ranked
 from vitrine.settings import IndexSettings, StorageSettings
 
@@ -54,12 +54,9 @@ log = logging.getLogger(__name__)
 
 FILTER_FIELDS = ("category", "gender", "colour", "brand")
 INDEX_FIELDS = ("fused", "image")
-GRAPH_FILE = "graph.json"
+GRAPH_FILE = "graph.varr"
+LEGACY_GRAPH_FILE = "graph.json"  # format 1, in versions written before: still read
 FILTERS_FILE = "filters.varr"
-TEXT_INDEX_FILE = "bm25.varr"  # the record store's in-memory BM25 postings (SQLite stores)
-# An index of a layer above this one, kept with each snapshot version: writes its file at the path
-# given and returns (its SHA-256, what to note in the manifest), or None to keep nothing.
-SnapshotPart = Callable[[Path], "tuple[str, dict[str, Any]] | None"]
 
 
 def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | None]:
@@ -132,7 +129,7 @@ class IndexState:
         self.data_dir = Path(storage.data_dir)
         # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
         self.records, self.images = open_stores(storage.store, self.data_dir, mirror=storage.store_mirror)
-        self._parts: dict[str, SnapshotPart] = {}  # files of other indexes kept with each snapshot version
+        self.parts = SnapshotParts()  # other indexes kept with each snapshot version (BM25, suggestions)
         self.filters = FilterIndex((*FILTER_FIELDS, stock.FIELD))  # + the hidden stock field
         self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
@@ -146,40 +143,12 @@ class IndexState:
         self.lock = StateLock()  # searches read together; the visible step of a write is exclusive
         self.snapshots = SnapshotStore(self.data_dir / "index", keep=storage.snapshot_keep)
         self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
-        self.opened_from: Snapshot | None = None  # the version opening the data dir loaded (recovery)
         self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
         self.store_id = self._store_identity()
-        self._watch_text_index()
+        keep_text_index(self.parts, self.records, self.mark_changed)
         self._seq = 0
         self._dirty = False
         self._filters_at_seq = False  # the filters were loaded with the indexes (else rebuilt from every record)
-
-    def _watch_text_index(self) -> None:
-        """Keep the record store's in-memory BM25 postings with the snapshots, and make a version
-        due once they are built (building them reads the whole full-text index: a minute at 1M)."""
-        bm = self.records.text_index(build=False)
-        if isinstance(bm, MemoryBM25):
-            bm.on_rebuilt = self.mark_changed
-            self._parts[TEXT_INDEX_FILE] = self._save_text_index
-
-    def _save_text_index(self, path: Path) -> tuple[str, dict[str, Any]] | None:
-        bm = self.records.text_index(build=False)
-        return bm.save(path) if isinstance(bm, MemoryBM25) else None
-
-    def load_text_index(self) -> bool:
-        """Serve the BM25 postings kept with the version the indexes were opened from (the changes
-        after them are read before the next query). Returns whether there were any to load."""
-        part = self.snapshot_part(TEXT_INDEX_FILE)
-        bm = self.records.text_index(build=False)
-        if part is None or not isinstance(bm, MemoryBM25):
-            return False
-        try:
-            bm.load(part[0], part[1])
-            return True
-        except StorageError as e:
-            log.warning("BM25 postings of snapshot %s not used (built from the full-text index instead): %s",
-                        part[0].parent.name, e)
-            return False
 
     def text_features(self, texts: list[str]) -> np.ndarray:
         """The serving text tower's features of ``texts`` (the native space's vectors, unnormalised)."""
@@ -290,7 +259,7 @@ class IndexState:
             self._filters_at_seq = True
             self._seq, self.snapshot_version = loaded.seq, loaded.snapshot_version
             self.records.adopt_text_index(loaded.text_index)
-            self._watch_text_index()
+            keep_text_index(self.parts, self.records, self.mark_changed)
             return self._catch_up_locked()
 
     def mark_changed(self) -> None:
@@ -432,18 +401,6 @@ class IndexState:
             pass
 
     # -- snapshots -----------------------------------------------------------------------------------
-    def add_snapshot_part(self, name: str, write: SnapshotPart) -> None:
-        """Keep file ``name`` (written by ``write``) with every snapshot version from now on."""
-        self._parts[name] = write
-
-    def snapshot_part(self, name: str) -> tuple[Path, str, dict[str, Any]] | None:
-        """File ``name`` of the version the indexes were opened from (path, SHA-256, its manifest
-        note), or None when that version has none."""
-        snap = self.opened_from
-        if snap is None or name not in ((snap.manifest or {}).get("files") or {}):
-            return None
-        return snap.file(name), snap.sha256(name), dict(((snap.manifest or {}).get("parts") or {}).get(name) or {})
-
     def save(self, intent_model: str | None = None) -> bool:
         """Publish a snapshot version of the indexes (vectors + graph + native space, with the
         change sequence number they reflect and every file's SHA-256; vitrine/index/snapshots.py),
@@ -457,11 +414,8 @@ class IndexState:
                 files[GRAPH_FILE] = self.graph.save(pub.dir / GRAPH_FILE)
                 files[FILTERS_FILE] = self.filters.save(pub.dir / FILTERS_FILE)
                 files[native.FILE] = self.native.save(pub.dir)
-                parts: dict[str, dict[str, Any]] = {}
-                for name, write in self._parts.items():
-                    got = write(pub.dir / name)
-                    if got is not None:
-                        files[name], parts[name] = got
+                part_files, parts = self.parts.write(pub.dir)
+                files.update(part_files)
                 snap = pub.commit({
                     "parts": parts,
                     "seq": self._seq, "model_key": self.model_key, "factory": self.options.index_factory,

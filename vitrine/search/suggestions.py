@@ -82,7 +82,7 @@ class Suggestions:
         self._refreshing = False
         self._cache: LRU[list[suggest.Match]] = LRU(cache_size)
         self._saved: tuple[suggest.SuggestIndex, Path, str] | None = None  # the index last kept, where, its SHA-256
-        state.add_snapshot_part(SNAPSHOT_FILE, self._save_part)
+        state.parts.add(SNAPSHOT_FILE, self._save_part)
 
     # -- the popular-queries provider --------------------------------------------------------------
     def set_popular(self, popular: PopularQueries | None, refresh_s: float | None = None) -> None:
@@ -219,7 +219,7 @@ class Suggestions:
     def load_saved(self) -> bool:
         """Serve the catalogue's index kept with the snapshot version the data dir was opened from
         (rebuilt as usual once the catalogue moves past it). Returns whether there was one."""
-        part = self.state.snapshot_part(SNAPSHOT_FILE)
+        part = self.state.parts.opened(SNAPSHOT_FILE)
         if part is None:
             return False
         path, sha, note = part

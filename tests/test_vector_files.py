@@ -102,6 +102,28 @@ def test_damaged_and_truncated_files_are_refused(tmp_path):
         VectorIndex.load(tmp_path / "tiny.vidx")
 
 
+def test_array_files_and_checking_several_files_at_once(tmp_path):
+    arrays = {"a": np.arange(5, dtype=np.int32), "b": np.ones((2, 3), dtype=np.float64)}
+    sha = vector_files.write_arrays(tmp_path / "x.varr", {"k": [1, "two"]}, arrays)
+    meta, back = vector_files.read_arrays(tmp_path / "x.varr", sha)
+    assert meta == {"k": [1, "two"]} and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype
+                                             for k, v in arrays.items())
+    back["a"][0] = 9  # read into memory: writable, the file unchanged
+    assert vector_files.read_arrays(tmp_path / "x.varr", sha)[1]["a"][0] == 0
+    idx = VectorIndex(4, "Flat")
+    idx.upsert([1, 2], np.eye(4, dtype=np.float32)[:2])
+    vsha = idx.save(tmp_path / "v.vidx")
+    with pytest.raises(StorageError, match="not an array file"):
+        vector_files.read_arrays(tmp_path / "v.vidx", vsha)
+    files = [(tmp_path / "x.varr", sha), (tmp_path / "v.vidx", vsha)]
+    vector_files.verify_many(files, "index file")  # both intact: no error
+    raw = bytearray((tmp_path / "v.vidx").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "v.vidx").write_bytes(bytes(raw))
+    with pytest.raises(StorageError, match=r"v\.vidx failed its checksum"):
+        vector_files.verify_many(files, "index file")
+
+
 def test_format_1_files_are_still_read(tmp_path):
     """An index saved before format 2 (an .npz with the FAISS blob) loads, into memory."""
     import faiss

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vitrine.errors import StorageError
-from vitrine.index import index_choice
+from vitrine.index import index_choice, vector_files
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.snapshots import Snapshot
@@ -146,21 +146,26 @@ def _try_snapshot(state: IndexState, snap: Snapshot) -> tuple[str | None, bool, 
     if store and store != state.store_id:
         return "it belongs to another record store", True, False
     try:
+        files = m.get("files") or {}
+        nat = state.new_native()
+        with_native = native.FILE in files and m.get("native_towers") == nat.towers_key
+        # the large files first, checked side by side; then loaded without checking again
+        vidx = [f"{f}.vidx" for f in INDEX_FIELDS] + ([native.FILE] if with_native else [])
+        vector_files.verify_many([(snap.file(n), snap.sha256(n)) for n in vidx], "vector index")
         vectors: dict[str, VectorIndexAPI] = {
-            f: VectorIndex.load(snap.file(f"{f}.vidx"), snap.sha256(f"{f}.vidx"), mmap=s.mmap_indexes,
+            f: VectorIndex.load(snap.file(f"{f}.vidx"), None, mmap=s.mmap_indexes,
                                 auto=s.index_factory == "auto", nprobe=s.nprobe, ef_search=s.ef_search)
             for f in INDEX_FIELDS}
         graph = None
         same_graph = m.get("graph_fingerprint") in (None, state.graph_data.fingerprint)
-        graph_file = next((f for f in (GRAPH_FILE, LEGACY_GRAPH_FILE) if f in (m.get("files") or {})), None)
+        graph_file = next((f for f in (GRAPH_FILE, LEGACY_GRAPH_FILE) if f in files), None)
         if graph_file is not None and same_graph:
             graph = ProductGraph.load(snap.file(graph_file), state.graph_data, snap.sha256(graph_file))
         filters = None
-        if FILTERS_FILE in (m.get("files") or {}):  # older versions lack it: rebuilt from the records
+        if FILTERS_FILE in files:  # older versions lack it: rebuilt from the records
             filters = FilterIndex.load(snap.file(FILTERS_FILE), snap.sha256(FILTERS_FILE), state.filters.fields)
-        nat = state.new_native()
-        if native.FILE in (m.get("files") or {}) and m.get("native_towers") == nat.towers_key:
-            nat.load(snap.file(native.FILE).parent, snap.sha256(native.FILE), mmap=s.mmap_indexes,
+        if with_native:
+            nat.load(snap.file(native.FILE).parent, None, mmap=s.mmap_indexes,
                      auto=s.index_factory == "auto", nprobe=s.nprobe, ef_search=s.ef_search)
     except StorageError as e:
         return str(e), True, False

@@ -81,7 +81,7 @@ class Suggestions:
         self._building = False
         self._refreshing = False
         self._cache: LRU[list[suggest.Match]] = LRU(cache_size)
-        self._saved: tuple[suggest.SuggestIndex, Path, str] | None = None  # the index last kept, where, its SHA-256
+        self._saved: tuple[suggest.SuggestIndex, str] | None = None  # the index last kept and its SHA-256
         state.parts.add(SNAPSHOT_FILE, self._save_part)
 
     # -- the popular-queries provider --------------------------------------------------------------
@@ -201,15 +201,16 @@ class Suggestions:
         note = {"seq": seq, "build_s": round(build_s, 3), "phrases": len(index)}
         try:
             saved = self._saved
-            if saved is not None and saved[0] is index:
-                try:
-                    os.link(saved[1], path)
-                    self._saved = (index, path, saved[2])
-                    return saved[2], note
-                except OSError:  # its version was pruned (or another file system): write it again
-                    pass
+            if saved is not None and saved[0] is index:  # kept by an earlier version: link its file
+                for snap in self.state.snapshots.versions():
+                    if ((snap.manifest or {}).get("files") or {}).get(SNAPSHOT_FILE) == saved[1]:
+                        try:
+                            os.link(snap.file(SNAPSHOT_FILE), path)
+                            return saved[1], note
+                        except OSError:  # another file system, or pruned meanwhile: write it again
+                            break
             sha = index.save(path)
-            self._saved = (index, path, sha)
+            self._saved = (index, sha)
             return sha, note
         except (OSError, StorageError, ValueError) as e:
             log.warning("suggestion index not kept with the snapshot: %s", e)
@@ -233,7 +234,7 @@ class Suggestions:
         with self._lock:
             self._catalogue, self._catalogue_seq, self._build_s = index, seq, build_s
             self._built_at = -float("inf")  # due for a rebuild as soon as the catalogue is past it
-            self._saved = (index, path, sha)
+            self._saved = (index, sha)
             self._cache.clear()
         log.info("suggestions: %d catalogue phrases at change %d from snapshot %s in %.2fs", len(index), seq,
                  path.parent.name, time.perf_counter() - t0)

@@ -38,7 +38,8 @@ def read_graph(path: str | Path, data: GraphData,
     products: ProductRows | None = None
     try:
         with open(path, "rb") as f:
-            legacy = f.read(1) == b"{"
+            f.seek(max(0, f.seek(0, 2) - len(vector_files.ARRAYS_MAGIC)))
+            legacy = f.read() != vector_files.ARRAYS_MAGIC  # format 1: JSON, no array file's ending
     except OSError as e:
         raise StorageError(f"cannot read graph {path}: {e}") from e
     try:

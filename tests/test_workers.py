@@ -172,3 +172,22 @@ def test_serve_with_two_workers_shares_writes_and_refuses_hot_swap(ingested):
             proc.kill()
             _, err = proc.communicate()
     assert proc.returncode == 0, err[-3000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and prctl: Linux")
+def test_the_c_library_calls_a_worker_makes():
+    """The supervisor tunes and trims glibc's heap before forking; a worker asks for SIGTERM when
+    its parent dies (here: a child of this process, which does not die)."""
+    import ctypes
+
+    from vitrine.web.memory import libc_function, limit_heap_growth, trim_heap
+    from vitrine.web.workers import die_with_parent
+
+    assert libc_function("no_such_function_in_libc") is None
+    assert libc_function("malloc_trim", [ctypes.c_size_t]) is not None
+    assert limit_heap_growth() is True and isinstance(trim_heap(), bool)
+    pid = os.fork()
+    if pid == 0:  # the child: set the parent-death signal, report whether it took
+        os._exit(0 if die_with_parent(os.getppid()) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import logging
 import sys
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +29,29 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 
+def libc_function(name: str, argtypes: list[Any] | None = None, restype: Any = ctypes.c_int, *,
+                  use_errno: bool = False) -> Any | None:
+    """The C library's function ``name`` through ctypes (None off Linux, or when this libc lacks
+    it: musl has no ``mallopt``). ``argtypes`` None leaves ctypes' default conversions (variadic
+    functions such as ``prctl``)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=use_errno), name)
+    except (OSError, AttributeError):
+        return None
+    if argtypes is not None:
+        fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
 def limit_heap_growth(mmap_threshold: int = 8 << 20, trim_threshold: int = 16 << 20,
                       arenas: int | None = None) -> bool:
     """Set glibc's malloc thresholds for this process. Returns whether they took effect."""
-    if not sys.platform.startswith("linux"):
+    mallopt = libc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+    if mallopt is None:  # not Linux, or not glibc
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     settings = [(M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold)]
     if arenas is not None:
         settings.append((M_ARENA_MAX, arenas))
@@ -51,13 +63,5 @@ def limit_heap_growth(mmap_threshold: int = 8 << 20, trim_threshold: int = 16 <<
 def trim_heap() -> bool:
     """Give the heap's free pages back to the system (glibc's ``malloc_trim``; after dropping
     large objects, before forking). Returns whether anything was released."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        malloc_trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return False
-    malloc_trim.argtypes = [ctypes.c_size_t]
-    malloc_trim.restype = ctypes.c_int
-    return bool(malloc_trim(0))
+    malloc_trim = libc_function("malloc_trim", [ctypes.c_size_t])
+    return malloc_trim is not None and bool(malloc_trim(0))

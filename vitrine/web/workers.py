@@ -19,13 +19,10 @@ kept serving, each holding its memory, after their supervisor was gone.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import logging
 import os
 import signal
-import sys
 from typing import Any
 from fastapi import FastAPI
 from gunicorn.app.base import BaseApplication
@@ -34,7 +31,7 @@ from vitrine.search.engine import Engine
 from vitrine.search.state import LoadedIndexes
 from vitrine.settings import Settings
 from vitrine.web.app import create_app
-from vitrine.web.memory import limit_heap_growth, trim_heap
+from vitrine.web.memory import libc_function, limit_heap_growth, trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +70,10 @@ PR_SET_PDEATHSIG = 1
 def die_with_parent(parent: int) -> bool:
     """Ask the kernel to send this process SIGTERM when ``parent`` (its parent now) dies (Linux;
     elsewhere a no-op). Returns whether it is set."""
-    if not sys.platform.startswith("linux"):
+    prctl = libc_function("prctl", use_errno=True)
+    if prctl is None:  # not Linux
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        ok = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    ok = prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
     if os.getppid() != parent:  # it died before the signal was asked for
         os.kill(os.getpid(), signal.SIGTERM)
     return ok

@@ -127,6 +127,11 @@ class MemoryBM25:
         return other
 
     @property
+    def seq(self) -> int:
+        """The record store's change the postings reflect (-1: not built); they change only with it."""
+        return self._seq
+
+    @property
     def built(self) -> bool:
         """Whether the postings were built or loaded (else the first query builds them)."""
         return self._seq >= 0

@@ -37,9 +37,7 @@ def read_graph(path: str | Path, data: GraphData,
     path = Path(path)
     products: ProductRows | None = None
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - len(vector_files.ARRAYS_MAGIC)))
-            legacy = f.read() != vector_files.ARRAYS_MAGIC  # format 1: JSON, no array file's ending
+        legacy = not vector_files.is_array_file(path)  # format 1: node-link JSON
     except OSError as e:
         raise StorageError(f"cannot read graph {path}: {e}") from e
     try:

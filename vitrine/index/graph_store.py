@@ -262,26 +262,19 @@ class GraphStore:
 
     def postings(self, node: str) -> np.ndarray:
         """iids of the live products on an attribute or category node, ascending."""
-        codes = self._node_codes.get(node)
-        if not codes:
-            return np.zeros(0, dtype=np.int64)
-        f = codes[0][0]
-        col = self._codes.column(f)
-        if len(codes) == 1:
-            return np.flatnonzero(col == codes[0][1])
-        return np.flatnonzero(np.isin(col, np.array([c for _, c in codes], dtype=np.int32)))
+        return self._on_nodes((node,))
 
     def on_node(self, node: str) -> int:
         """How many live products sit on a node."""
         return sum(int(self._count[f][c]) for f, c in self._node_codes.get(node, ()))
 
     def _on_nodes(self, nodes: Iterable[str]) -> np.ndarray:
-        """iids of the live products on any of ``nodes`` (all of one field)."""
-        codes = [c for n in nodes for _, c in self._node_codes.get(n, ())]
-        fields = {f for n in nodes for f, _ in self._node_codes.get(n, ())}
-        if not codes:
+        """iids of the live products on any of ``nodes`` (all of one field), ascending."""
+        placed = [fc for n in nodes for fc in self._node_codes.get(n, ())]
+        if not placed:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(np.isin(self._codes.column(fields.pop()), np.array(codes, dtype=np.int32)))
+        codes = np.array([c for _, c in placed], dtype=np.int32)
+        return np.flatnonzero(np.isin(self._codes.column(placed[0][0]), codes))
 
     def facts(self, iid: int) -> ProductFacts | None:
         pid = self._pids[iid] if 0 <= iid < len(self._pids) else None

@@ -205,6 +205,13 @@ def write_arrays(path: str | os.PathLike[str], meta: dict[str, Any], arrays: dic
         return w.h.hexdigest()
 
 
+def is_array_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` ends as :func:`write_arrays` ends its files (OSError when unreadable)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - len(ARRAYS_MAGIC)))
+        return f.read() == ARRAYS_MAGIC
+
+
 def read_arrays(path: str | os.PathLike[str], expected_sha256: str | None = None, *,
                 what: str = "index file") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The meta and arrays :func:`write_arrays` wrote (read into memory, writable), checked against

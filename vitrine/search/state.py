@@ -129,7 +129,6 @@ class IndexState:
         self.data_dir = Path(storage.data_dir)
         # SQLite in the data dir, or a shared PostgreSQL (storage.store; vitrine/index/store.py)
         self.records, self.images = open_stores(storage.store, self.data_dir, mirror=storage.store_mirror)
-        self.parts = SnapshotParts()  # other indexes kept with each snapshot version (BM25, suggestions)
         self.filters = FilterIndex((*FILTER_FIELDS, stock.FIELD))  # + the hidden stock field
         self.graph_data = GraphData.load(options.graph_dir, options.taxonomy_file)
         mapper = taxonomy_map.mapper_for(  # maps the categories the reviewed mapping lacks
@@ -142,6 +141,7 @@ class IndexState:
         self.write_lock = threading.Lock()
         self.lock = StateLock()  # searches read together; the visible step of a write is exclusive
         self.snapshots = SnapshotStore(self.data_dir / "index", keep=storage.snapshot_keep)
+        self.parts = SnapshotParts(self.snapshots)  # other indexes kept with each version (BM25, suggestions)
         self.snapshot_version: str | None = None  # the snapshot the indexes were loaded from or last saved to
         self.recovery: dict[str, Any] = {}  # what opening the data dir found and did (logged, /health)
         self.store_id = self._store_identity()

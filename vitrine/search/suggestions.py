@@ -21,7 +21,6 @@ Results are cached per (prefix, k) until either index changes. The catalogue's w
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -81,8 +80,7 @@ class Suggestions:
         self._building = False
         self._refreshing = False
         self._cache: LRU[list[suggest.Match]] = LRU(cache_size)
-        self._saved: tuple[suggest.SuggestIndex, str] | None = None  # the index last kept and its SHA-256
-        state.parts.add(SNAPSHOT_FILE, self._save_part)
+        state.parts.add(SNAPSHOT_FILE, lambda: self._catalogue, self._save_part)
 
     # -- the popular-queries provider --------------------------------------------------------------
     def set_popular(self, popular: PopularQueries | None, refresh_s: float | None = None) -> None:
@@ -191,27 +189,14 @@ class Suggestions:
 
     # -- kept with the index snapshots ------------------------------------------------------------
     def _save_part(self, path: Path) -> tuple[str, dict[str, Any]] | None:
-        """Write the catalogue's index for a snapshot version (IndexState.save); an index already
-        kept by an earlier version is linked, not written again. None: none built yet, or it failed
-        (logged: suggestions never fail a snapshot)."""
+        """Write the catalogue's index for a snapshot version (vitrine/search/snapshot_parts.py).
+        None: none built yet, or it failed (logged: suggestions never fail a snapshot)."""
         index, seq, build_s = self._catalogue, self._catalogue_seq, self._build_s  # the index first: a
         # build finishing meanwhile pairs it with an older seq, which only makes it look stale sooner
         if index is None:
             return None
-        note = {"seq": seq, "build_s": round(build_s, 3), "phrases": len(index)}
         try:
-            saved = self._saved
-            if saved is not None and saved[0] is index:  # kept by an earlier version: link its file
-                for snap in self.state.snapshots.versions():
-                    if ((snap.manifest or {}).get("files") or {}).get(SNAPSHOT_FILE) == saved[1]:
-                        try:
-                            os.link(snap.file(SNAPSHOT_FILE), path)
-                            return saved[1], note
-                        except OSError:  # another file system, or pruned meanwhile: write it again
-                            break
-            sha = index.save(path)
-            self._saved = (index, sha)
-            return sha, note
+            return index.save(path), {"seq": seq, "build_s": round(build_s, 3), "phrases": len(index)}
         except (OSError, StorageError, ValueError) as e:
             log.warning("suggestion index not kept with the snapshot: %s", e)
             path.unlink(missing_ok=True)
@@ -234,8 +219,8 @@ class Suggestions:
         with self._lock:
             self._catalogue, self._catalogue_seq, self._build_s = index, seq, build_s
             self._built_at = -float("inf")  # due for a rebuild as soon as the catalogue is past it
-            self._saved = (index, sha)
             self._cache.clear()
+        self.state.parts.loaded(SNAPSHOT_FILE, index, sha, note)
         log.info("suggestions: %d catalogue phrases at change %d from snapshot %s in %.2fs", len(index), seq,
                  path.parent.name, time.perf_counter() - t0)
         return True

@@ -150,8 +150,10 @@ def test_concurrent_batched_text_queries_match_unbatched(encoder, titles):
     alone = QueryEncoder(encoder, cache_size=0, max_batch=1, max_wait_ms=0)
     ref = np.stack([alone.text([t])[0] for t in titles])
     alone.close()
-    # the encoder's own path (towers + adapter) agrees too (its feature cache stores float16)
-    direct = encoder.embed(None, encoder.text_features(titles)).text
+    # the encoder's own path (towers + adapter) agrees too, in float32 (bf16 batch encodes:
+    # tests/test_batch_precision.py)
+    fp32 = MultimodalEncoder(encoder.towers, encoder.adapter, cache=None, batch_precision="fp32")
+    direct = fp32.embed(None, fp32.text_features(titles)).text
     assert np.allclose(ref, direct, atol=2e-3)
 
     qe = QueryEncoder(encoder, cache_size=0, max_batch=16, max_wait_ms=5)

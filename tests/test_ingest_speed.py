@@ -58,7 +58,7 @@ def test_length_sorted_batches_give_the_same_vectors(encoder, catalog_dir):
     its own batch-of-one forward (no padding at all) and the catalogue-order batch's."""
     texts = [json.loads(x)["title"] for x in (catalog_dir / "catalog.jsonl").read_text().splitlines()[:24]]
     texts = [t + " in a long, long description" * (k % 5) for k, t in enumerate(texts)]  # mixed lengths
-    enc = MultimodalEncoder(encoder.towers, None, batch_size=8, cache=None)
+    enc = MultimodalEncoder(encoder.towers, None, batch_size=8, cache=None, batch_precision="fp32")
     lengths = encoder.towers.token_lengths(texts)
     assert len(set(lengths)) > 5
     batches = list(enc.length_batches(texts, list(range(len(texts)))))

@@ -19,6 +19,7 @@ from vitrine.encoders.adapters import load_adapter
 from vitrine.encoders.factory import DEFAULT_MODEL, Towers, create_towers, pick_device
 from vitrine.encoders.feature_cache import FeatureCache
 from vitrine.encoders.images import augment_view, check_view, decode_image
+from vitrine.encoders.precision import batch_autocast, resolve_batch_precision
 from vitrine.errors import InvalidImage, InvalidInput, ModelError
 from vitrine.progress import progress_bar
 
@@ -66,6 +67,7 @@ class MultimodalEncoder:
         max_image_bytes: int = 10_000_000,
         max_image_pixels: int = 40_000_000,
         lora: TowerLora | None = None,
+        batch_precision: str = "auto",
     ) -> None:
         if adapter is not None and (adapter.image_dim != towers.image_dim or adapter.text_dim != towers.text_dim):
             raise ModelError(
@@ -84,6 +86,15 @@ class MultimodalEncoder:
         # native text space, the floor of text search, reads those).
         self.lora = lora.to(towers.device).eval() if lora is not None else None
         self._lora_key = lora.key if lora is not None else None
+        self._batch_precision = batch_precision
+
+    @property
+    def batch_precision(self) -> str:
+        """``fp32`` or ``bf16``: the towers' precision in batch encodes (products, training
+        features, evals; :mod:`vitrine.encoders.precision`). ``auto`` is measured on first use."""
+        if self._batch_precision == "auto":
+            self._batch_precision = resolve_batch_precision("auto", self.towers.device.type)
+        return self._batch_precision
 
     @property
     def lock(self) -> threading.Lock:
@@ -105,6 +116,7 @@ class MultimodalEncoder:
         batch_size: int = 64,
         max_image_bytes: int = 10_000_000,
         max_image_pixels: int = 40_000_000,
+        batch_precision: str = "auto",
     ) -> "MultimodalEncoder":
         dev = pick_device(device)
         towers = create_towers(model, pretrained=pretrained, device=dev, image_size=image_size)
@@ -137,6 +149,7 @@ class MultimodalEncoder:
             towers, adapter_obj, batch_size=batch_size,
             cache=FeatureCache(cache_path) if cache_path else None,
             max_image_bytes=max_image_bytes, max_image_pixels=max_image_pixels, lora=lora,
+            batch_precision=batch_precision,
         )
 
     @property
@@ -204,7 +217,8 @@ class MultimodalEncoder:
                     errors[i] = str(e)
                     out[i] = np.nan
             if pixels:
-                feats = (self.shared_pixel_features if adapted else self.pixel_features)(torch.stack(pixels))
+                feats = (self.shared_pixel_features(torch.stack(pixels)) if adapted
+                         else self.pixel_features(torch.stack(pixels), precision=self.batch_precision))
                 out[ok] = feats
                 if self.cache:
                     self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(ok))
@@ -212,11 +226,12 @@ class MultimodalEncoder:
         bar.close()
         return out
 
-    def pixel_features(self, pixels: torch.Tensor) -> np.ndarray:
-        """Image-tower features of preprocessed photos (N, 3, H, W), in cache-sized forwards on CPU."""
+    def pixel_features(self, pixels: torch.Tensor, *, precision: str = "fp32") -> np.ndarray:
+        """Image-tower features of preprocessed photos (N, 3, H, W), in cache-sized forwards on CPU
+        (``precision``: as :meth:`Towers.image_features`; a query's photo keeps float32)."""
         step = IMAGE_FORWARD_BATCH if self.towers.device.type == "cpu" else max(1, len(pixels))
         with self._lock:  # the tower's feature taps keep per-forward state
-            return torch.cat([self.towers.image_features(pixels[s:s + step])
+            return torch.cat([self.towers.image_features(pixels[s:s + step], precision=precision)
                               for s in range(0, len(pixels), step)]).cpu().numpy()
 
     def text_features(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
@@ -233,8 +248,9 @@ class MultimodalEncoder:
         # tokenized once: the ids sort the batches and feed the tower
         ids = self.towers.tokenize([texts[i] for i in todo]) if len(todo) > 1 else None
         tokens = dict(zip(todo, ids)) if ids is not None else {}
+        precision = self.batch_precision if todo else "fp32"
         for chunk in self.length_batches(texts, todo, lengths=[len(x) for x in ids] if ids is not None else None):
-            with self._lock:
+            with self._lock, batch_autocast(precision, self.towers.device.type):
                 feats = (self.towers.text_features_of_tokens([tokens[i] for i in chunk]) if tokens
                          else self.towers.text_features([texts[i] for i in chunk])).cpu().numpy()
             out[chunk] = feats

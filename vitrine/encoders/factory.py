@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import torch
 
 from vitrine.encoders.images import ImagePreprocess
+from vitrine.encoders.precision import batch_autocast
 from vitrine.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -178,14 +179,17 @@ class Towers:
     taps: "FeatureTaps | None" = None
 
     @torch.inference_mode()
-    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+    def image_features(self, pixels: torch.Tensor, *, precision: str = "fp32") -> torch.Tensor:
         """Backbone features of a batch of preprocessed images, (B, image_dim) float32.
 
         With taps configured, the pooled outputs of intermediate blocks and a colour
-        histogram follow the tower's own pooled features.
+        histogram follow the tower's own pooled features. ``precision`` ``bf16``: the tower
+        runs under bf16 autocast (:mod:`vitrine.encoders.precision`); the histogram stays float32.
         """
         pixels = pixels.to(self.device)
-        return self.with_histogram(_TappedImage(self)(pixels), pixels)
+        with batch_autocast(precision, self.device.type):
+            trunk = _TappedImage(self)(pixels).float()
+        return self.with_histogram(trunk, pixels)
 
     def image_export_module(self) -> torch.nn.Module:
         """The image tower with its block taps as one plain module (no inference mode, no colour

@@ -488,4 +488,5 @@ def build_encoder(settings: Settings) -> MultimodalEncoder:
         batch_size=settings.encoders.encode_batch_size,
         max_image_bytes=settings.encoders.max_image_bytes,
         max_image_pixels=settings.encoders.max_image_pixels,
+        batch_precision=settings.encoders.batch_precision,
     )

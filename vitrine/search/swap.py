@@ -130,6 +130,7 @@ def _build_encoder(s: Settings, spec: ModelSpec, adapter_sha256: str | None) -> 
         spec.model, adapter_obj, pretrained=spec.pretrained, device=s.encoders.device, image_size=s.encoders.image_size,
         cache_path=s.storage.feature_cache_path, batch_size=s.encoders.encode_batch_size,
         max_image_bytes=s.encoders.max_image_bytes, max_image_pixels=s.encoders.max_image_pixels,
+        batch_precision=s.encoders.batch_precision,
     )
 
 

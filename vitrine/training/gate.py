@@ -42,7 +42,7 @@ def features_encoder(settings: Settings) -> MultimodalEncoder:
         settings.encoders.model, None, features_only=True, pretrained=settings.encoders.pretrained,
         device=settings.encoders.device,
         image_size=settings.encoders.image_size, cache_path=settings.storage.feature_cache_path,
-        batch_size=settings.encoders.encode_batch_size,
+        batch_size=settings.encoders.encode_batch_size, batch_precision=settings.encoders.batch_precision,
     )
 
 

@@ -112,20 +112,46 @@ class QueryUnderstanding:
 
     def __init__(self, reader: ReadContext) -> None:
         self.reader = reader
-        self.settings = settings = reader.settings
-        self.classifier: IntentClassifier | None = None
-        self.error: str | None = None
+        self.settings = reader.settings
+        self._classifier: IntentClassifier | None = None
+        self._error: str | None = None
+        self._loaded = False
+        self._load_lock = threading.Lock()
         self._extractor: SlotExtractor | None = None
         self._vocab_key: tuple[int, int] | None = None
         self._vocab_at = 0.0
         self._lock = threading.Lock()
-        try:
-            self.classifier = _load_classifier(settings.intent.intent_model, str(settings.storage.cache_dir / "intent"),
-                                               settings.intent.intent_min_confidence, settings.encoders.query_runtime,
-                                               settings.intent.intent_threads, settings.intent.intent_members)
-        except (VitrineError, ImportError, OSError, RuntimeError, ValueError) as e:
-            self.error = str(e)
-            log.error("intent classifier unavailable (%s); searches run without intent", e)
+
+    # -- the classifier, loaded on first use ----------------------------------------------------------
+    def _load(self) -> None:
+        """Loads the classifier once, when a search (or ``vitrine serve``'s warm-up) first needs it:
+        a process that only writes (``vitrine ingest`` with tuning off) never pays its ~4 s."""
+        with self._load_lock:
+            if self._loaded:
+                return
+            s = self.settings
+            try:
+                self._classifier = _load_classifier(s.intent.intent_model, str(s.storage.cache_dir / "intent"),
+                                                    s.intent.intent_min_confidence, s.encoders.query_runtime,
+                                                    s.intent.intent_threads, s.intent.intent_members)
+            except (VitrineError, ImportError, OSError, RuntimeError, ValueError) as e:
+                self._error = str(e)
+                log.error("intent classifier unavailable (%s); searches run without intent", e)
+            self._loaded = True
+
+    @property
+    def classifier(self) -> IntentClassifier | None:
+        """The intent classifier, None when it could not be loaded (:attr:`error` says why)."""
+        if not self._loaded:
+            self._load()
+        return self._classifier
+
+    @property
+    def error(self) -> str | None:
+        """Why the classifier could not be loaded (None: it serves)."""
+        if not self._loaded:
+            self._load()
+        return self._error
 
     # -- vocabulary ---------------------------------------------------------------------------------------
     def vocabulary(self) -> "Vocabulary":

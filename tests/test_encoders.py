@@ -196,7 +196,7 @@ def test_feature_cache_reuses_features(encoder, subset_rows, monkeypatch):
     a = encoder.image_features([photo])
     forwards: list[int] = []
     tower = encoder.pixel_features
-    monkeypatch.setattr(encoder, "pixel_features", lambda px: forwards.append(len(px)) or tower(px))
+    monkeypatch.setattr(encoder, "pixel_features", lambda px, **kw: forwards.append(len(px)) or tower(px, **kw))
     b = encoder.image_features([photo])
     assert forwards == []  # nothing to compute
     np.testing.assert_allclose(a, b, atol=1e-2)  # float16 in the cache

@@ -44,9 +44,9 @@ class CountingTowers:
             self.texts += len(ids)
             return of_tokens(ids)
 
-        def counted_image(pixels):
+        def counted_image(pixels, **kw):
             self.photos += len(pixels)
-            return image_features(pixels)
+            return image_features(pixels, **kw)
 
         monkeypatch.setattr(towers, "text_features", counted_text)
         monkeypatch.setattr(towers, "text_features_of_tokens", counted_tokens)

@@ -81,10 +81,10 @@ class EncoderSettings(_Section):
     encode_batch_size: int = Field(64, ge=1, le=4096, description="Products encoded per forward when ingesting.")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: all cores).")
     batch_precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="The towers' precision when encoding products in batches (ingest, re-embedding, "
-        "training features, evals). auto: bf16 autocast where this machine's bf16 matrix products are at least "
-        "1.3x float32's (measured once per process), else fp32. Features match fp32's to a cosine of 0.9999 "
-        "(bench-results/batch-precision.md).")
+        "auto", description="The text tower's precision when encoding products' texts in batches (ingest, "
+        "re-embedding, training features, evals; photos stay fp32). auto: bf16 autocast where this machine's bf16 "
+        "matrix products are at least 1.3x float32's (measured once per process), else fp32. Features match fp32's "
+        "to a cosine of 0.9999 (bench-results/batch-precision.md).")
     query_cache_size: int = Field(4096, ge=0, le=10_000_000, description="LRU cache of query embeddings, keyed by "
                                   "model key + normalised text / photo SHA-256 (0: off).")
     query_batch_max: int = Field(32, ge=1, le=1024, description="Most concurrent queries encoded in one forward.")

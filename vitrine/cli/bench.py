@@ -144,6 +144,29 @@ def bench_ingest_profile(n_text: int, n_photo: int, repeats: int, label: str, ou
     click.echo(f"report: {ingest_profile.run(out, source=bundled_dir(), n_text=n_text, n_photo=n_photo, repeats=repeats, label=label)}")
 
 
+@bench.command("batch-precision")
+@click.option("--catalog", "catalogue", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="A text-only catalogue JSONL (e.g. from `vitrine make-catalogue`)")
+@click.option("--n-text", type=int, default=2000, show_default=True, help="Texts of the catalogue for the towers alone")
+@click.option("--n-photo", type=int, default=256, show_default=True, help="Bundled photos for the photo tower")
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option("--ingest-rounds", type=click.IntRange(0, 20), default=2, show_default=True)
+@click.option("--jobs", type=click.IntRange(1, 256), default=2, show_default=True, help="vitrine ingest --jobs")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_batch_precision(catalogue: Path, n_text: int, n_photo: int, rounds: int, ingest_rounds: int, jobs: int,
+                          out: Path) -> None:
+    """The towers' batch precision, float32 vs bf16 autocast, in turn: texts/s and photos/s, how far the
+    features move, and the whole text-only `vitrine ingest` command's wall clock."""
+    _bench()
+    import torch
+
+    from vitrine.bundled import bundled_dir
+    from vitrine_bench import batch_precision
+
+    torch.set_num_threads(jobs)
+    click.echo(f"report: {batch_precision.run(out, catalogue=catalogue, photos_dir=bundled_dir() / 'images', n_text=n_text, n_photo=n_photo, rounds=rounds, ingest_rounds=ingest_rounds, jobs=jobs)}")
+
+
 @bench.command("graph")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Also measure search latency with and without hybrid fusion on this data dir")

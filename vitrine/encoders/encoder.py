@@ -90,7 +90,7 @@ class MultimodalEncoder:
 
     @property
     def batch_precision(self) -> str:
-        """``fp32`` or ``bf16``: the towers' precision in batch encodes (products, training
+        """``fp32`` or ``bf16``: the text tower's precision in batch encodes (products, training
         features, evals; :mod:`vitrine.encoders.precision`). ``auto`` is measured on first use."""
         if self._batch_precision == "auto":
             self._batch_precision = resolve_batch_precision("auto", self.towers.device.type)
@@ -217,8 +217,7 @@ class MultimodalEncoder:
                     errors[i] = str(e)
                     out[i] = np.nan
             if pixels:
-                feats = (self.shared_pixel_features(torch.stack(pixels)) if adapted
-                         else self.pixel_features(torch.stack(pixels), precision=self.batch_precision))
+                feats = (self.shared_pixel_features if adapted else self.pixel_features)(torch.stack(pixels))
                 out[ok] = feats
                 if self.cache:
                     self.cache.put_many((keys[i], feats[j]) for j, i in enumerate(ok))
@@ -227,8 +226,9 @@ class MultimodalEncoder:
         return out
 
     def pixel_features(self, pixels: torch.Tensor, *, precision: str = "fp32") -> np.ndarray:
-        """Image-tower features of preprocessed photos (N, 3, H, W), in cache-sized forwards on CPU
-        (``precision``: as :meth:`Towers.image_features`; a query's photo keeps float32)."""
+        """Image-tower features of preprocessed photos (N, 3, H, W), in cache-sized forwards on CPU.
+        Photos stay float32 in every encode (:mod:`vitrine.encoders.precision` says why);
+        ``precision`` ``bf16`` is for measuring that choice (``vitrine bench batch-precision``)."""
         step = IMAGE_FORWARD_BATCH if self.towers.device.type == "cpu" else max(1, len(pixels))
         with self._lock:  # the tower's feature taps keep per-forward state
             return torch.cat([self.towers.image_features(pixels[s:s + step], precision=precision)

@@ -184,6 +184,7 @@ def tower_throughput(catalogue: Path, *, photos: bool, n: int = 512) -> dict[str
     import torch
 
     from vitrine.encoders.encoder import MultimodalEncoder
+    from vitrine.encoders.precision import batch_autocast
     from vitrine.search.models import Product, product_text
 
     enc = MultimodalEncoder.create(features_only=True)
@@ -195,7 +196,9 @@ def tower_throughput(catalogue: Path, *, photos: bool, n: int = 512) -> dict[str
     lens = [len(x) for x in tok(texts, truncation=True, max_length=towers.context_length)["input_ids"]]
     order = np.argsort(lens, kind="stable")
     s_texts = [texts[i] for i in order]
-    with torch.inference_mode():
+    # the ingest's own text precision (Settings.encoders.batch_precision, auto by default)
+    autocast = batch_autocast(enc.batch_precision, towers.device.type)
+    with torch.inference_mode(), autocast:
         towers.text_features(s_texts[:64])
         for key, bs in (("texts_per_s", 64), ("texts_per_s_b256", 256)):  # 64: what ingest runs now
             durs = []

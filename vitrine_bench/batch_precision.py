@@ -36,6 +36,12 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     return {"min": float(c.min()), "p1": float(np.percentile(c, 1)), "mean": float(c.mean())}
 
 
+def _present(vectors: np.ndarray | None) -> np.ndarray:
+    if vectors is None:
+        raise RuntimeError("the adapter gave no photo vectors")
+    return vectors
+
+
 def towers(catalogue: Path, photos_dir: Path, *, n_text: int, n_photo: int, rounds: int) -> dict[str, Any]:
     """Texts/s and photos/s of the towers per precision (median of ``rounds``, alternated) and the
     cosines between the two precisions' features."""
@@ -70,7 +76,7 @@ def towers(catalogue: Path, photos_dir: Path, *, n_text: int, n_photo: int, roun
     out["bf16_matmul_speedup"] = bf16_speedup("cpu")
     out["n_text"], out["n_photo"] = len(texts), len(blobs)
     a, b = feats["fp32"], feats["bf16"]
-    shared = {p: encs[p].embed(feats[p]["photo"], None).image for p in PRECISIONS}
+    shared = {p: _present(encs[p].embed(feats[p]["photo"], None).image) for p in PRECISIONS}
     fused = {p: encs[p].embed(None, encs[p].shared_text_features(texts, native=feats[p]["text"])).fused
              for p in PRECISIONS}
     out["cosines"] = {"text tower": _cosines(a["text"], b["text"]), "photo tower": _cosines(a["photo"], b["photo"]),

@@ -25,7 +25,6 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
-from typing import Literal
 
 import torch
 
@@ -33,7 +32,6 @@ from vitrine.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-BatchPrecision = Literal["auto", "fp32", "bf16"]
 BATCH_PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 # bf16 is chosen where its matrix products beat float32's by this much: below it the saving does
 # not pay for the casts around them (the tower is not only matrix products).

@@ -119,3 +119,26 @@ def test_photo_resolver_refuses_traversal(tmp_path):
 def test_missing_catalog_file(tmp_path):
     with pytest.raises(InvalidInput, match="does not exist"):
         read_catalog(tmp_path / "nope.jsonl")
+
+
+def test_a_batch_ingest_keeps_the_read_indexes_with_its_snapshot(settings_factory, encoder, catalog_dir, tmp_path):
+    """The suggestion index and the BM25 postings are built before the ingest's snapshot, so the
+    next open (a first `vitrine serve`) loads them instead of building them from every record."""
+    from vitrine.search.engine import Engine
+
+    settings = settings_factory(tmp_path / "data")
+    eng = Engine(settings, encoder)
+    try:
+        assert ingest_file(eng, catalog_dir / "catalog.jsonl", progress=False, limit=40).upserted == 40
+        assert eng.suggest("shi", k=3).suggestions  # answered from the index built during the ingest
+    finally:
+        eng.close()
+    versions = sorted((tmp_path / "data" / "index" / "snapshots").iterdir())
+    assert len(versions) == 1  # close() had nothing more to write
+    assert {"bm25.varr", "suggestions.varr"} <= {p.name for p in versions[0].iterdir()}
+    again = Engine(settings, encoder)
+    try:
+        assert again.index.recovery["text_index_loaded"] is True
+        assert again.index.recovery["snapshot"] == versions[0].name
+    finally:
+        again.close()

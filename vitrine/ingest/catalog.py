@@ -242,6 +242,8 @@ def ingest_records(
         pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
         resolver.close()
+    if report.upserted:
+        engine.prepare_reads()  # kept with the snapshot below: a first serve loads them
     engine.save()
     return report
 

@@ -243,7 +243,7 @@ def ingest_records(
         bar.close()
         resolver.close()
     if report.upserted:
-        engine.prepare_reads()  # kept with the snapshot below: a first serve loads them
+        engine.reads.prepare()  # kept with the snapshot below: a first serve loads them
     engine.save()
     return report
 

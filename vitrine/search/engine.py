@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -257,16 +256,6 @@ class Engine:
         """Publish a snapshot version of the indexes (vitrine/search/state.py). Returns False if
         nothing changed since the last one."""
         return self.writes.save()
-
-    def prepare_reads(self) -> float:
-        """Build the read-side indexes a first search would otherwise build (the suggestion index,
-        the in-memory BM25 postings), so that the snapshot written next keeps them and the first
-        ``vitrine serve`` loads them instead of building them (about two minutes at 1M products).
-        A batch ingest calls it before its snapshot. Returns the seconds it took."""
-        t0 = time.perf_counter()
-        self.suggestions.warm()
-        self.records.bm25_scores("warm up")
-        return time.perf_counter() - t0
 
     def artifacts(self) -> dict[str, Any]:
         """SHA-256 of every model artifact serving this engine (towers, adapter, intent)."""

@@ -45,6 +45,8 @@ def _present(vectors: np.ndarray | None) -> np.ndarray:
 def towers(catalogue: Path, photos_dir: Path, *, n_text: int, n_photo: int, rounds: int) -> dict[str, Any]:
     """Texts/s and photos/s of the towers per precision (median of ``rounds``, alternated) and the
     cosines between the two precisions' features."""
+    import torch
+
     from vitrine.encoders.encoder import MultimodalEncoder
     from vitrine.encoders.precision import bf16_speedup
     from vitrine.search.engine import build_encoder
@@ -56,7 +58,7 @@ def towers(catalogue: Path, photos_dir: Path, *, n_text: int, n_photo: int, roun
     recs = [json.loads(x) for x in catalogue.read_text().splitlines()[:n_text]]
     texts = [product_text(Product.model_validate({k: v for k, v in r.items() if k != "image"})) for r in recs]
     blobs = [p.read_bytes() for p in sorted(photos_dir.glob("*.jpg"))[:n_photo]]
-    px = __import__("torch").stack([base.towers.preprocess(base.decode(b)) for b in blobs])
+    px = torch.stack([base.towers.preprocess(base.decode(b)) for b in blobs])
     rates: dict[str, list[float]] = {f"{k}_{p}": [] for p in PRECISIONS for k in ("texts_per_s", "photos_per_s")}
     feats: dict[str, dict[str, np.ndarray]] = {}
     for p, enc in encs.items():  # warm: kernels picked, caches filled

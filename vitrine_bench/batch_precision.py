@@ -31,7 +31,7 @@ from vitrine_bench.encoders import matmul_flops
 PRECISIONS = ("fp32", "bf16")
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     c = np.einsum("ij,ij->i", a, b) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
     return {"min": float(c.min()), "p1": float(np.percentile(c, 1)), "mean": float(c.mean())}
 
@@ -81,9 +81,9 @@ def towers(catalogue: Path, photos_dir: Path, *, n_text: int, n_photo: int, roun
     shared = {p: _present(encs[p].embed(feats[p]["photo"], None).image) for p in PRECISIONS}
     fused = {p: encs[p].embed(None, encs[p].shared_text_features(texts, native=feats[p]["text"])).fused
              for p in PRECISIONS}
-    out["cosines"] = {"text tower": _cosines(a["text"], b["text"]), "photo tower": _cosines(a["photo"], b["photo"]),
-                      "shared space, texts": _cosines(fused["fp32"], fused["bf16"]),
-                      "shared space, photos": _cosines(shared["fp32"], shared["bf16"])}
+    out["cosines"] = {"text tower": cosines(a["text"], b["text"]), "photo tower": cosines(a["photo"], b["photo"]),
+                      "shared space, texts": cosines(fused["fp32"], fused["bf16"]),
+                      "shared space, photos": cosines(shared["fp32"], shared["bf16"])}
     return out
 
 

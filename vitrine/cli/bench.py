@@ -167,6 +167,25 @@ def bench_batch_precision(catalogue: Path, n_text: int, n_photo: int, rounds: in
     click.echo(f"report: {batch_precision.run(out, catalogue=catalogue, photos_dir=bundled_dir() / 'images', n_text=n_text, n_photo=n_photo, rounds=rounds, ingest_rounds=ingest_rounds, jobs=jobs)}")
 
 
+@bench.command("ingest-floor")
+@click.option("--catalog", "catalogue", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="A text-only catalogue JSONL (e.g. from `vitrine make-catalogue`)")
+@click.option("--n-text", type=int, default=6482, show_default=True, help="Texts of the catalogue for the tower alone")
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option("--start-rounds", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option("--ingest-rounds", type=click.IntRange(0, 20), default=2, show_default=True)
+@click.option("--jobs", type=click.IntRange(1, 256), default=2, show_default=True, help="vitrine ingest --jobs")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_ingest_floor(catalogue: Path, n_text: int, rounds: int, start_rounds: int, ingest_rounds: int, jobs: int,
+                       out: Path) -> None:
+    """What bounds a text-only `vitrine ingest` from below: start costs, the text tower per numeric form
+    (with how far each moves the features), the whole command, and the floor they make."""
+    _bench()
+    from vitrine_bench import ingest_floor
+
+    click.echo(f"report: {ingest_floor.run(out, catalogue=catalogue, n_text=n_text, rounds=rounds, start_rounds=start_rounds, ingest_rounds=ingest_rounds, jobs=jobs)}")
+
+
 @bench.command("graph")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Also measure search latency with and without hybrid fusion on this data dir")

@@ -435,8 +435,11 @@ def _crash_trial(trial: int, bootstrap: str, settings_factory, encoder, records,
     uncommitted_durable = records_state(s.storage.data_dir) != accounted.live
     # restart: a new worker in the same group resumes from the committed offsets
     pid2 = fork_worker(s, encoder)
+    # A member killed mid-rebalance is waited for up to the rebalance timeout (max.poll.interval)
+    # before it is dropped, and the restart's own join can start a second one: allow two.
+    rejoin_s = 2 * s.ingest.kafka_max_poll_interval_ms / 1000 + 30
     wait_for(lambda: worker_status(s.storage.data_dir, pid2) and records_state(s.storage.data_dir) == exp.live and lag_zero(s),
-             60, f"the restarted worker of trial {trial}")
+             rejoin_s, f"the restarted worker of trial {trial}")
     os.kill(pid2, signal.SIGTERM)
     assert wait_exit(pid2, 30) == 0
     _check_index(s, encoder, exp)

@@ -397,7 +397,7 @@ class Engine:
         """Build what the first queries would otherwise build inside their time budgets (the
         query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches,
         the suggestion index). Returns the seconds it took."""
-        return self.suggestions.warm() + self.reads.warm_up()
+        return self.reads.warm_up()
 
     # -- search-as-you-type (vitrine/search/suggestions.py) ----------------------------------------
     @property

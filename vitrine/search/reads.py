@@ -175,20 +175,20 @@ class ReadPath:
 
     def warm_up(self) -> float:
         """Build what the first queries would otherwise build inside their time budgets (the
-        query fast path, the in-memory BM25 postings, the slot vocabulary, the graph's caches):
-        a first search took 0.8 s on the full catalogue, and could degrade. Runs a few real
-        searches; returns the seconds it took."""
+        read indexes of :meth:`prepare`, the query fast path, the slot vocabulary, the graph's
+        caches): a first search took 0.8 s on the full catalogue, and could degrade. Runs a few
+        real searches; returns the seconds it took."""
         t0 = time.perf_counter()
+        try:  # text queries at the floor skip BM25; queries with a photo still use it
+            self.prepare()
+        except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
+            log.warning("warm-up of the read indexes failed: %s", e)
         self.prepare_query_encoder()
         for text in ("red shoes", "nike vs puma running shoes", "women blue shirt under 1500"):
             try:
                 self.search(SearchRequest(text=text, k=5))
             except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
                 log.warning("warm-up search %r failed: %s", text, e)
-        try:  # text queries at the floor skip BM25; queries with a photo still use it
-            self.state.records.bm25_scores("warm up")
-        except Exception as e:  # noqa: BLE001
-            log.warning("warm-up BM25 failed: %s", e)
         took = time.perf_counter() - t0
         log.info("warmed up in %.2fs", took)
         return took
@@ -197,7 +197,8 @@ class ReadPath:
         """Build the read-side indexes a first search would otherwise build (the suggestion index,
         the in-memory BM25 postings), so that the snapshot written next keeps them and the first
         ``vitrine serve`` loads them instead of building them (about two minutes at 1M products).
-        A batch ingest calls it before its snapshot. Returns the seconds it took."""
+        A batch ingest calls it before its snapshot, :meth:`warm_up` before a server's first
+        query. Returns the seconds it took."""
         t0 = time.perf_counter()
         self.reader.suggestions.warm()
         self.state.records.bm25_scores("warm up")

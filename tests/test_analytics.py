@@ -1,4 +1,4 @@
-"""Merchant analytics (vitrine/search/analytics.py): every figure of GET /v1/analytics and
+"""Merchant analytics (vitrine/feedback/analytics.py): every figure of GET /v1/analytics and
 `vitrine analytics` against a brute-force count in Python over the raw log rows, on a log made
 through the HTTP API and on a large synthetic one; SQLite and PostgreSQL agree on the same log."""
 
@@ -100,7 +100,7 @@ def comparable(rep: dict) -> dict:
 
 def synthetic_log(n_searches=3000, seed=0, days=5):
     """A log with known structure: several days, repeated queries, users, empty pages, every event type."""
-    from vitrine.index.event_types import EventRecord, SearchLog
+    from vitrine.feedback.types import EventRecord, SearchLog
     from vitrine.index.querytext import normalise_query
 
     rng = random.Random(seed)
@@ -137,8 +137,8 @@ def fill(log, searches, events):
 
 
 def test_synthetic_log_figures_match_a_brute_force_count(tmp_path):
-    from vitrine.index.eventlog import EventLog
-    from vitrine.search import analytics
+    from vitrine.feedback.eventlog import EventLog
+    from vitrine.feedback import analytics
 
     searches, events, t0 = synthetic_log()
     log = EventLog(tmp_path / "events.sqlite")
@@ -155,9 +155,9 @@ def test_synthetic_log_figures_match_a_brute_force_count(tmp_path):
 
 
 def test_postgres_and_sqlite_give_the_same_figures(tmp_path, pg_url):
-    from vitrine.index.eventlog import EventLog
-    from vitrine.index.pgevents import PgEventLog
-    from vitrine.search import analytics
+    from vitrine.feedback.eventlog import EventLog
+    from vitrine.feedback.pgevents import PgEventLog
+    from vitrine.feedback import analytics
 
     searches, events, t0 = synthetic_log(n_searches=1500, seed=3)
     lite, pg, pg2 = EventLog(tmp_path / "events.sqlite"), PgEventLog(pg_url), None

@@ -1,5 +1,5 @@
 """Shopper events through the HTTP API: query ids, the events contract, its refusals, and learning
-from the log (vitrine/search/feedback.py, vitrine/search/clicks.py, vitrine/search/learning.py)."""
+from the log (vitrine/feedback/intake.py, vitrine/feedback/clicks.py, vitrine/feedback/learning.py)."""
 
 from __future__ import annotations
 
@@ -145,8 +145,8 @@ def test_tune_learns_a_head_query_from_clicks_and_leaves_other_queries_alone(cli
 
 def test_learning_counts_each_user_once_and_needs_enough_users():
     """The click model's caps against a brute-force count on a hand-made log."""
-    from vitrine.search import clicks
-    from vitrine.index.event_types import EventRecord, FeedbackSlice, SearchLog
+    from vitrine.feedback import clicks
+    from vitrine.feedback.types import EventRecord, FeedbackSlice, SearchLog
 
     now = time.time()
     searches, events = [], []
@@ -176,7 +176,7 @@ def test_popular_queries_need_clicks_from_enough_users_and_results(client, own_e
 
 def test_online_learning_loop_learns_while_serving(own_engine):
     """The API's learn loop (learn_interval_s) picks up new events and writes learned.json itself."""
-    from vitrine.search.feedback import LEARNED_FILE
+    from vitrine.feedback.intake import LEARNED_FILE
     from vitrine.web.app import create_app
 
     (own_engine.data_dir / LEARNED_FILE).unlink(missing_ok=True)

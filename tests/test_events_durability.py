@@ -1,4 +1,4 @@
-"""Shopper events survive a crash, and retention forgets them (vitrine/index/eventlog.py,
+"""Shopper events survive a crash, and retention forgets them (vitrine/feedback/eventlog.py,
 `vitrine events purge`): a real `vitrine serve` process takes a flood of POST /v1/events, is
 killed with SIGKILL in the middle of it, restarts, and holds every event it answered 202 for."""
 
@@ -135,9 +135,9 @@ def test_purge_forgets_what_is_older_than_the_retention(tmp_path, monkeypatch):
 
     from vitrine.cli.app import main
     from vitrine.errors import InvalidInput
-    from vitrine.index.event_types import EventRecord, SearchLog
-    from vitrine.index.eventlog import EventLog
-    from vitrine.search.feedback import EventIn, Feedback
+    from vitrine.feedback.types import EventRecord, SearchLog
+    from vitrine.feedback.eventlog import EventLog
+    from vitrine.feedback.intake import EventIn, Feedback
     from vitrine.settings import FeedbackSettings
 
     data = tmp_path / "data"

@@ -1,4 +1,4 @@
-"""A/B experiments (vitrine/search/experiments.py) through the HTTP API and the CLI: start, sticky
+"""A/B experiments (vitrine/experiments/runner.py) through the HTTP API and the CLI: start, sticky
 assignment, split and staged rollout, stop, the variant in the response and in the logged row,
 per-search ranking overrides under concurrency, interleaving; the statistics on synthetic data
 with a known answer (coverage of the intervals, A/A and A/B verdicts, delta method vs bootstrap)."""
@@ -48,14 +48,14 @@ def synthetic_units(rng, variant, users, ctr, conv_of_click=0.2, spread=20.0):
 
 
 def _exp(names=("A", "B"), interleave=False):
-    from vitrine.search.experiment_models import Experiment, VariantSettings
+    from vitrine.experiments.models import Experiment, VariantSettings
 
     return Experiment(name="t", variants={n: VariantSettings() for n in names}, split=[100 / len(names)] * len(names),
                       created=0.0, interleave=interleave)
 
 
 def test_intervals_cover_the_truth_and_the_verdicts_are_right():
-    from vitrine.search.experiment_stats import analyse, ratio_delta
+    from vitrine.experiments.stats import analyse, ratio_delta
 
     rng = random.Random(0)
     covered = aa_false = ab_found = 0
@@ -91,7 +91,7 @@ def test_intervals_cover_the_truth_and_the_verdicts_are_right():
 
 
 def test_verdict_needs_enough_users_and_names_the_winner_and_loser():
-    from vitrine.search.experiment_stats import analyse
+    from vitrine.experiments.stats import analyse
 
     rng = random.Random(2)
     few = analyse(_exp(), synthetic_units(rng, "A", 10, 0.2) + synthetic_units(rng, "B", 10, 0.6))
@@ -103,8 +103,8 @@ def test_verdict_needs_enough_users_and_names_the_winner_and_loser():
 
 
 def test_team_draft_and_the_sign_test():
-    from vitrine.search.experiment_stats import interleaving, sign_test
-    from vitrine.search.experiments import team_draft
+    from vitrine.experiments.stats import interleaving, sign_test
+    from vitrine.experiments.runner import team_draft
 
     rng = random.Random(3)
     for _ in range(200):
@@ -126,7 +126,7 @@ def test_team_draft_and_the_sign_test():
 
 
 def test_assignment_is_sticky_and_widening_only_moves_users_into_the_new_variant():
-    from vitrine.search.experiments import pick, point
+    from vitrine.experiments.runner import pick, point
 
     users = [f"u:{i}" for i in range(5000)]
     at5 = {u: pick([95, 5], point("exp", u)) for u in users}
@@ -253,9 +253,9 @@ def test_an_experiment_over_the_api(client, own_engine):
 
 
 def test_a_replica_sees_a_start_and_a_stop_within_a_second(own_engine):
-    from vitrine.index.eventlog import EventLog
-    from vitrine.search.experiment_models import ExperimentCreate, VariantSettings
-    from vitrine.search.experiments import Experiments
+    from vitrine.feedback.eventlog import EventLog
+    from vitrine.experiments.models import ExperimentCreate, VariantSettings
+    from vitrine.experiments.runner import Experiments
     from vitrine.search.models import SearchRequest
 
     other = EventLog(own_engine.data_dir / "events.sqlite")  # another worker's connection to the same log
@@ -328,11 +328,11 @@ def test_cli_start_split_status_stop(tmp_path):
 
 
 def test_postgres_and_sqlite_report_the_same_experiment(tmp_path, pg_url):
-    from vitrine.index.event_types import EventRecord, SearchLog
-    from vitrine.index.eventlog import EventLog
-    from vitrine.index.pgevents import PgEventLog
-    from vitrine.search.experiment_models import ExperimentCreate, VariantSettings
-    from vitrine.search.experiments import Experiments
+    from vitrine.feedback.types import EventRecord, SearchLog
+    from vitrine.feedback.eventlog import EventLog
+    from vitrine.feedback.pgevents import PgEventLog
+    from vitrine.experiments.models import ExperimentCreate, VariantSettings
+    from vitrine.experiments.runner import Experiments
 
     lite, pg = EventLog(tmp_path / "events.sqlite"), PgEventLog(pg_url)
     try:

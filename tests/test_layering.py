@@ -1,7 +1,9 @@
 """House rule: the layers import one way (docs/design.md, "Layers").
 
-``encoders``, ``index`` and ``intent`` never import ``search``, ``ingest``, ``web``, ``evals``,
-``training`` or ``cli``; ``ingest``, ``web`` and ``evals`` never import each other (nor ``cli``, the
+``encoders``, ``index`` and ``intent`` never import ``search``, the jobs around a search
+(``merchandising``, ``feedback``, ``experiments``, ``conversation``), ``ingest``, ``web``, ``evals``,
+``training`` or ``cli``; the jobs never import each other, ``ingest``, ``web``, ``evals``,
+``training`` or ``cli``, and of ``search`` only the engine (their composition) imports them; ``ingest``, ``web`` and ``evals`` never import each other (nor ``cli``, the
 composition root). ``training`` (recipes, pairs, the training loops; docs/design.md, "Training")
 sits beside the runtime: it may import ``encoders``, ``intent``, ``index``, ``search``, ``evals``
 and the top-level modules, and nothing but ``cli`` imports it (``search``, ``ingest``, ``web`` and
@@ -22,11 +24,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "vitrine"
 LOWER = ("encoders", "index", "intent")
+JOBS = ("merchandising", "feedback", "experiments", "conversation")  # the rooms around a search
 UPPER = ("ingest", "web", "evals")
 FORBIDDEN = {
-    **{low: {"search", "ingest", "web", "evals", "training", "cli"} for low in LOWER},
+    **{low: {"search", "ingest", "web", "evals", "training", "cli", *JOBS} for low in LOWER},
+    **{job: ({"ingest", "web", "evals", "training", "cli"} | set(JOBS)) - {job} for job in JOBS},
     **{up: ({"cli", "training"} | set(UPPER)) - {up} for up in UPPER},
-    "search": {"training"},
+    "search": {"training", *JOBS},  # but the engine: test_only_the_engine_composes_the_jobs
     "training": {"cli", "ingest", "web"},
 }
 LEAVES = {"settings.py": {"encoders", "index", "intent", "search", "ingest", "web", "evals", "training", "cli"}}
@@ -54,8 +58,31 @@ def test_layers_import_one_way() -> None:
         rel = path.relative_to(ROOT)
         layer = rel.parts[0] if len(rel.parts) > 1 else rel.name
         forbidden = FORBIDDEN.get(layer) or LEAVES.get(layer, set())
+        if rel.as_posix() == ENGINE_FILE:
+            forbidden = forbidden - set(JOBS)
         bad += [f"{rel}:{line} imports vitrine.{got}" for line, got in _imported_layers(path) if got in forbidden]
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+ENGINE_FILE = "search/engine.py"
+
+
+def test_only_the_engine_composes_the_jobs() -> None:
+    """``vitrine/search`` has no module of the jobs around a search, and the read path names none
+    of them: it calls the engine's list of stages (vitrine/search/stages.py)."""
+    search = ROOT / "search"
+    names = {p.stem for p in search.glob("*.py")}
+    assert not names & {"rules", "rule_models", "stock", "patch", "feedback", "clicks", "learning", "analytics",
+                        "experiments", "experiment_models", "experiment_stats", "sessions", "followups"}
+    tree = ast.parse((search / "reads.py").read_text(encoding="utf-8"))
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} \
+        | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} \
+        | {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names} \
+        | {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    for word in ("rule", "merchandis", "feedback", "learn", "session", "conversation", "experiment", "variant"):
+        assert not [n for n in named if word in n.lower()], f"reads.py names {word}"
+    engine = [got for _, got in _imported_layers(search / "engine.py")]
+    assert set(JOBS) - {"experiments", "feedback"} <= set(engine)  # the engine composes them
 
 
 # -- inside search: nothing below the engine knows it ---------------------------------------------------
@@ -93,7 +120,8 @@ def engine_uses(path: Path) -> list[str]:
 
 
 def test_nothing_below_the_engine_knows_it() -> None:
-    bad = [f"{p.relative_to(ROOT)}:{v}" for p in sorted(SEARCH.rglob("*.py")) if p.name != "engine.py"
+    below = [p for d in (SEARCH, *(ROOT / j for j in JOBS)) for p in sorted(d.rglob("*.py"))]
+    bad = [f"{p.relative_to(ROOT)}:{v}" for p in below if p.name != "engine.py" or p.parent != SEARCH
            for v in engine_uses(p)]
     assert not bad, "modules below the engine that know it:\n" + "\n".join(bad)
     for name in ("fusion", "recommend", "fallback", "understanding", "swap"):  # the ones the issue names

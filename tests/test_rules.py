@@ -212,7 +212,7 @@ def test_a_variant_rule_applies_only_in_its_variant(eng, client):
 
     put(client, "variant-b", {"conditions": {"variant": "B"}, "consequences": {"banner": {"v": "B"}}})
     assert search(client)["rules"] == []
-    book, req = eng.reads.rules, SearchRequest(text=QUERY)
+    book, req = eng.rules, SearchRequest(text=QUERY)
     assert book.apply(eng.reader, req, QUERY, None, [], variant="B").fired == ["variant-b"]
     assert book.apply(eng.reader, req, QUERY, None, [], variant="A").fired == []
 
@@ -275,19 +275,19 @@ def test_more_rules_than_configured_is_a_422(eng, client):
 
 
 def test_a_rule_that_cannot_be_read_is_skipped_not_fatal(eng, client, caplog):
-    eng.reads.rules.store.put("broken", {"consequences": {"pin": "not a list"}}, True)
+    eng.rules.store.put("broken", {"consequences": {"pin": "not a list"}}, True)
     put(client, "fine", {"consequences": {"banner": {"ok": 1}}})
     res = search(client)
     assert res["rules"] == ["fine"] and len(res["results"]) == 10
-    assert "broken" in eng.reads.rules.broken
+    assert "broken" in eng.rules.broken
     assert client.delete("/v1/rules/broken", headers=KEY).status_code == 200  # deletable by id all the same
 
 
 def test_another_process_sees_a_change_within_the_refresh_interval(eng, client):
     """A second rule book over the same store, as another worker process has."""
-    from vitrine.index.backends import open_rule_store
+    from vitrine.merchandising.store import open_rule_store
     from vitrine.search.models import SearchRequest
-    from vitrine.search.rules import RuleBook
+    from vitrine.merchandising.rules import RuleBook
 
     other = RuleBook(open_rule_store(None, eng.settings.storage.data_dir), eng.index, eng.settings.search)
     req = SearchRequest(text=QUERY)
@@ -304,7 +304,7 @@ def test_another_process_sees_a_change_within_the_refresh_interval(eng, client):
 
 
 def test_normalise():
-    from vitrine.search.rule_models import normalise
+    from vitrine.merchandising.models import normalise
 
     assert normalise("  Summer-DRESS!! ") == "summer dress"
     assert normalise("夏季 连衣裙") == normalise("夏季连衣裙") == "夏季连衣裙"

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from conftest import SOURCE
 from fastapi.testclient import TestClient
+from vitrine.conversation.stage import SessionStage
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_unknown_or_expired_session_is_a_new_search_and_bad_ids_are_422(client, 
     assert client.post("/v1/search", json={"text": "shoes", "session": "a\x01b"}).status_code == 422
     s = sid()
     search(client, text="shoes", session=s)
-    store = engine.reads.sessions.store
+    store = engine.stage(SessionStage).sessions.store
     old = store.ttl_s
     store.ttl_s = 0.0
     try:
@@ -168,9 +169,9 @@ def test_unknown_or_expired_session_is_a_new_search_and_bad_ids_are_422(client, 
 
 
 def test_sessions_live_in_the_data_dir_for_other_workers(engine, subset_rows):
-    from vitrine.index.sessionstore import SqliteSessionStore
+    from vitrine.conversation.store import SqliteSessionStore
 
-    store = engine.reads.sessions.store
+    store = engine.stage(SessionStage).sessions.store
     assert isinstance(store, SqliteSessionStore)
     other = SqliteSessionStore(store.path, ttl_s=60, max_sessions=10)  # another process's view
     s = sid()

@@ -107,7 +107,7 @@ def test_out_of_stock_ranks_last_hides_by_setting_and_rules_override(eng, client
 
 
 def test_stock_values():
-    from vitrine.search.stock import is_out_of_stock
+    from vitrine.index.stock import is_out_of_stock
 
     assert is_out_of_stock({"in_stock": False}) and is_out_of_stock({"In_Stock": "no"})
     assert is_out_of_stock({"quantity": 0}) and not is_out_of_stock({"quantity": "4"})

@@ -375,7 +375,7 @@ class WebSettings(_Section):
 
 
 class FeedbackSettings(_Section):
-    """What the API hears from shoppers (vitrine/search/feedback.py): searches and events logged,
+    """What the API hears from shoppers (vitrine/feedback/intake.py): searches and events logged,
     and how ranking learns from them (`vitrine tune`)."""
 
     title: ClassVar[str] = "Shopper feedback"

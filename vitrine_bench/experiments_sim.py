@@ -13,7 +13,7 @@ an A/B with a truly better variant, an interleaved A/B, and A/A runs, on a copy 
    then 100 offline runs that redraw the per-user outcomes logged by the HTTP A/A runs: each run
    samples users with replacement from the pooled per-user rows (searches, clicks, carts, purchases,
    reciprocal ranks as logged) and assigns each to A or B by a fair coin, then applies the same
-   analysis (vitrine/search/experiments.py ``analyse``). Both arms then come from one distribution,
+   analysis (vitrine/experiments/runner.py ``analyse``). Both arms then come from one distribution,
    which is what A/A means; the users' own spread of CTR is kept, since whole users are drawn.
    The offline A/B power uses the logged A and B rows the same way.
 """
@@ -58,8 +58,8 @@ def main() -> None:
     from vitrine.evals.catalogue_queries import attribute_queries
     from vitrine.search import variants
     from vitrine.search.engine import Engine
-    from vitrine.search.experiment_models import Experiment, VariantSettings
-    from vitrine.search.experiment_stats import analyse
+    from vitrine.experiments.models import Experiment, VariantSettings
+    from vitrine.experiments.stats import analyse
     from vitrine.settings import Settings
     from vitrine.web.app import create_app
 

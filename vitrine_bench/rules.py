@@ -1,4 +1,4 @@
-"""What merchandising rules cost a search (vitrine/search/rules.py), with many rules stored.
+"""What merchandising rules cost a search (vitrine/merchandising/rules.py), with many rules stored.
 
 The engine of a data dir serves its searches with a rule store of the benchmark's own (a SQLite
 file in a temporary folder: the data dir's own rules are left alone), first empty, then holding
@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vitrine.index.rulestore import SqliteRuleStore
+from vitrine.merchandising.store import SqliteRuleStore
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
-from vitrine.search.rule_models import Rule
-from vitrine.search.rules import RuleBook
+from vitrine.merchandising.models import Rule
+from vitrine.merchandising.rules import RuleBook
+from vitrine.merchandising.stage import RulesStage
 from vitrine_bench.common import Report, summary_ms
 from vitrine_bench.encoders import matmul_flops
 
@@ -79,8 +80,8 @@ def run(engine: Engine, out: Path, *, n_rules: int = 10_000, n_queries: int = 30
     products = catalogue_sample(engine, 2000, rng)
     queries = queries_of(products, n_queries, rng)
     gflops_before = matmul_flops(1, min_time=1.0) / 1e9
-    reads = engine.reads
-    served = reads.rules
+    stage = engine.stage(RulesStage)  # the read path's rules stage: its book is swapped per round
+    served = stage.book
     with tempfile.TemporaryDirectory() as tmp:
         empty = RuleBook(SqliteRuleStore(Path(tmp) / "empty.sqlite"), engine.index, engine.settings.search)
         full = RuleBook(SqliteRuleStore(Path(tmp) / "rules.sqlite"), engine.index, engine.settings.search)
@@ -111,20 +112,20 @@ def run(engine: Engine, out: Path, *, n_rules: int = 10_000, n_queries: int = 30
         try:
             for q in queries:  # warm: every query's encode cached alike for both, caches of both books built
                 for book in (empty, full):
-                    reads.rules = book
+                    stage.book = book
                     engine.search(SearchRequest(text=q, k=10, facets=["brand"]))
             for times in step.values():
                 times.clear()
             fired.clear()
             for _ in range(rounds):
                 for key, book in (("none", empty), ("rules", full)):
-                    reads.rules = book
+                    stage.book = book
                     for q in queries:
                         t = time.perf_counter()
                         engine.search(SearchRequest(text=q, k=10, facets=["brand"]))
                         whole[key].append(time.perf_counter() - t)
         finally:
-            reads.rules = served
+            stage.book = served
             for b in (empty, full, fresh):
                 b.store.close()
     gflops_after = matmul_flops(1, min_time=1.0) / 1e9

@@ -27,8 +27,8 @@ def events_group() -> None:
 def purge_cmd(data_dir: Path, store: str | None, events_retention_days: float | None) -> None:
     """Forget logged searches and shopper events older than the retention (events on a search
     that is gone are refused from then on). Safe beside a serving API: one short transaction."""
-    from vitrine.index.backends import open_event_log
-    from vitrine.search.feedback import Feedback
+    from vitrine.feedback.eventlog import open_event_log
+    from vitrine.feedback.intake import Feedback
 
     over = {"events_retention_days": events_retention_days} if events_retention_days is not None else {}
     settings = make_settings(data_dir=data_dir, store=store, **over)
@@ -51,7 +51,7 @@ def purge_cmd(data_dir: Path, store: str | None, events_retention_days: float | 
 @click.option("--json", "as_json", is_flag=True, help="JSON out")
 def count_cmd(data_dir: Path, store: str | None, as_json: bool) -> None:
     """How many searches and shopper events the feedback log holds."""
-    from vitrine.index.backends import open_event_log
+    from vitrine.feedback.eventlog import open_event_log
 
     settings = make_settings(data_dir=data_dir, store=store)
     log = open_event_log(settings.storage.store, settings.storage.data_dir)

@@ -1,5 +1,5 @@
 """`vitrine analytics` and `vitrine experiment`: what shoppers did, and A/B tests of rankings,
-over a data dir's feedback log (vitrine/search/analytics.py, vitrine/search/experiments.py).
+over a data dir's feedback log (vitrine/feedback/analytics.py, vitrine/experiments/runner.py).
 They open only the event log (SQLite in --data, or the PostgreSQL store), never the models."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def feedback_data_option(f):
 
 @contextmanager
 def _event_log(data_dir: Path, store: str | None) -> Iterator[Any]:
-    from vitrine.index.backends import open_event_log
+    from vitrine.feedback.eventlog import open_event_log
 
     settings = make_settings(data_dir=data_dir, store=store)
     log = open_event_log(settings.storage.store, settings.storage.data_dir)
@@ -56,7 +56,7 @@ def analytics_cmd(data_dir: Path, store: str | None, since: str | None, until: s
                   top: int, as_json: bool) -> None:
     """Searches, users, CTR, add-to-cart and conversion rates, mean click position, per day and
     per query, queries with no results and with no clicks (docs/analytics.md)."""
-    from vitrine.search import analytics
+    from vitrine.feedback import analytics
 
     with _event_log(data_dir, store) as log:
         rep = analytics.report(log, since=analytics.parse_time(since), until=analytics.parse_time(until),
@@ -94,7 +94,7 @@ def experiment_group() -> None:
 
 
 def _experiments(log: Any, data_dir: Path) -> Any:
-    from vitrine.search.experiments import Experiments
+    from vitrine.experiments.runner import Experiments
 
     return Experiments(log, data_dir)
 
@@ -131,7 +131,7 @@ def _show(exp: Any) -> None:
 def experiment_start(data_dir: Path, store: str | None, name: str, variant_args: tuple[str, ...], split: str | None,
                      interleave: bool) -> None:
     """Start an experiment."""
-    from vitrine.search.experiment_models import ExperimentCreate, parse_variant
+    from vitrine.experiments.models import ExperimentCreate, parse_variant
 
     parsed = dict(parse_variant(v) for v in variant_args)
     with _event_log(data_dir, store) as log:

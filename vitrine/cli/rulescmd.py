@@ -19,7 +19,7 @@ from vitrine.errors import InvalidInput, NotFound
 
 @contextmanager
 def _stores(data_dir: Path, store: str | None) -> Iterator[tuple[Any, Any, Any]]:
-    from vitrine.index.backends import open_rule_store
+    from vitrine.merchandising.store import open_rule_store
     from vitrine.index.store import open_stores
 
     settings = make_settings(data_dir=data_dir, store=store)
@@ -35,7 +35,7 @@ def _stores(data_dir: Path, store: str | None) -> Iterator[tuple[Any, Any, Any]]
 def _read_rule(text: str) -> Any:
     from pydantic import ValidationError
 
-    from vitrine.search.rule_models import Rule
+    from vitrine.merchandising.models import Rule
 
     try:
         return Rule.model_validate_json(text)
@@ -56,7 +56,7 @@ def rules_list(data_dir: Path, store: str | None) -> None:
     """Every rule as JSON lines (id, conditions, consequences, enabled, updated, active)."""
     from pydantic import ValidationError
 
-    from vitrine.search.rules import RuleBook
+    from vitrine.merchandising.rules import RuleBook
 
     with _stores(data_dir, store) as (_, _, rules):
         for s in rules.all():
@@ -73,8 +73,8 @@ def rules_list(data_dir: Path, store: str | None) -> None:
 @click.argument("rule_json", required=False)
 def rules_put(data_dir: Path, store: str | None, rule_id: str, rule_json: str | None) -> None:
     """Create or replace RULE_ID from RULE_JSON (or standard input): {"conditions": ..., "consequences": ...}."""
-    from vitrine.search.rule_models import check_rule
-    from vitrine.search.rules import RuleBook
+    from vitrine.merchandising.models import check_rule
+    from vitrine.merchandising.rules import RuleBook
 
     rule = _read_rule(rule_json if rule_json is not None else sys.stdin.read())
     with _stores(data_dir, store) as (settings, records, rules):
@@ -102,8 +102,8 @@ def rules_delete(data_dir: Path, store: str | None, rule_id: str) -> None:
               help="JSONL file (default: standard output)")
 def rules_export(data_dir: Path, store: str | None, out: Path | None) -> None:
     """Every rule as JSON lines `vitrine rules import` reads back."""
-    from vitrine.search.rule_models import dump_rules
-    from vitrine.search.rules import RuleBook
+    from vitrine.merchandising.models import dump_rules
+    from vitrine.merchandising.rules import RuleBook
 
     with _stores(data_dir, store) as (_, _, rules):
         readable = []
@@ -127,7 +127,7 @@ def rules_export(data_dir: Path, store: str | None, out: Path | None) -> None:
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 def rules_import(data_dir: Path, store: str | None, path: Path) -> None:
     """Create or replace every rule of a JSONL file (one {"id", ...rule} per line), all or none."""
-    from vitrine.search.rule_models import check_rule, parse_rules
+    from vitrine.merchandising.models import check_rule, parse_rules
 
     items = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

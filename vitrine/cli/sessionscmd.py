@@ -51,7 +51,7 @@ def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path |
     from vitrine.bundled import bundled_dir
     from vitrine.evals import sessions as S
     from vitrine.search.models import SearchRequest
-    from vitrine.search.followups import Decider
+    from vitrine.conversation.followups import Decider
 
     work = data_dir or Path(tempfile.mkdtemp(prefix="vitrine-sessions-"))
     t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import httpx
 from pydantic import BaseModel
 
 from vitrine.errors import VitrineError
-from vitrine.search.feedback import EventIn
+from vitrine.feedback.intake import EventIn
 from vitrine.search.models import Filters, SearchRequest
 
 API_PREFIX = "/v1"

@@ -21,7 +21,7 @@ from vitrine.client.base import (
     retryable,
     search_body,
 )
-from vitrine.search.feedback import EventIn, EventsAccepted
+from vitrine.feedback.intake import EventIn, EventsAccepted
 from vitrine.search.models import (
     CompareResponse,
     FacetsResponse,

@@ -1,4 +1,4 @@
-"""`vitrine tune` on the search log (vitrine/search/learning.py learns and judges the per-query
+"""`vitrine tune` on the search log (vitrine/feedback/learning.py learns and judges the per-query
 re-ranking); here the whole log's head queries, with the products shoppers clearly chose, also
 become labelled queries (kind ``shop:logs``) for the catalogue's fusion tune
 (vitrine/evals/tuning.py), which holds out part of them by query and keeps a fitted mix only if
@@ -13,7 +13,7 @@ from typing import Any
 
 from vitrine.evals import pseudo_queries as pq
 from vitrine.search.engine import Engine
-from vitrine.search.feedback import LearnedTable
+from vitrine.feedback.intake import LearnedTable
 
 log = logging.getLogger(__name__)
 

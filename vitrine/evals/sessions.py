@@ -30,8 +30,8 @@ import numpy as np
 
 from vitrine.bundled import bundled_dir, read_splits, read_styles
 from vitrine.intent.slots import SlotExtractor, Vocabulary, learn_brands, lexicon
-from vitrine.search.followups import DECIDER_PATH, FEATURES, Decider, features, parse
-from vitrine.search.sessions import new_state
+from vitrine.conversation.followups import DECIDER_PATH, FEATURES, Decider, features, parse
+from vitrine.conversation.sessions import new_state
 
 log = logging.getLogger(__name__)
 

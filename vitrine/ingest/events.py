@@ -13,7 +13,7 @@ index back. An upsert's version may also sit inside the record (``product.versio
 given they must agree. Events without a version apply in log order (last one wins).
 
 A partial update changes some fields of a stored product (price, stock, attributes: the
-``PATCH /v1/products/{id}`` contract, vitrine/search/patch.py), encoding nothing again unless its
+``PATCH /v1/products/{id}`` contract, vitrine/merchandising/patch.py), encoding nothing again unless its
 embedded text or photo changed::
 
     {"op": "patch", "id": "15970", "fields": {"price": 1999, "in_stock": false}, "version": 9}
@@ -22,7 +22,7 @@ A record with a null value and a key (a Kafka *tombstone*, the log-compaction co
 delete of that key.
 
 A third shape carries a shopper event (click, view, add to cart, purchase on a logged search; the
-``POST /v1/events`` contract, :class:`vitrine.search.feedback.EventIn`), on the catalogue topic or
+``POST /v1/events`` contract, :class:`vitrine.feedback.intake.EventIn`), on the catalogue topic or
 on a topic of its own (``vitrine consume --events``, default :data:`EVENTS_TOPIC`)::
 
     {"op": "event", "event": {"type": "click", "query_id": "...", "product_id": "15970", "position": 2}}
@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from vitrine.errors import InvalidInput
-from vitrine.search.feedback import EventIn
+from vitrine.feedback.intake import EventIn
 from vitrine.search.models import Product
 
 EVENTS_TOPIC = "vitrine.events"
@@ -95,7 +95,7 @@ class DeleteEvent(BaseModel):
 
 
 class PatchEvent(BaseModel):
-    """Change some fields of one stored product (vitrine/search/patch.py)."""
+    """Change some fields of one stored product (vitrine/merchandising/patch.py)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,16 +30,16 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.queries import QueryEncoder, TextQuery
 from vitrine.errors import NotFound, StorageError, VitrineError
 from vitrine.index.bm25 import MemoryBM25
-from vitrine.index.backends import open_event_log
+from vitrine.feedback.eventlog import open_event_log
 from vitrine.index.failover import FailoverRecordStore
 from vitrine.index.filters import FilterIndex
 from vitrine.index.graph import ProductGraph
 from vitrine.index.vocabulary import GraphData
-from vitrine.index.records import RecordRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import PhotoStoreAPI, RecordStoreAPI
 from vitrine.index.vectors import VectorIndexAPI
-from vitrine.search import learning, native, recovery
+from vitrine.search import native, recovery
+from vitrine.feedback import learning
 from vitrine.search import swap as hotswap
 from vitrine.search.artifacts import ModelSpec, read_active_model, served_artifacts
 from vitrine.search.calibration import Calibration
@@ -54,24 +54,41 @@ from vitrine.search.models import (
     SearchResponse,
     UpsertReport,
 )
-from vitrine.search.experiments import Experiments
-from vitrine.search.feedback import EventIn, Feedback
-from vitrine.search.learning import LearnResult
+from vitrine.experiments.runner import Experiments
+from vitrine.feedback.intake import EventIn, Feedback
+from vitrine.feedback.learning import LearnResult
 from vitrine.search.read_context import ReadContext
 from vitrine.search.reads import ReadPath
-from vitrine.search.state import IndexState, LoadedIndexes, product_out
+from vitrine.search.stages import Stage, StageFactory
+from vitrine.search.state import IndexState, LoadedIndexes
 from vitrine.search.suggestions import SuggestResponse, Suggestions
 from vitrine.search.understanding import QueryUnderstanding
 from vitrine.search.writes import ProductInput, WritePath
+from vitrine.conversation.stage import SessionStage
+from vitrine.feedback.stage import LearnedRerank
+from vitrine.merchandising.rules import RuleBook
+from vitrine.merchandising.stage import RulesStage
 from vitrine.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# The jobs around every search, in the order the read path calls them (vitrine/search/stages.py):
+# a session's standing query first, then the re-ranking learned from clicks, then the shop's rules,
+# which have the last word on the pool. A new job around a search is one module with a Stage and
+# one line here (docs/design.md, "Rooms").
+STAGES: tuple[StageFactory, ...] = (
+    SessionStage.open,
+    LearnedRerank.open,
+    RulesStage.open,
+)
+S = TypeVar("S", bound=Stage)
 
 
 class Engine:
     """Vitrine's search engine over one data dir. Build with :meth:`open`."""
 
-    def __init__(self, settings: Settings, encoder: MultimodalEncoder, loaded: LoadedIndexes | None = None) -> None:
+    def __init__(self, settings: Settings, encoder: MultimodalEncoder, loaded: LoadedIndexes | None = None,
+                 stages: Sequence[StageFactory] = STAGES) -> None:
         self.settings = settings
         self.data_dir = Path(settings.storage.data_dir)
         enc = settings.encoders
@@ -89,7 +106,7 @@ class Engine:
         else:
             self.reader.suggestions.load_saved()
         # the read path; its query intent + slots (vitrine/intent) are loaded here, never at import
-        self.reads = ReadPath(self.reader)
+        self.reads = ReadPath(self.reader, stages)
         self._feedback: Feedback | None = None
         self._feedback_lock = threading.Lock()
         self._experiments: Experiments | None = None
@@ -162,6 +179,18 @@ class Engine:
     def understanding(self) -> QueryUnderstanding | None:
         """The read path's intent classifier and slots (None: intent off)."""
         return self.reads.understanding
+
+    def stage(self, kind: type[S]) -> S:
+        """The read path's stage of type ``kind`` (vitrine/search/stages.py); NotFound when none."""
+        for st in self.reads.stages:
+            if isinstance(st, kind):
+                return st
+        raise NotFound("stage", kind.__name__)
+
+    @property
+    def rules(self) -> RuleBook:
+        """The merchandising rules the API and CLI edit (vitrine/merchandising/rules.py)."""
+        return self.stage(RulesStage).book
 
     @property
     def swaps(self) -> list[dict[str, Any]]:
@@ -273,8 +302,7 @@ class Engine:
         finally:
             self.index.close()
             self.reader.close()
-            self.reads.sessions.close()  # the session store's connection (vitrine/search/sessions.py)
-            self.reads.rules.store.close()  # the rule store's connection (vitrine/index/rulestore.py)
+            self.reads.close()  # the stages' stores (sessions, rules)
             if self._feedback is not None:
                 self._feedback.log.close()
 
@@ -290,10 +318,6 @@ class Engine:
         if not path.is_file():
             raise NotFound("image", key)
         return path
-
-    def product_out(self, row: RecordRow) -> ProductOut:
-        """A stored record as the API shows a product."""
-        return product_out(row)
 
     def query_vectors(self, text: str | None, image: bytes | None, text_query: TextQuery | None = None,
                       *, timeout_s: float | None = None) -> dict[str, np.ndarray]:
@@ -314,7 +338,7 @@ class Engine:
         ``log_search``: log it in the feedback log and give it a ``query_id`` (the API's searches)."""
         if not log_search:
             return self._mark_store(self.reads.search(req, image=image))
-        # an API search: ranked as its experiment variant wants (vitrine/search/experiments.py), then logged
+        # an API search: ranked as its experiment variant wants (vitrine/experiments/runner.py), then logged
         try:
             experiments = self.experiments
         except StorageError as e:  # the shared store is down and the log was never opened: search, unlogged
@@ -356,7 +380,7 @@ class Engine:
                     ex = self._experiments = Experiments(log, self.data_dir)
         return ex
 
-    # -- shopper feedback (vitrine/search/feedback.py) ---------------------------------------------
+    # -- shopper feedback (vitrine/feedback/intake.py) ---------------------------------------------
     @property
     def feedback(self) -> Feedback:
         """Search logging and event intake over this data dir's feedback log (opened on first use:
@@ -373,8 +397,8 @@ class Engine:
 
     def learn_from_log(self, *, heldout: float = 0.3, now: float | None = None, save: bool = True) -> LearnResult:
         """Learn a per-query re-ranking from the search log, kept only if it beats what serves on
-        a later slice of the log (vitrine/search/learning.py)."""
-        return learning.learn_from_log(self.feedback.log, self.reads.learned, self._first_ids, self.settings.feedback,
+        a later slice of the log (vitrine/feedback/learning.py)."""
+        return learning.learn_from_log(self.feedback.log, self.stage(LearnedRerank).learned, self._first_ids, self.settings.feedback,
                                        self.data_dir, heldout=heldout, now=now, save=save)
 
     def _first_ids(self, text: str) -> list[str]:
@@ -388,10 +412,6 @@ class Engine:
         """Store the valid events of a batch, name the invalid ones: (accepted, new, [(index,
         reason)]) (the Kafka worker's intake: bad events become dead letters)."""
         return self.feedback.record_valid(events)
-
-    def purge_feedback(self) -> int:
-        """Forget logged searches and events older than ``events_retention_days``; rows removed."""
-        return self.feedback.purge()
 
     def warm_up(self) -> float:
         """Build what the first queries would otherwise build inside their time budgets (the
@@ -409,10 +429,6 @@ class Engine:
         """Completions of a search box's prefix ``q`` from the catalogue and the popular logged
         queries, typo tolerant; an empty ``q`` gives representative phrases (examples)."""
         return self.reader.suggestions.suggest(q, k)
-
-    def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:
-        """The photo's weight for a photo + words query (vitrine/search/read_context.py)."""
-        return self.reader.query_image_weight(qv)
 
     def rank_vectors(self, qv: dict[str, np.ndarray], k: int, allowed: np.ndarray | None) -> Ranked:
         """The plain vector ranking (vitrine/search/read_context.py)."""

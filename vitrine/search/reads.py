@@ -22,9 +22,7 @@ import numpy as np
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.vocabulary import QueryTerms
-from vitrine.index.backends import open_rule_store
-from vitrine.search import fallback, feedback, fusion, recommend, storefront, understanding, variants
-from vitrine.search import rules as merchandising
+from vitrine.search import fallback, fusion, recommend, storefront, understanding
 from vitrine.search.models import (
     CompareResponse,
     Explanation,
@@ -37,7 +35,7 @@ from vitrine.search.models import (
     decode_b64,
 )
 from vitrine.search.read_context import ReadContext
-from vitrine.search.sessions import Sessions
+from vitrine.search.stages import Stage, StageFactory, Underway
 from vitrine.search.state import product_fields, product_out
 
 log = logging.getLogger(__name__)
@@ -47,15 +45,18 @@ class ReadPath:
     """Searches and the other reads of ``reader``'s index state. ``understanding``: the intent
     classifier and slots (loaded here when intent is on, never at import)."""
 
-    def __init__(self, reader: ReadContext) -> None:
+    def __init__(self, reader: ReadContext, stages: Sequence[StageFactory] = ()) -> None:
         self.reader = reader
         self.state = reader.state
         self.settings = reader.settings
         self.understanding = understanding.QueryUnderstanding(reader) if self.settings.intent.intent else None
-        self.sessions = Sessions(reader, self.understanding)  # shopping sessions (vitrine/search/sessions.py)
-        self.rules = merchandising.RuleBook(  # a shop's rules over the ranking (vitrine/search/rules.py)
-            open_rule_store(self.settings.storage.store, self.settings.storage.data_dir), self.state, self.settings.search)
-        self.learned = feedback.LearnedQueries(reader.data_dir, self.settings.feedback)
+        # the jobs around a search (sessions, learned re-ranking, rules ...), called in this order at
+        # each point of a search without being named here (vitrine/search/stages.py)
+        self.stages: list[Stage] = [make(reader, self.understanding) for make in stages]
+
+    def close(self) -> None:
+        for stage in self.stages:
+            stage.close()
 
     # -- product reads ---------------------------------------------------------------------------
     def get(self, pid: str) -> ProductOut:
@@ -73,9 +74,6 @@ class ReadPath:
         """Filter values per field, most common first (at most ``limit`` each)."""
         with self.state.lock.read():
             return self.state.facets(fields, limit)
-
-    def _iids_of(self, pids: list[str]) -> dict[str, int]:
-        return {p: int(r.iid) for p, r in self.state.records.get_many(pids).items() if r.iid is not None}
 
     # -- recommendations and comparisons (vitrine/search/recommend.py) ---------------------------
     def recommend(self, pid: str, kind: str = "similar", k: int = 10) -> RecommendResponse:
@@ -107,39 +105,36 @@ class ReadPath:
             text = text[: s.search.max_text_chars]
         if image is None and req.image_b64:
             image = decode_b64(req.image_b64)
-        turn = self.sessions.begin(req, text, image) if req.session else None  # the session's standing query
-        if turn is not None:
-            req, text, image = turn.req, turn.text, turn.image
-        if not text and image is None and not (turn is not None and turn.vectors):
+        now = Underway(req, text, image)
+        for stage in self.stages:  # before ranking: a session's standing query, ...
+            stage.before(now)
+        req, text, image = now.req, now.text, now.image
+        if not text and image is None and not now.vectors:
             raise InvalidInput("empty query: give text, a photo, or both")
         self.prepare_query_encoder()
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
-        plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters; never raises
+        plan = now.plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters
         if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(rd, req, text, image is not None, plan, t0)
         # degrades (gate), never fails; when the catalogue's text mix gives the shared space no weight (the
         # floor's gives none), a text query runs its adapter only if its vector is read after all
         qv, gate = fallback.query_vectors(rd, text, image, early,
                                           lazy_text=fusion.ranks_without_shared_space(
-                                              rd, text, image is not None or bool(turn and turn.vectors)))
-        if turn is not None and turn.vectors:  # the session's photo (its vector) or a referenced product's
-            qv = {**qv, **turn.vectors}
-        allowed = understanding.allowed_ids(rd, plan)
+                                              rd, text, image is not None or bool(now.vectors)))
+        if now.vectors:  # a stage's query vectors (a session's photo, a referenced product's)
+            qv = {**qv, **now.vectors}
+        allowed = now.allowed = understanding.allowed_ids(rd, plan)
         window = req.model_copy(update={"k": req.offset + req.k})  # slots fill every page up to this one
         scored, vector_scores, degraded, terms = understanding.fill_to_k(  # slots never leave fewer than k
             rd, window, plan, self._guarded_rank(qv, text, req.k, allowed, depth),
             lambda ids: self._guarded_rank(qv, text, req.k, ids, depth))
         degraded = gate + getattr(qv, "degraded", []) + degraded
-        if text and image is None:  # a head query's learned re-ranking (vitrine/search/feedback.py)
-            scored = feedback.rerank(scored, self.learned.boosts_for(text, self._iids_of),
-                                     variants.learn_weight(s.feedback.learn_weight))  # a variant's own
-        ruled = self.rules.apply(rd, req, text, plan, scored, variant=variants.rules_variant(),  # pins, hides ...
-                                 allowed=allowed)
-        scored = ruled.ranked  # the whole pool: every page, sort and facet below agrees with the rules
-        if ruled.matching is None:  # the floor at the unfiltered query's top: it does not move with a filter
-            ruled.matching = storefront.floor_count(scored, s.search.relevance_floor,
-                                                    self._floor_top(qv, text, scored, allowed, depth), plan.backfill)
-        view = storefront.arrange(rd, req, scored, matching=ruled.matching,
+        for stage in self.stages:  # after ranking, on the whole pool: learned re-ranking, rules ...
+            scored = stage.after(now, scored)  # so every page, sort and facet below agrees with them
+        if now.matching is None:  # the floor at the unfiltered query's top: it does not move with a filter
+            now.matching = storefront.floor_count(scored, s.search.relevance_floor,
+                                                  self._floor_top(qv, text, scored, allowed, depth), plan.backfill)
+        view = storefront.arrange(rd, req, scored, matching=now.matching,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
         rows = self.state.records.get_by_iids([iid for iid, _, _ in view.page])
         hits: list[Hit] = []
@@ -158,19 +153,20 @@ class ReadPath:
                     signals={k: round(float(v), 6) for k, v in parts.items()},
                     modalities=sorted(qv), **plan.explanation(iid, applied),
                 )
-            ruled.mark(hit, iid)
+            for stage in self.stages:
+                stage.mark(now, hit, iid)
             hits.append(hit)
         resp = SearchResponse(
             results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
             query={"text": text, "image": image is not None, "filters": applied,
                    **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
             model=self.state.model_key, degraded=degraded + plan.degraded, **view.response_fields(req),
-            **ruled.response_fields(),
+            **now.response,
         )
         resp = understanding.finish(rd, req, text, plan, resp, recommend=self.recommend,
                                     compare_text=self.compare_text)
-        if turn is not None:  # keep the standing query, say it in the response
-            self.sessions.finish(turn, resp, lambda ids: recommend.compare(rd, ids))
+        for stage in self.stages:  # keep a session's standing query, ...
+            stage.finish(now, resp)
         return resp
 
     def warm_up(self) -> float:

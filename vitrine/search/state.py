@@ -43,7 +43,8 @@ from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
-from vitrine.search import native, stock
+from vitrine.search import native
+from vitrine.index import stock
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
 from vitrine.search.snapshot_parts import SnapshotParts, keep_text_index
@@ -75,7 +76,7 @@ def filter_values(doc: dict[str, Any]) -> tuple[dict[str, list[str]], float | No
         "gender": first("gender"),
         "colour": first("colour", "color", "basecolour", "basecolor"),
         "brand": [doc["brand"]] if doc.get("brand") else [],
-        stock.FIELD: stock.stock_values(doc),  # hidden: not a facet (vitrine/search/stock.py)
+        stock.FIELD: stock.stock_values(doc),  # hidden: not a facet (vitrine/index/stock.py)
     }
     return values, doc.get("price")
 

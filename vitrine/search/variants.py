@@ -1,4 +1,4 @@
-"""The ranking configuration of one search in an experiment (vitrine/search/experiments.py).
+"""The ranking configuration of one search in an experiment (vitrine/experiments/runner.py).
 
 A search in an experiment runs with its variant's overrides set in a :class:`contextvars.ContextVar`
 for the duration of that search only (the search runs in one worker thread from start to end), so

@@ -91,7 +91,7 @@ async def _follow_loop(eng: Engine, every_s: float) -> None:
 
 
 async def _learn_loop(eng: Engine, every_s: float) -> None:
-    """Learn from the search log every ``every_s`` when new events arrived (vitrine/search/learning.py:
+    """Learn from the search log every ``every_s`` when new events arrived (vitrine/feedback/learning.py:
     a candidate is kept only if it beats what serves on a later slice of the log). One process of a
     data dir at a time (a lock file): sibling workers read the result from ``learned.json``."""
     seen = -1

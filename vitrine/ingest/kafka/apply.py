@@ -19,7 +19,7 @@ from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.ingest.catalog import PhotoResolver
 from vitrine.ingest.events import BadEvent, DeleteEvent, PatchEvent, ShopperEvent, UpsertEvent, parse_event
 from vitrine.ingest.kafka.status import WorkerStats
-from vitrine.search import patch
+from vitrine.merchandising import patch
 from vitrine.search.engine import Engine
 from vitrine.search.writes import ProductInput
 from vitrine.search.models import ItemError, UpsertReport

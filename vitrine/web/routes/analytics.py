@@ -1,4 +1,4 @@
-"""Search analytics for merchants (vitrine/search/analytics.py): needs the API key."""
+"""Search analytics for merchants (vitrine/feedback/analytics.py): needs the API key."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Query
 
-from vitrine.search import analytics
-from vitrine.search.analytics import AnalyticsReport
+from vitrine.feedback import analytics
+from vitrine.feedback.analytics import AnalyticsReport
 from vitrine.web.deps import EngineDep, KeyRequired
 from vitrine.web.errors import errors_for
 

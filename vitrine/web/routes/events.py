@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse
 
 from vitrine.errors import Unauthorized
-from vitrine.search.feedback import EventsAccepted, EventsRequest
+from vitrine.feedback.intake import EventsAccepted, EventsRequest
 from vitrine.web.deps import EngineDep, SettingsDep
 from vitrine.web.errors import errors_for
 

@@ -1,4 +1,4 @@
-"""A/B experiments on ranking (vitrine/search/experiments.py): start, read, widen, stop. Key needed."""
+"""A/B experiments on ranking (vitrine/experiments/runner.py): start, read, widen, stop. Key needed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import anyio
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from vitrine.search.experiment_models import Experiment, ExperimentCreate, ExperimentReport, SplitChange
+from vitrine.experiments.models import Experiment, ExperimentCreate, ExperimentReport, SplitChange
 from vitrine.web.deps import EngineDep, KeyRequired
 from vitrine.web.errors import errors_for
 

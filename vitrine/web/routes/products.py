@@ -8,10 +8,10 @@ from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import FileResponse
 
 from vitrine.errors import InvalidInput, NotFound, StorageError
-from vitrine.search import patch
+from vitrine.merchandising import patch
 from vitrine.search.writes import ProductInput
 from vitrine.search.models import CompareRequest, CompareResponse, Product, ProductOut, RecommendResponse
-from vitrine.search.patch import PatchReport
+from vitrine.merchandising.patch import PatchReport
 from vitrine.web.deps import EngineDep, KeyRequired, SettingsDep
 from vitrine.web.errors import errors_for
 
@@ -75,7 +75,7 @@ def patch_product(pid: str, fields: Annotated[dict[str, Any], Body(openapi_examp
         engine: EngineDep, settings: SettingsDep) -> PatchReport:
     """Change some fields of a product (needs X-API-Key): price, stock (`in_stock`, `quantity`),
     attributes (merged; null removes one) or any record field. Nothing is encoded again unless
-    the title, brand, category or photo changed (vitrine/search/patch.py)."""
+    the title, brand, category or photo changed (vitrine/merchandising/patch.py)."""
     report = patch.patch_product(engine.writes, pid, fields)
     if report.patched and settings.web.snapshot_interval_s == 0:
         engine.save()

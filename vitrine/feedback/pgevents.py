@@ -1,5 +1,5 @@
 """The feedback log in PostgreSQL: searches and events in the record store's database, shared by
-API replicas on many hosts (same contract as :class:`~vitrine.index.eventlog.EventLog`)."""
+API replicas on many hosts (same contract as :class:`~vitrine.feedback.eventlog.EventLog`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 from vitrine.errors import StorageError
-from vitrine.index.event_sql import (
+from vitrine.feedback.event_sql import (
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
@@ -25,7 +25,7 @@ from vitrine.index.event_sql import (
     search_from_row,
     search_row,
 )
-from vitrine.index.event_types import EventRecord, FeedbackSlice, SearchLog, UserHasher
+from vitrine.feedback.types import EventRecord, FeedbackSlice, SearchLog, UserHasher
 from vitrine.index.pgpool import (
     StorePool,
     connection,
@@ -38,7 +38,7 @@ from vitrine.index.pgpool import (
 log = logging.getLogger(__name__)
 
 S, E, M = "vitrine_searches", "vitrine_events", "vitrine_feedback_meta"
-X, T = "vitrine_experiments", "vitrine_experiment_teams"  # experiments (vitrine/search/experiments.py)
+X, T = "vitrine_experiments", "vitrine_experiment_teams"  # experiments (vitrine/experiments/runner.py)
 _LOCK_ID = 0x76697473
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {S} (
@@ -137,7 +137,7 @@ class PgEventLog:
             return {"searches": scalar(c.execute(f"SELECT COUNT(*) FROM {S}")),
                     "events": scalar(c.execute(f"SELECT COUNT(*) FROM {E}"))}
 
-    # -- analytics and experiments (the same queries as SQLite's: vitrine/index/event_sql.py) --------
+    # -- analytics and experiments (the same queries as SQLite's: vitrine/feedback/event_sql.py) --------
     _SQL = analytics_sql(p="%s", bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', searches=S, events=E)
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="%s", c='COLLATE "C"', searches=S, events=E)
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="%s", teams=T, events=E)

@@ -1,8 +1,8 @@
 """Merchandising rules as stored: one row per rule id, in the record store's database (the
-SQLite file of a data dir, or the shared PostgreSQL: vitrine/index/pgrules.py), in tables of
+SQLite file of a data dir, or the shared PostgreSQL: vitrine/merchandising/pgstore.py), in tables of
 their own (``rules`` here, ``vitrine_rules`` there).
 
-The store knows nothing of what a rule means (vitrine/search/rules.py validates, matches and
+The store knows nothing of what a rule means (vitrine/merchandising/rules.py validates, matches and
 applies them); it keeps each rule's JSON body with a change number:
 
 - every write (put or delete) takes the next change number in one transaction that also
@@ -13,7 +13,7 @@ applies them); it keeps each rule's JSON body with a change number:
   (``changed_since``): that is how a rule reaches every worker and replica without a restart.
 
 What both stores share (a rule as stored, the interface, the write checks) is
-vitrine/index/rule_types.py.
+vitrine/merchandising/types.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 
 from vitrine.errors import InvalidInput, StorageError
 from vitrine.sqlite import connect_wal
-from vitrine.index.rule_types import StoredRule, body_json, check_id, stored_rule, too_many
+from vitrine.index.store import is_database_url
+from vitrine.merchandising.types import RuleStoreAPI, StoredRule, body_json, check_id, stored_rule, too_many
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rules (
@@ -142,3 +143,15 @@ class SqliteRuleStore:
 
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM rules WHERE deleted=0")[0][0])
+
+
+def open_rule_store(store: str | None, data_dir: str | os.PathLike[str]) -> RuleStoreAPI:
+    """The rule store beside a data dir's records: the SQLite file in it (``store`` empty), or the
+    PostgreSQL database ``store`` names (psycopg, an extra, imported only then)."""
+    if is_database_url(store):
+        from vitrine.merchandising.pgstore import PgRuleStore
+
+        return PgRuleStore(str(store))
+    if store:
+        raise InvalidInput(f"unknown record store {store!r}: give a postgresql://... URL, or none for SQLite")
+    return SqliteRuleStore(Path(data_dir) / "records.sqlite")

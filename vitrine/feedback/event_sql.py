@@ -1,5 +1,5 @@
-"""The SQL both feedback logs run (SQLite: vitrine/index/eventlog.py, PostgreSQL:
-vitrine/index/pgevents.py; ``{p}`` is the driver's placeholder): the columns of a logged search and
+"""The SQL both feedback logs run (SQLite: vitrine/feedback/eventlog.py, PostgreSQL:
+vitrine/feedback/pgevents.py; ``{p}`` is the driver's placeholder): the columns of a logged search and
 an event and their rows, the analytics and experiment aggregations, popular searches.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from vitrine.index.event_types import EventRecord, SearchLog
+from vitrine.feedback.types import EventRecord, SearchLog
 
 
 SEARCH_COLUMNS = 'query_id, ts, text, norm, ids, "offset", total, image, user_hash, session, experiment, variant'
@@ -37,7 +37,7 @@ def event_from_row(r: Sequence) -> EventRecord:
                        user=user, session=session)
 
 
-# -- analytics and experiments (vitrine/search/analytics.py, vitrine/search/experiments.py) ---------
+# -- analytics and experiments (vitrine/feedback/analytics.py, vitrine/experiments/runner.py) ---------
 # Aggregations run in the store, so a report over millions of searches moves a few hundred rows.
 # Every figure is an integer count (or a sum of integers) here; rates are divided in Python, so
 # SQLite and PostgreSQL give the same figures for the same log. ``{p}``: the placeholder, ``{bucket}``:

@@ -4,7 +4,7 @@ every ``learn_interval_s`` when new events arrived (vitrine/web/lifecycle.py).
 
 1. The log (searches and their events, within retention) is split in time, query by query: the
    earlier ``1 - heldout`` of each query's searches to learn from, the later ones to judge on.
-2. A per-query re-ranking is learned from the earlier part (vitrine/search/clicks.py: a
+2. A per-query re-ranking is learned from the earlier part (vitrine/feedback/clicks.py: a
    position-based click model, per-user caps, decay).
 3. Judged on the later part (only its searches made after the serving table was learned, which
    that table never saw): each of its queries with evidence is searched as it serves now and with
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.index.event_types import EventLogAPI, FeedbackSlice, SearchLog
-from vitrine.search import clicks
-from vitrine.search.feedback import LearnedQueries, LearnedTable, save_learned
+from vitrine.feedback.types import EventLogAPI, FeedbackSlice, SearchLog
+from vitrine.feedback import clicks
+from vitrine.feedback.intake import LearnedQueries, LearnedTable, save_learned
 from vitrine.settings import FeedbackSettings
 
 log = logging.getLogger(__name__)

@@ -5,17 +5,17 @@ Two tables, the same in both stores:
 - ``searches``: one row per logged search: its ``query_id``, time, the query text and its
   normalised form, the page it showed (ids in rank order, from ``offset``), the experiment and
   variant that ranked it, the hashed user token and the session. Events name a search by its
-  ``query_id``, so learning needs nothing else (vitrine/search/feedback.py reads it back).
+  ``query_id``, so learning needs nothing else (vitrine/feedback/intake.py reads it back).
 - ``events``: view, click, add_to_cart and purchase events, keyed by ``event_id`` (a client's own,
   or one made from the event's content), so a batch sent twice (an at-least-once Kafka consumer,
   a client retry) is stored once.
 
-What both logs share: vitrine/index/event_types.py (the records, the interface) and
-vitrine/index/event_sql.py (their columns and the SQL both run).
+What both logs share: vitrine/feedback/types.py (the records, the interface) and
+vitrine/feedback/event_sql.py (their columns and the SQL both run).
 
 SQLite (:class:`EventLog`): ``events.sqlite`` in the data dir (WAL; its own file, so a flood of
 events never waits on the record store's writer); events commit with ``synchronous=FULL``: a 202
-means on disk. PostgreSQL (:class:`~vitrine.index.pgevents.PgEventLog`): the same tables in the
+means on disk. PostgreSQL (:class:`~vitrine.feedback.pgevents.PgEventLog`): the same tables in the
 record store's database, for API replicas on many hosts.
 
 User tokens are never stored: an HMAC of each with a key made once per log (kept in its meta
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vitrine.errors import StorageError
-from vitrine.index.event_sql import (
+from vitrine.feedback.event_sql import (
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
@@ -49,8 +49,9 @@ from vitrine.index.event_sql import (
     search_from_row,
     search_row,
 )
-from vitrine.index.event_types import EventRecord, FeedbackSlice, SearchLog, UserHasher
+from vitrine.feedback.types import EventLogAPI, EventRecord, FeedbackSlice, SearchLog, UserHasher
 from vitrine.sqlite import connect_wal
+from vitrine.index.store import is_database_url
 
 log = logging.getLogger(__name__)
 
@@ -262,3 +263,14 @@ class EventLog(SqliteAnalytics):
             rows = self._searches.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
                                           (since, min_users, limit)).fetchall()
         return [(str(t), float(n)) for t, n in rows]
+
+
+def open_event_log(store: str | None, data_dir: str | os.PathLike[str], *, pool: object | None = None) -> EventLogAPI:
+    """The feedback log beside a record store: ``events.sqlite`` in the data dir (SQLite), or
+    tables in the PostgreSQL database (``pool``: the record store's connection pool). The
+    PostgreSQL module is imported only when asked for (psycopg is an extra)."""
+    if is_database_url(store):
+        from vitrine.feedback.pgevents import PgEventLog
+
+        return PgEventLog(str(store), pool=pool)
+    return EventLog(Path(data_dir) / FILE)

@@ -3,7 +3,7 @@
 - An experiment names two or more **variants**, each a ranking configuration
   (:class:`VariantSettings`: ``calibration=floor|auto``, a ``tuning`` file, ``fusion_weights``,
   ``learn_weight``, a merchandising ``rules`` tag), and a **split** in percent. The first variant
-  is the control. Experiments live in the event log's database (vitrine/index/eventlog.py: SQLite
+  is the control. Experiments live in the event log's database (vitrine/feedback/eventlog.py: SQLite
   beside the data dir, or the PostgreSQL store), so every worker and replica sees a start, a
   split change or a stop within :data:`CACHE_TTL_S` (each process re-reads them at most that often).
 - **Assignment** hashes the experiment's name with the shopper's ``user`` token (else the
@@ -46,7 +46,7 @@ from vitrine.errors import InvalidInput, NotFound, StorageError
 from vitrine.search import variants
 from vitrine.search.calibration import Calibration, floor
 from vitrine.search.models import SearchRequest, SearchResponse
-from vitrine.search.experiment_models import (
+from vitrine.experiments.models import (
     ALPHA,
     CACHE_TTL_S,
     Experiment,
@@ -58,7 +58,7 @@ from vitrine.search.experiment_models import (
     VariantSettings,
     normalise_split,
 )
-from vitrine.search.experiment_stats import analyse
+from vitrine.experiments.stats import analyse
 
 log = logging.getLogger(__name__)
 

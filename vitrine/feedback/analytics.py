@@ -1,6 +1,6 @@
 """Search analytics for merchants: what shoppers searched, found, clicked and bought.
 
-Every figure comes from the feedback log (vitrine/index/eventlog.py): the logged API searches
+Every figure comes from the feedback log (vitrine/feedback/eventlog.py): the logged API searches
 between two times and the events on them (an event counts with its search, whenever it came).
 The counting runs in the store, as SQL (SQLite or PostgreSQL, the same queries), so a report over
 millions of searches moves a few hundred rows; the store returns integer counts only and the rates
@@ -26,8 +26,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from vitrine.errors import InvalidInput
-from vitrine.index.event_sql import ANALYTICS_FIELDS
-from vitrine.index.event_types import EventLogAPI
+from vitrine.feedback.event_sql import ANALYTICS_FIELDS
+from vitrine.feedback.types import EventLogAPI
 
 Granularity = Literal["hour", "day"]
 BUCKET_S: dict[str, float] = {"hour": 3600.0, "day": 86400.0}

@@ -1,5 +1,5 @@
 """Merchandising rules in PostgreSQL (``vitrine_rules``): the rule store API replicas on many hosts
-share. Same contract as :class:`~vitrine.index.rulestore.SqliteRuleStore`; writers take a
+share. Same contract as :class:`~vitrine.merchandising.store.SqliteRuleStore`; writers take a
 transaction-scoped advisory lock, so change numbers commit in order and a follower that loaded
 everything up to number ``s`` never misses a later commit with a smaller one."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from vitrine.errors import InvalidInput
 from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg, scalar
-from vitrine.index.rule_types import StoredRule, body_json, check_id, stored_rule, too_many
+from vitrine.merchandising.types import StoredRule, body_json, check_id, stored_rule, too_many
 
 log = logging.getLogger(__name__)
 

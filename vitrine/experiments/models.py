@@ -1,7 +1,7 @@
 """Ranking experiments as the API and `vitrine experiment` take them (docs/experiments.md): an
 experiment, its variants (a variant from the command line: :func:`parse_variant`), its traffic
-split, and the report's shape. Running experiments is vitrine/search/experiments.py; the
-statistics, vitrine/search/experiment_stats.py.
+split, and the report's shape. Running experiments is vitrine/experiments/runner.py; the
+statistics, vitrine/experiments/stats.py.
 """
 
 from __future__ import annotations

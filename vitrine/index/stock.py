@@ -8,7 +8,7 @@ field anywhere): ``in_stock`` (bool, or "true"/"false"/"yes"/"no"/"1"/"0") and o
 
 The filter index keeps the out-of-stock products under the hidden field :data:`FIELD` (value
 :data:`OUT`), so a search finds them among its candidates with one cached set lookup
-(vitrine/search/rules.py ranks them last or hides them: ``VITRINE_OUT_OF_STOCK``).
+(vitrine/merchandising/rules.py ranks them last or hides them: ``VITRINE_OUT_OF_STOCK``).
 """
 
 from __future__ import annotations

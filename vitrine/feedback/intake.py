@@ -2,14 +2,14 @@
 by what shoppers chose.
 
 - :meth:`Feedback.log_search` gives a search its ``query_id`` and logs what it showed (the page's
-  ids from its offset) in the event log (vitrine/index/eventlog.py: SQLite in the data dir, or
+  ids from its offset) in the event log (vitrine/feedback/eventlog.py: SQLite in the data dir, or
   PostgreSQL), so an event needs only the ``query_id``, the product and its position.
 - :meth:`Feedback.record` validates a batch of events against the logged searches and stores it
   in one transaction: all of it, or none of it and an error naming the field of the first bad
   event (unknown type, unknown or expired ``query_id``, a product not on that page, a negative
   position, a batch over the limit). Re-sent events (same ``event_id``) are stored once.
 - :class:`LearnedQueries` serves what `vitrine tune` learned from the log
-  (vitrine/search/learning.py fits it): per head query, a boost per product from position-bias
+  (vitrine/feedback/learning.py fits it): per head query, a boost per product from position-bias
   corrected click, add-to-cart and purchase evidence. The file (``learned.json`` in the data
   dir) is this module's format; it is re-read when it changes, so every worker picks it up.
 """
@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
-from vitrine.index.event_types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
+from vitrine.feedback.types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked, SearchRequest, SearchResponse
 from vitrine.settings import FeedbackSettings

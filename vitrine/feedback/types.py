@@ -1,5 +1,5 @@
-"""What both feedback logs share (SQLite: vitrine/index/eventlog.py, PostgreSQL:
-vitrine/index/pgevents.py) and what their users read: a logged search, an event, a slice of the
+"""What both feedback logs share (SQLite: vitrine/feedback/eventlog.py, PostgreSQL:
+vitrine/feedback/pgevents.py) and what their users read: a logged search, an event, a slice of the
 log for learning, the log's interface, query ids, and the HMAC that stands for a user token.
 """
 

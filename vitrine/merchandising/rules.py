@@ -26,7 +26,7 @@ only the rules changed since: a rule put through any process applies in every ot
 that interval, with no restart. A rule that fails at search time is skipped and logged; rules
 never break a search.
 
-The rule as the API takes it (validation, export and import) is vitrine/search/rule_models.py.
+The rule as the API takes it (validation, export and import) is vitrine/merchandising/models.py.
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ from pydantic import (
 )
 
 from vitrine.errors import InvalidInput, NotFound
-from vitrine.index.rule_types import RuleStoreAPI, StoredRule
-from vitrine.search import stock, storefront
+from vitrine.merchandising.types import RuleStoreAPI, StoredRule
+from vitrine.search import storefront
+from vitrine.index import stock
 from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
-from vitrine.search.rule_models import Rule, RuleOut, check_rule, has_cjk, normalise
+from vitrine.merchandising.models import Rule, RuleOut, check_rule, has_cjk, normalise
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitrine.search.read_context import ReadContext

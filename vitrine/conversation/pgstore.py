@@ -1,5 +1,5 @@
 """Shopping sessions in PostgreSQL (``vitrine_sessions``): the store replicas on many hosts
-share when the record store is PostgreSQL (vitrine/index/sessionstore.py has the contract)."""
+share when the record store is PostgreSQL (vitrine/conversation/store.py has the contract)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from vitrine.errors import StorageError
 from vitrine.index.pgpool import connection, ensure_schema, open_pool, psycopg, scalar
-from vitrine.index.session_types import PURGE_EVERY, StoredSession
+from vitrine.conversation.types import PURGE_EVERY, StoredSession
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Merchandising rules as the API and `vitrine rules` take them (docs/merchandising.md): the
 conditions and consequences of a rule, validated (:class:`Rule`, :func:`check_rule`), and rules
 exported and read back (:func:`dump_rules`, :func:`parse_rules`). How rules apply to a search is
-vitrine/search/rules.py.
+vitrine/merchandising/rules.py.
 """
 
 from __future__ import annotations

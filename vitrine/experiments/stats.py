@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
-from vitrine.search.experiment_models import (
+from vitrine.experiments.models import (
     ALPHA,
     Comparison,
     Experiment,

@@ -8,13 +8,13 @@ photo). Three stores keep the same contract:
 - :class:`SqliteSessionStore`: ``sessions.sqlite`` in the data dir, its own file and table
   (``sessions``), so every worker process on the host sees the same sessions and a worker restart
   loses none; writes never wait on the record store's lock.
-- ``PgSessionStore`` (vitrine/index/pgsessions.py): the ``vitrine_sessions`` table of the
+- ``PgSessionStore`` (vitrine/conversation/pgstore.py): the ``vitrine_sessions`` table of the
   PostgreSQL record store, shared by replicas on many hosts.
 
 Every store expires a session ``ttl_s`` after its last write (an expired one reads as absent,
 with ``expired`` said) and keeps at most ``max_sessions`` (the least recently written go first).
 Purging runs every ``PURGE_EVERY`` writes, not on every search. What every store shares (a session
-as stored, the interface) is vitrine/index/session_types.py.
+as stored, the interface) is vitrine/conversation/types.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from vitrine.errors import StorageError
 from vitrine.sqlite import connect_wal
-from vitrine.index.session_types import PURGE_EVERY, StoredSession
+from vitrine.conversation.types import PURGE_EVERY, SessionStoreAPI, StoredSession
 
 log = logging.getLogger(__name__)
 
@@ -155,3 +155,16 @@ class SqliteSessionStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_url: str | None,
+                       ttl_s: float, max_sessions: int) -> SessionStoreAPI:
+    """The session store of a data dir: ``kind`` "memory" (this process), else the record store's
+    home: PostgreSQL when ``database_url`` is given, else ``sessions.sqlite`` in ``data_dir``."""
+    if kind == "memory":
+        return MemorySessionStore(ttl_s, max_sessions)
+    if database_url:
+        from vitrine.conversation.pgstore import PgSessionStore  # psycopg is an extra
+
+        return PgSessionStore(database_url, ttl_s, max_sessions)
+    return SqliteSessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)

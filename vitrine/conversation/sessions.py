@@ -2,15 +2,15 @@
 
 A search with a ``session`` id reads the session's standing query (its words, photo vector,
 slots, filters and exclusions, and the ids it last showed) from the session store
-(vitrine/index/sessionstore.py), then reads the follow-up:
+(vitrine/conversation/store.py), then reads the follow-up:
 
-1. :func:`~vitrine.search.followups.parse` finds what the follow-up names, over the catalogue's own vocabulary (the slot
+1. :func:`~vitrine.conversation.followups.parse` finds what the follow-up names, over the catalogue's own vocabulary (the slot
    extractor of vitrine/intent/slots.py: brands, categories, colours, genders, prices, English and
    Chinese): values to keep (``in brown``, ``要棕色的``), values to leave out (``not nike``,
    ``不要耐克``: the segment after a negation cue), a price relative to what was shown (``cheaper``,
    ``便宜一点的``), references to shown products (``the second one``, ``第二个``, ``compare the first
    two``) and the words left (``leather ones``).
-2. :class:`~vitrine.search.followups.Decider` (a logistic regression over features of the follow-up and the standing query,
+2. :class:`~vitrine.conversation.followups.Decider` (a logistic regression over features of the follow-up and the standing query,
    trained on generated turns of the catalogue's train split: vitrine/evals/sessions.py, weights
    in ``vitrine/resources/sessions/decider.json``) gives the probability that it refines the
    standing query rather than starting a new search. ``new_search`` in the request overrules it.
@@ -38,15 +38,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitrine.errors import StorageError, VitrineError
-from vitrine.index.backends import open_session_store
-from vitrine.index.session_types import SessionStoreAPI
+from vitrine.conversation.store import open_session_store
+from vitrine.conversation.types import SessionStoreAPI
 from vitrine.search.models import (
     CompareResponse,
     Filters,
     SearchRequest,
     SearchResponse,
 )
-from vitrine.search.followups import FIELDS, DECIDER_PATH, Parsed, decider, features, parse, slot_lists
+from vitrine.conversation.followups import FIELDS, DECIDER_PATH, Parsed, decider, features, parse, slot_lists
 from vitrine.search.read_context import ReadContext
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The click model behind learning from the search log: shoppers' clicks, add-to-carts and
-purchases, corrected for position bias, into a per-query re-ranking (vitrine/search/learning.py
-judges it, vitrine/search/feedback.py serves it).
+purchases, corrected for position bias, into a per-query re-ranking (vitrine/feedback/learning.py
+judges it, vitrine/feedback/intake.py serves it).
 
 The click model is the position-based model (PBM): a shopper clicks a result when they examine
 its position (probability ``theta[rank]``, the same for every query) and find the product
@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.index.event_types import FeedbackSlice, SearchLog
-from vitrine.search.feedback import LearnedTable
+from vitrine.feedback.types import FeedbackSlice, SearchLog
+from vitrine.feedback.intake import LearnedTable
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""A/B experiments on ranking: variants, assignment, rollout and the verdict (docs/experiments.md)."""

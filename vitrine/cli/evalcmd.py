@@ -13,7 +13,7 @@ from vitrine.cli.base import emit_json, main, make_settings, model_options, stor
 log = logging.getLogger("vitrine")
 
 PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation",
-             "domain-shift", "composed", "degraded", "sessions"]
+             "domain-shift", "composed", "degraded", "sessions", "zh"]
 
 
 @main.command("eval")
@@ -87,6 +87,11 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         composed_or_degraded(protocol, settings, split=split, n=n_queries, adapters=_adapter_list(adapters or default),
                              json_out=json_out, report_dir=report_dir)
         return
+    if protocol == "zh":  # Chinese twins of English queries, side by side (vitrine/evals/chinese.py)
+        if data_dir is None:
+            raise click.UsageError("--protocol zh searches a data dir: give --data")
+        emit_json(_chinese(settings, queries, cutoffs, split, n_queries), json_out)
+        return
     if protocol in ("qrels", "photo-self", "attr", "complements"):
         if data_dir is None:
             raise click.UsageError(f"--protocol {protocol} searches a data dir: give --data")
@@ -138,6 +143,33 @@ def _data_dir_protocol(protocol: str, settings: Any, queries: Path | None, cutof
         result["protocol"], result["split"] = "attr", split
         return result
     return P.photo_self(engine, Catalog.load(), split=split)
+
+
+def _chinese(settings: Any, queries: Path | None, cutoffs: list[int], split: str, n: int | None) -> dict[str, Any]:
+    """--protocol zh: a qrels file whose Chinese lines carry their ``english`` twin (--queries), or the
+    attribute queries' Chinese twins and the hand-written fashion twins on the bundled catalogue."""
+    from vitrine.bundled import bundled_dir, read_styles
+    from vitrine.evals import chinese
+    from vitrine.search.engine import Engine
+
+    engine = Engine.open(settings)
+    if queries is not None:
+        return {"protocol": "zh", "queries_file": str(queries),
+                **chinese.run_twins(engine, chinese.qrels_twins(queries), cutoffs)}
+    present = set(engine.records.ids())
+
+    def kept(qs: list[dict]) -> list[dict]:
+        out = []
+        for q in qs:
+            rel = {i: 1 for i in q["relevant"] if i in present}
+            if rel:
+                out.append({**q, "relevant": rel})
+        return out
+
+    attr = kept(chinese.attribute_twins(attribute_queries(settings, split, n or 200)))
+    hand = kept(chinese.hand_twins(read_styles(bundled_dir())))
+    return {"protocol": "zh", "split": split, "attribute_twins": chinese.run_twins(engine, attr, cutoffs),
+            "hand_twins": chinese.run_twins(engine, hand, cutoffs)}
 
 
 def _tower_protocol(protocol: str, settings: Any, split: str) -> dict[str, Any]:

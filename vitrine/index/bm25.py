@@ -295,6 +295,18 @@ class MemoryBM25:
                                                                              if len(ids)]
         return self._vocab
 
+    def document_frequencies(self) -> dict[str, int]:
+        """Every term the postings hold and how many products hold it (a translator's vocabulary)."""
+        with self._lock:
+            base = self._base
+            out = dict(zip(base.terms, np.diff(base.offsets).tolist()))
+            for t, (ids, _) in self._post_delta.items():
+                if len(ids):
+                    out[t] = len(ids)
+                else:
+                    out.pop(t, None)
+        return out
+
     def correct(self, term: str, word: str) -> str | None:
         """The catalogue term a query word's unknown ``term`` most likely meant (None: none close).
         ``word`` (the word as typed) sets how many edits are allowed."""

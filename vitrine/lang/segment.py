@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -44,6 +45,26 @@ def tokenizer() -> Any:
             tok.initialize()
             _tokenizer = tok
         return _tokenizer
+
+
+_added: set[str] = set()
+
+
+def add_words(new: Iterable[str]) -> None:
+    """Make ``new`` words the segmenter keeps whole (a shop's words jieba's dictionary lacks)."""
+    todo = [w for w in new if segment_worthy(w) and w not in _added]
+    if not todo:
+        return
+    tok = tokenizer()
+    with _lock:
+        for w in todo:
+            tok.add_word(w)
+            _added.add(w)
+    _cut.cache_clear()
+
+
+def segment_worthy(word: str) -> bool:
+    return len(word) > 1 and has_cjk(word)
 
 
 @lru_cache(maxsize=65536)

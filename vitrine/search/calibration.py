@@ -39,13 +39,16 @@ class Calibration:
     """How text queries are ranked on one catalogue.
 
     ``text_weights``: weighted-fusion weights of text-only queries (signals absent count 0);
-    ``slot_filters``: whether the intent classifier's slots may filter; ``accepted``: whether a
+    ``slot_filters``: whether the intent classifier's slots may filter queries in the languages of
+    ``slot_languages`` (the ones the tuning measured: a query in another language keeps its slots,
+    never switched off by a measurement that did not see it); ``accepted``: whether a
     fitted mix beat the floor on held-out pseudo-queries (False: ``text_weights`` is the floor);
     ``catalogue`` and ``model_key``: what it was fitted on; ``source``: floor, tuned, or why a
     tuned file was not used; ``summary``: the tuning's held-out figures."""
 
     text_weights: dict[str, float] = field(default_factory=lambda: dict(FLOOR_WEIGHTS))
     slot_filters: bool = False
+    slot_languages: tuple[str, ...] = ("en",)
     accepted: bool = False
     catalogue: dict[str, Any] = field(default_factory=dict)
     model_key: str | None = None
@@ -69,6 +72,7 @@ class Calibration:
         if any(w < 0 for w in weights.values()) or not any(weights.values()):
             raise ValueError("tuning file has negative or no weights")
         return cls(text_weights=weights, slot_filters=bool(d.get("slot_filters", False)),
+                   slot_languages=tuple(d.get("slot_languages") or ("en",)),
                    accepted=bool(d.get("accepted", False)), catalogue=dict(d.get("catalogue") or {}),
                    model_key=d.get("model_key"), source="tuned", created=float(d.get("created") or 0.0),
                    summary=dict(d.get("summary") or {}))

@@ -337,6 +337,9 @@ class Explanation(BaseModel):
                                               "that met them, so that a slot filter never leaves fewer than k")
     rules: list[dict[str, Any]] = Field(default_factory=list, description=(
         "Merchandising rules that moved this hit: rule id, action (pin, boost, bury, stock) and its detail"))
+    translated: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "A query in another language than the catalogue's: each word, the catalogue words it was read as "
+        "and how (table, dictionary, parts, kept, unread)"))
 
 
 class Span(BaseModel):

@@ -151,11 +151,15 @@ class ReadContext:
         self._calibration = None
         return self.calibration
 
-    def slot_filters_on(self) -> bool:
+    def slot_filters_on(self, language: str = "en") -> bool:
         """Whether the intent classifier's slots filter results: configured on, and (unless
-        calibration is off) found useful on this catalogue by `vitrine tune`."""
+        calibration is off) found useful on this catalogue by `vitrine tune` for queries in
+        ``language``; a language the tuning did not measure keeps them on."""
         s = self.settings
-        return s.intent.intent_slot_filters and (s.search.calibration == "off" or self.calibration.slot_filters)
+        if not s.intent.intent_slot_filters or s.search.calibration == "off":
+            return s.intent.intent_slot_filters
+        cal = self.calibration
+        return cal.slot_filters or language not in cal.slot_languages
 
     # -- the plain vector ranking -----------------------------------------------------------------
     def query_image_weight(self, qv: dict[str, np.ndarray]) -> float:

@@ -22,7 +22,7 @@ import numpy as np
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.vocabulary import QueryTerms
-from vitrine.search import fallback, fusion, recommend, storefront, understanding
+from vitrine.search import fallback, fusion, recommend, storefront, translation, understanding
 from vitrine.search.models import (
     CompareResponse,
     Explanation,
@@ -50,6 +50,7 @@ class ReadPath:
         self.state = reader.state
         self.settings = reader.settings
         self.understanding = understanding.QueryUnderstanding(reader) if self.settings.intent.intent else None
+        self.translation = translation.QueryTranslation(reader)  # Chinese queries -> the catalogue's words
         # the jobs around a search (sessions, learned re-ranking, rules ...), called in this order at
         # each point of a search without being named here (vitrine/search/stages.py)
         self.stages: list[Stage] = [make(reader, self.understanding) for make in stages]
@@ -112,8 +113,10 @@ class ReadPath:
         if not text and image is None and not now.vectors:
             raise InvalidInput("empty query: give text, a photo, or both")
         self.prepare_query_encoder()
+        typed, reading = text, self.translation.read(text)  # a Chinese query: the catalogue's words for it
+        text = reading.text
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
-        plan = now.plan = understanding.plan(rd, self.understanding, req, text)  # intent + slots -> filters
+        plan = now.plan = understanding.plan(rd, self.understanding, req, text, reading)  # intent + slots -> filters
         if plan.answer is not None and plan.answer_only:  # a sure after-sales query: an answer, no ranking
             return understanding.answer_response(rd, req, text, image is not None, plan, t0)
         # degrades (gate), never fails; when the catalogue's text mix gives the shared space no weight (the
@@ -152,13 +155,14 @@ class ReadPath:
                     vector_score=round(float(vector_scores.get(iid, score)), 6),
                     signals={k: round(float(v), 6) for k, v in parts.items()},
                     modalities=sorted(qv), **plan.explanation(iid, applied),
+                    translated=reading.translation.explain() if reading.translation else [],
                 )
             for stage in self.stages:
                 stage.mark(now, hit, iid)
             hits.append(hit)
         resp = SearchResponse(
             results=hits, took_ms=round((time.perf_counter() - t0) * 1000, 3), k=req.k,
-            query={"text": text, "image": image is not None, "filters": applied,
+            query={"text": typed, "image": image is not None, "filters": applied, **translation.query_fields(reading),
                    **({"graph_terms": terms.phrases} if terms else {}), **plan.query_info()},
             model=self.state.model_key, degraded=degraded + plan.degraded, **view.response_fields(req),
             **now.response,

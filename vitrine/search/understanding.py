@@ -46,6 +46,7 @@ from vitrine.search.read_context import ReadContext
 if TYPE_CHECKING:
     from vitrine.intent.classifier import IntentClassifier, IntentResult
     from vitrine.intent.slots import SlotExtractor, Vocabulary
+    from vitrine.search.translation import Reading
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +255,11 @@ class Plan:
         return out
 
 
-def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest, text: str | None) -> Plan:
+def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest, text: str | None,
+         reading: Reading | None = None) -> Plan:
     """Classify ``text`` (by ``qu``: None when intent is off) and turn its slots into filters;
-    never raises (a failure degrades)."""
+    never raises (a failure degrades). ``reading``: a query read from another language (its slots
+    come from the words as typed, and filter unless the tuning measured that language)."""
     p = Plan(filters=req.filters)
     if not text or not req.use_intent or getattr(_local, "nested", False) or not reader.settings.intent.intent:
         return p
@@ -266,7 +269,7 @@ def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest,
     t0 = time.perf_counter()
     try:
         res = qu.classify(text)
-        slots = qu.extractor().extract(text)
+        slots = qu.extractor().extract(reading.typed if reading is not None and reading.translation else text)
     except Exception as e:  # noqa: BLE001 - any failure of the component degrades, never fails the search
         log.warning("intent skipped for this search: %s", e)
         p.degraded.append("intent")
@@ -288,7 +291,7 @@ def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest,
         if p.answer_only:
             return p
         p.notes["answer_with_products"] = True
-    if reader.slot_filters_on() and p.slots:
+    if reader.slot_filters_on(reading.language if reading is not None else "en") and p.slots:
         _slot_filters(reader, req, p)
     return p
 

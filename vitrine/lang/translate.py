@@ -1,0 +1,265 @@
+"""Chinese words onto a catalogue's own English vocabulary (CC-CEDICT + a small table of shop words).
+
+A query such as "男士手表" is segmented (jieba, :mod:`vitrine.lang.segment`); each Chinese word's
+English glosses (CC-CEDICT, :mod:`vitrine.lang.cedict`, after the shop-word table in
+``data/shop_words.json``) are read as candidate phrases, and a phrase counts only by the words
+the *catalogue itself* holds (its BM25 terms, each with its document frequency): "手表" ->
+"wristwatch" -> the catalogue has no "wristwatch" but has "wrist" and "watch" -> "wrist watch";
+"四柱床" has no entry -> its parts "四柱" ("four-poster") and "床" ("bed") -> "four poster bed".
+The English text then runs the same pipeline as an English query.
+
+How a phrase is chosen for a word: each sense ``i`` of the word (in the dictionary's order) is cut
+into phrases at ";" and ","; parentheses either join ("(hand)bag" -> "handbag") or drop ("red
+(color)" -> "red"); leading "to "/"a " and words such as "sb"/"sth" go. A phrase's score is the
+share of its content words the catalogue holds, times ``1 / (1 + 0.25 i)`` (earlier senses are the
+usual ones), times a small bonus for words many products hold; the best phrase is kept, and the
+second one too when it scores within 90% of the best (both "handbag" and "bag"). A word the
+dictionary cannot place is split into the parts that can (longest first); a single character
+is read only when nothing longer is, and by its first two senses. A word the dictionary has but whose
+senses the catalogue lacks stays unread (its characters would name something else). Words that map to nothing (particles, "要", "我") are dropped.
+
+Nothing here knows a catalogue's storage: the caller hands the vocabulary (term -> products) and
+the function that turns an English word into the vocabulary's terms (the BM25 stemmer).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from vitrine.lang import cedict, segment
+
+log = logging.getLogger(__name__)
+
+SHOP_WORDS = Path(__file__).with_name("data") / "shop_words.json"
+_EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_PAREN_JOIN = re.compile(r"\(([a-z]+)\)(?=[a-z])|(?<=[a-z])\(([a-z]+)\)")
+_PAREN = re.compile(r"\([^)]*\)")
+_SKIP_SENSE = re.compile(r"^(surname|variant of|old variant|see |abbr\.|used in|classifier|also written|"
+                         r"erhua variant|japanese variant|\(tw\)|\(old\)|\(archaic\)|\(dialect\)|\(literary\)|"
+                         r"\(internet slang\)|\(coll\.\)|\(slang\))", re.I)
+STOPWORDS = frozenset({
+    "a", "an", "the", "of", "for", "to", "and", "or", "in", "on", "with", "by", "at", "as", "from", "into", "one",
+    "sb", "sth", "sb's", "oneself", "one's", "etc", "esp", "eg", "ie", "e", "g", "kind", "type", "form", "bound",
+    "is", "be", "it", "its", "that", "this", "someone", "something", "loanword", "lit", "fig", "usu", "certain",
+    "color", "colour", "colored", "coloured",
+})
+# spellings a dictionary and a catalogue may disagree on (CC-CEDICT writes American English)
+SPELLINGS = {"gray": "grey", "grey": "gray", "color": "colour", "colour": "color", "jewelry": "jewellery",
+             "jewellery": "jewelry", "favorite": "favourite", "center": "centre", "centre": "center",
+             "theater": "theatre", "aluminum": "aluminium", "aluminium": "aluminum", "pajamas": "pyjamas",
+             "pyjamas": "pajamas", "mustache": "moustache", "catalog": "catalogue"}
+SHARE_SECOND = 0.9  # a second phrase is kept when it scores within this share of the best
+
+
+@lru_cache(maxsize=1)
+def shop_words() -> dict[str, list[str]]:
+    """The hand-written table: shop words CC-CEDICT lacks or glosses in another sense first."""
+    data = json.loads(SHOP_WORDS.read_text(encoding="utf-8"))
+    return {k: list(v) for k, v in data.items() if not k.startswith("_")}
+
+
+def gloss_phrases(gloss: str) -> list[str]:
+    """The candidate English phrases of one dictionary sense ("(hand)bag" -> ["handbag", "bag"])."""
+    g = gloss.strip().lower()
+    if not g or _SKIP_SENSE.match(g):
+        return []
+    out: list[str] = []
+    for part in re.split(r"[;,]", g):
+        part = part.strip()
+        joined = _PAREN_JOIN.sub(lambda m: m.group(1) or m.group(2), part)
+        for cand in dict.fromkeys([joined, part]):
+            cand = _PAREN.sub(" ", cand)
+            cand = re.sub(r"^(to|a|an|the) ", "", cand.strip())
+            cand = " ".join(cand.replace("-", " ").split())
+            if cand and cand not in out:
+                out.append(cand)
+    return out
+
+
+def content_words(phrase: str) -> list[str]:
+    return [w for w in _EN_WORD.findall(phrase.lower()) if w not in STOPWORDS]
+
+
+@dataclass
+class WordReading:
+    """One Chinese word of a query and the catalogue words it was read as (``via``: ``table``,
+    ``dictionary``, ``parts``: its parts were read; ``kept``: not Chinese; ``unread``: nothing)."""
+
+    word: str
+    english: list[str] = field(default_factory=list)
+    via: str = "dictionary"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"word": self.word, "english": list(self.english), "via": self.via}
+
+
+@dataclass
+class Translation:
+    """A query's English reading: ``text`` (what the pipeline searches) and its words."""
+
+    source: str
+    text: str
+    words: list[WordReading]
+
+    @property
+    def unread(self) -> list[str]:
+        return [w.word for w in self.words if w.via == "unread"]
+
+    @property
+    def read_share(self) -> float:
+        """Share of the query's Chinese words that were read as catalogue words."""
+        zh = [w for w in self.words if w.via != "kept"]
+        return 1.0 if not zh else sum(1 for w in zh if w.english) / len(zh)
+
+    def explain(self) -> list[dict[str, Any]]:
+        return [w.as_dict() for w in self.words]
+
+
+class Translator:
+    """Chinese -> the English words of one catalogue. ``terms``: the catalogue's terms (as
+    ``stem`` makes them) and how many products hold each; ``n_docs``: products in all."""
+
+    def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]], n_docs: int) -> None:
+        self.terms = terms
+        self.stem = stem
+        self.n_docs = max(1, int(n_docs))
+        self._words: dict[str, tuple[list[str], str]] = {}
+        self._stems: dict[str, tuple[str, ...]] = {}
+        segment.add_words(shop_words())  # the table's words are words to the segmenter too ("四柱床")
+
+    # -- one English word against the catalogue ----------------------------------------------------
+    def _df(self, word: str) -> int:
+        """Products holding ``word`` (0: the catalogue lacks it); a word FTS splits needs every part."""
+        st = self._stems.get(word)
+        if st is None:
+            st = self._stems[word] = tuple(self.stem(word))
+        if not st:
+            return 0
+        return min(int(self.terms.get(t, 0)) for t in st)
+
+    def _catalogue_words(self, word: str) -> list[str]:
+        """``word`` when the catalogue holds it, else its split into two catalogue words
+        ("wristwatch" -> ["wrist", "watch"]), else nothing."""
+        if self._df(word):
+            return [word]
+        other = SPELLINGS.get(word)
+        if other and self._df(other):
+            return [other]
+        for i in range(len(word) - 4, 3, -1):  # both parts of four letters or more ("app" + "ear" is no split)
+            a, b = word[:i], word[i:]
+            if self._df(a) and self._df(b):
+                return [a, b]
+        return []
+
+    # -- one Chinese word ---------------------------------------------------------------------------
+    def _score(self, phrase: str, sense: int) -> tuple[float, list[str]]:
+        words = content_words(phrase)
+        if not words:
+            return 0.0, []
+        got: list[str] = []
+        hit = 0
+        dfs: list[int] = []
+        for w in words:
+            cw = self._catalogue_words(w)
+            if cw:
+                hit += 1
+                got.extend(cw)
+                dfs.append(min(self._df(x) for x in cw))
+        if not hit:
+            return 0.0, []
+        coverage = hit / len(words)
+        length = 1.0 if len(words) <= 3 else 0.6
+        common = 1.0 + 0.05 * math.log1p(min(dfs) * 1000.0 / self.n_docs)
+        return coverage * length * common / (1.0 + 0.25 * sense), got
+
+    def _read(self, glosses: Sequence[str]) -> list[str]:
+        scored: list[tuple[float, int, list[str]]] = []
+        for i, g in enumerate(glosses):
+            for p in gloss_phrases(g):
+                s, got = self._score(p, i)
+                if s > 0:
+                    scored.append((s, -len(scored), got))
+        if not scored:
+            return []
+        scored.sort(reverse=True)
+        best = scored[0][0]
+        out: list[str] = []
+        for s, _, got in scored[:3]:
+            if s < SHARE_SECOND * best and out:
+                break
+            for w in got:
+                if w not in out:
+                    out.append(w)
+            if len(out) >= 3:
+                break
+        return out
+
+    def word(self, zh: str) -> tuple[list[str], str]:
+        """The catalogue words of one Chinese word and how they were found."""
+        table = shop_words().get(zh)
+        if table:
+            got = self._read(table)
+            if got:
+                return got, "table"
+        entry = cedict.glosses(zh)
+        got = self._read(entry)
+        if got:
+            return got, "dictionary"
+        if len(zh) > 1 and not entry:  # a word the dictionary knows names something the catalogue lacks
+            parts = self._parts(zh)
+            if parts:
+                return parts, "parts"
+        return [], "unread"
+
+    def _parts(self, zh: str) -> list[str]:
+        """A word no entry places: the longest readable pieces, left to right (a single character only
+        where nothing longer reads)."""
+        out: list[str] = []
+        i = 0
+        while i < len(zh):
+            for j in range(len(zh), i, -1):
+                piece = zh[i:j]
+                if piece == zh:
+                    continue
+                # a single character is read by its first senses only: its later ones are other words'
+                senses = cedict.glosses(piece)
+                got = self._read(shop_words().get(piece) or []) or self._read(senses if len(piece) > 1 else senses[:2])
+                if got:
+                    out.extend(w for w in got if w not in out)
+                    i = j
+                    break
+            else:
+                i += 1
+        return out
+
+    # -- a query ------------------------------------------------------------------------------------
+    def translate(self, text: str) -> Translation:
+        readings: list[WordReading] = []
+        for w in segment.words(text):
+            if not segment.has_cjk(w):
+                readings.append(WordReading(w, [w], "kept"))
+                continue
+            got = self._words.get(w)
+            if got is None:
+                got = self._words[w] = self.word(w)
+            readings.append(WordReading(w, list(got[0]), got[1]))
+        english = " ".join(e for r in readings for e in r.english)
+        return Translation(source=text, text=english, words=readings)
+
+
+def cjk_share(terms: Mapping[str, int]) -> float:
+    """Share of a vocabulary's product-word occurrences that are Chinese (0 for an English catalogue)."""
+    total = zh = 0
+    for t, n in terms.items():
+        total += n
+        if segment.has_cjk(t):
+            zh += n
+    return zh / total if total else 0.0

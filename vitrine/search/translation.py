@@ -1,0 +1,113 @@
+"""Reading a Chinese query on a catalogue written in English (docs/design.md "Languages").
+
+The read path asks :meth:`QueryTranslation.read` for the text its ranking should search. A query
+without Chinese characters is returned as it is, at no cost. A Chinese query on a catalogue whose
+words are English is read as the catalogue's own English words (:class:`vitrine.lang.translate.
+Translator`, over the catalogue's BM25 vocabulary and document frequencies), and that English runs
+the same pipeline as an English query (text tower, BM25, graph, intent); on a catalogue whose
+words are mostly Chinese the query stays as typed; on a mixed one it is searched as typed and as
+read. The vocabulary is this module's cache: rebuilt when the catalogue changed and the slot
+vocabulary's refresh interval has passed, like the slot extractor's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from vitrine.index.bm25 import MemoryBM25, word_terms
+from vitrine.lang import segment
+from vitrine.lang.translate import Translation, Translator, cjk_share
+from vitrine.search.read_context import ReadContext
+
+log = logging.getLogger(__name__)
+
+CHINESE_CATALOGUE = 0.5  # share of the catalogue's word occurrences that are Chinese: read Chinese as typed
+MIXED_CATALOGUE = 0.1  # above this share (and below the one above): search both the typed and the read text
+
+
+@dataclass
+class Reading:
+    """What the ranking searches for one query: ``text``; ``language`` of the query as typed
+    ("zh" when it holds Chinese); ``translation`` when it was read into the catalogue's words
+    (``typed``: the query as typed)."""
+
+    text: str | None
+    language: str = "en"
+    translation: Translation | None = None
+
+    @property
+    def typed(self) -> str | None:
+        """The query as the shopper typed it."""
+        return self.translation.source if self.translation is not None else self.text
+
+
+class QueryTranslation:
+    """One read path's translator, over its catalogue's vocabulary (built on the first Chinese query)."""
+
+    def __init__(self, reader: ReadContext) -> None:
+        self.reader = reader
+        self._lock = threading.Lock()
+        self._translator: Translator | None = None
+        self._share = 0.0
+        self._key: tuple[int, int] | None = None
+        self._at = -float("inf")
+
+    def translator(self) -> tuple[Translator, float]:
+        """The catalogue's translator and the Chinese share of its words (refreshed as the slot vocabulary is)."""
+        now = time.monotonic()
+        refresh_s = self.reader.settings.intent.intent_vocab_refresh_s
+        current = self._translator
+        if current is not None and now - self._at < refresh_s:
+            return current, self._share
+        state = self.reader.state
+        key = (state.records.recent_seq(min(1.0, refresh_s)), len(state))
+        with self._lock:
+            if self._translator is None or key != self._key:
+                t0 = time.perf_counter()
+                terms = self._terms()
+                self._translator = Translator(terms, word_terms, len(state))
+                self._share = cjk_share(terms)
+                self._key = key
+                log.info("query translation: %d catalogue terms (%.0f%% Chinese) in %.2fs", len(terms),
+                         100 * self._share, time.perf_counter() - t0)
+            self._at = now
+            return self._translator, self._share
+
+    def _terms(self) -> dict[str, int]:
+        index = self.reader.state.records.text_index()
+        if isinstance(index, MemoryBM25):
+            return index.document_frequencies()
+        # a store without in-memory postings: the catalogue's words, each counted once
+        out: dict[str, int] = {}
+        for w in self.reader.suggestions.words():
+            for t in word_terms(w):
+                out[t] = out.get(t, 0) + 1
+        return out
+
+    def read(self, text: str | None) -> Reading:
+        """The text to search for ``text`` (unchanged unless it holds Chinese)."""
+        if not text or not segment.has_cjk(text):
+            return Reading(text)
+        try:
+            translator, share = self.translator()
+        except Exception as e:  # noqa: BLE001 - a failing translation searches the query as typed
+            log.warning("query translation unavailable: %s", e)
+            return Reading(text, "zh")
+        if share >= CHINESE_CATALOGUE:
+            return Reading(text, "zh")
+        tr = translator.translate(text)
+        if not tr.text.strip():
+            return Reading(text, "zh", tr)
+        searched = f"{text} {tr.text}" if share >= MIXED_CATALOGUE else tr.text
+        return Reading(searched, "zh", tr)
+
+
+def query_fields(reading: Reading) -> dict[str, object]:
+    """The response's ``query`` fields for a translated query: ``translated`` (the English searched)
+    and ``translation`` (each word and the catalogue words it was read as)."""
+    if reading.translation is None:
+        return {}
+    return {"translated": reading.translation.text, "translation": reading.translation.explain()}

@@ -150,7 +150,7 @@ class MemoryBM25:
             post.update((t, p) for t, p in delta.items() if len(p[0]))
             base = Postings.build(post, len(lens))
         meta = {"seq": seq, "n_rows": n_rows, "terms": base.terms, "weights": self.weights.tolist(),
-                "tokenize": _TOKENIZE}
+                "tokenize": _TOKENIZE, "fts": symbolic.FTS_VERSION}
         sha = vector_files.write_arrays(path, meta, {
             "offsets": base.offsets, "ids": base.ids, "tf": base.tf, "doc_offsets": base.doc_offsets,
             "doc_terms": base.doc_terms, "lengths": lens})
@@ -161,7 +161,8 @@ class MemoryBM25:
         query); StorageError when damaged or made with another tokenizer or column weights."""
         meta, a = vector_files.read_arrays(path, expected_sha256, what="BM25 postings")
         try:
-            if meta["tokenize"] != _TOKENIZE or meta["weights"] != self.weights.tolist():
+            if meta["tokenize"] != _TOKENIZE or meta["weights"] != self.weights.tolist() \
+                    or meta.get("fts", "1") != symbolic.FTS_VERSION:
                 raise StorageError(f"BM25 postings {path} were made with another tokenizer or column weights")
             base = Postings(list(map(sys.intern, meta["terms"])), a["offsets"], a["ids"], a["tf"],
                             a["doc_offsets"], a["doc_terms"])

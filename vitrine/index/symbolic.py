@@ -5,6 +5,14 @@ transactions as the records (``RecordStore.upsert_many``/``delete_many`` call :f
 :func:`remove`), so words and records can never disagree. Rows are keyed by the product's
 ``iid``. FTS5 ranks by BM25; ``bm25()`` returns lower-is-better numbers, which are negated here
 so a larger score is a better match. Words are stemmed (Porter), so "shirts" finds "shirt".
+
+Chinese has no spaces, and FTS5's tokenizer makes one token of a run of Chinese characters. So
+every run in a product's text and in a query is written as its words (jieba, search mode: "手提包"
+-> "手提", "提包", "手提包") and its overlapping character pairs ("黑色手提包" -> "黑色", "色手",
+"手提", "提包"), space separated, before FTS5 sees it: a query's words then meet a title's whatever
+the segmenter made of either, and a word the segmenter does not know still matches by its pairs.
+Text without Chinese is untouched (and never loads the segmenter). :data:`FTS_VERSION` names this
+form: a data dir written under another rebuilds its table on open.
 """
 
 from __future__ import annotations
@@ -16,16 +24,19 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vitrine.lang import segment
+
 log = logging.getLogger(__name__)
 
 TABLE = "products_fts"
 COLUMNS = ("title", "brand", "category", "attrs")
 # Column weights for bm25(): a word in the brand or the category counts more than one in the title.
 COLUMN_WEIGHTS = (1.0, 2.0, 1.5, 1.0)
-FTS_VERSION = "1"
+FTS_VERSION = "2"  # 2: Chinese runs as words + character pairs
 SCHEMA = (f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5("
            f"{', '.join(COLUMNS)}, tokenize='porter unicode61 remove_diacritics 2')")
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CJK_RUN = re.compile(f"[{segment.CJK}]+")
 STOPWORDS = frozenset({
     "a", "an", "and", "the", "for", "of", "in", "on", "with", "to", "by", "at", "or", "from", "vs", "versus",
     "is", "are", "my", "me", "i", "some", "any", "show", "find", "want", "need", "looking", "like",
@@ -69,8 +80,29 @@ def ensure(conn: sqlite3.Connection) -> bool:
     return True
 
 
+def chinese_terms(text: str) -> str:
+    """``text`` with each run of Chinese characters written as its words and character pairs
+    (see the module docstring); text without Chinese as it is."""
+    if not segment.has_cjk(text):
+        return text
+
+    def expand(m: re.Match[str]) -> str:
+        run = m.group(0)
+        parts = segment.words(run, search_mode=True) + segment.bigrams(run)
+        return " " + " ".join(dict.fromkeys(parts or [run])) + " "
+
+    return _CJK_RUN.sub(expand, text)
+
+
 def fields(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    """The text of each column for a stored product document."""
+    """The text of each column for a stored product document (Chinese as :func:`chinese_terms`)."""
+    cols = _plain_fields(doc)
+    if not any(segment.has_cjk(c) for c in cols):
+        return cols
+    return (chinese_terms(cols[0]), chinese_terms(cols[1]), chinese_terms(cols[2]), chinese_terms(cols[3]))
+
+
+def _plain_fields(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
     attrs: list[str] = []
     for k, v in (doc.get("attributes") or {}).items():
         if str(k).casefold() in _SKIP_ATTRS or isinstance(v, bool):
@@ -93,8 +125,9 @@ def remove(conn: sqlite3.Connection, iid: int) -> None:
 
 
 def query_words(text: str) -> list[str]:
-    """The words of ``text`` a BM25 query uses: casefolded, stopwords dropped, first 32 distinct."""
-    words = [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
+    """The words of ``text`` a BM25 query uses: casefolded, stopwords dropped, first 32 distinct
+    (Chinese as :func:`chinese_terms`)."""
+    words = [w for w in _WORD.findall(chinese_terms(text).casefold()) if w not in STOPWORDS]
     return list(dict.fromkeys(words))[:32]
 
 

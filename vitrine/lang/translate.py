@@ -1,22 +1,22 @@
 """Chinese words onto a catalogue's own English vocabulary (CC-CEDICT + a small table of shop words).
 
-A query such as "男士手表" is segmented (jieba, :mod:`vitrine.lang.segment`); each Chinese word's
-English glosses (CC-CEDICT, :mod:`vitrine.lang.cedict`, after the shop-word table in
-``data/shop_words.json``) are read as candidate phrases, and a phrase counts only by the words
-the *catalogue itself* holds (its BM25 terms, each with its document frequency): "手表" ->
-"wristwatch" -> the catalogue has no "wristwatch" but has "wrist" and "watch" -> "wrist watch";
-"四柱床" has no entry -> its parts "四柱" ("four-poster") and "床" ("bed") -> "four poster bed".
-The English text then runs the same pipeline as an English query.
+A query such as "男士手表" is cut into the dictionary's words (CC-CEDICT, :mod:`vitrine.lang.cedict`,
+and the hand-written shop words of ``data/shop_words.json``, which CC-CEDICT lacks or glosses in
+another sense first), choosing the cut under which most of the query reads as the *catalogue's own*
+words (its BM25 terms, each with how many products hold it): "四柱床" -> "四柱床" (shop words:
+"poster bed") rather than "四柱" + "床"; "手表" -> "wristwatch", and a catalogue without
+"wristwatch" but with "wrist" and "watch" reads "wrist watch". The English text then runs the same
+pipeline as an English query.
 
-How a phrase is chosen for a word: each sense ``i`` of the word (in the dictionary's order) is cut
-into phrases at ";" and ","; parentheses either join ("(hand)bag" -> "handbag") or drop ("red
-(color)" -> "red"); leading "to "/"a " and words such as "sb"/"sth" go. A phrase's score is the
-share of its content words the catalogue holds, times ``1 / (1 + 0.25 i)`` (earlier senses are the
-usual ones), times a small bonus for words many products hold; the best phrase is kept, and the
-second one too when it scores within 90% of the best (both "handbag" and "bag"). A word the
-dictionary cannot place is split into the parts that can (longest first); a single character
-is read only when nothing longer is, and by its first two senses. A word the dictionary has but whose
-senses the catalogue lacks stays unread (its characters would name something else). Words that map to nothing (particles, "要", "我") are dropped.
+How a word's English is chosen: each sense ``i`` (in the dictionary's order) is cut into phrases
+at ";" and ","; parentheses either join ("(hand)bag" -> "handbag") or drop ("red (color)" ->
+"red"); leading "to "/"a " and words such as "sb"/"sth" go. A phrase's score is the share of its
+content words the catalogue holds (a dictionary's American spelling meets a catalogue's British
+one), times ``1 / (1 + 0.25 i)`` (earlier senses are the usual ones), times a small bonus for words
+many products hold; the best phrase is kept, and the second one too when it scores within 90% of
+the best (both "handbag" and "bag"). A single character is read by its first two senses only (its
+later ones belong to other words). A word the dictionary has but whose senses the catalogue lacks
+stays unread ("硬币", coin, on a furniture catalogue), and so do particles and words like "要".
 
 Nothing here knows a catalogue's storage: the caller hands the vocabulary (term -> products) and
 the function that turns an English word into the vocabulary's terms (the BM25 stemmer).
@@ -56,7 +56,8 @@ SPELLINGS = {"gray": "grey", "grey": "gray", "color": "colour", "colour": "color
              "jewellery": "jewelry", "favorite": "favourite", "center": "centre", "centre": "center",
              "theater": "theatre", "aluminum": "aluminium", "aluminium": "aluminum", "pajamas": "pyjamas",
              "pyjamas": "pajamas", "mustache": "moustache", "catalog": "catalogue"}
-SHARE_SECOND = 0.9  # a second phrase is kept when it scores within this share of the best
+SHARE_SECOND = 0.9
+MAX_WORD = 8  # the longest dictionary word a query is cut into  # a second phrase is kept when it scores within this share of the best
 
 
 @lru_cache(maxsize=1)
@@ -131,9 +132,8 @@ class Translator:
         self.terms = terms
         self.stem = stem
         self.n_docs = max(1, int(n_docs))
-        self._words: dict[str, tuple[list[str], str]] = {}
+        self._words: dict[str, tuple[list[str], str, float]] = {}
         self._stems: dict[str, tuple[str, ...]] = {}
-        segment.add_words(shop_words())  # the table's words are words to the segmenter too ("四柱床")
 
     # -- one English word against the catalogue ----------------------------------------------------
     def _df(self, word: str) -> int:
@@ -180,7 +180,8 @@ class Translator:
         common = 1.0 + 0.05 * math.log1p(min(dfs) * 1000.0 / self.n_docs)
         return coverage * length * common / (1.0 + 0.25 * sense), got
 
-    def _read(self, glosses: Sequence[str]) -> list[str]:
+    def _read(self, glosses: Sequence[str]) -> tuple[float, list[str]]:
+        """The best phrases of a word's glosses in the catalogue's words, and the best one's score."""
         scored: list[tuple[float, int, list[str]]] = []
         for i, g in enumerate(glosses):
             for p in gloss_phrases(g):
@@ -188,7 +189,7 @@ class Translator:
                 if s > 0:
                     scored.append((s, -len(scored), got))
         if not scored:
-            return []
+            return 0.0, []
         scored.sort(reverse=True)
         best = scored[0][0]
         out: list[str] = []
@@ -200,57 +201,67 @@ class Translator:
                     out.append(w)
             if len(out) >= 3:
                 break
-        return out
+        return best, out
 
-    def word(self, zh: str) -> tuple[list[str], str]:
-        """The catalogue words of one Chinese word and how they were found."""
+    def word(self, zh: str) -> tuple[list[str], str, float]:
+        """One Chinese word's catalogue words, how they were found (``table``, ``dictionary``;
+        ``known``: the dictionary has it but the catalogue lacks its senses; ``unread``), and the
+        segmentation score of reading it so (:meth:`pieces`)."""
+        got = self._words.get(zh)
+        if got is not None:
+            return got
+        n = len(zh)
+        q, eng, via = 0.0, [], "unread"
         table = shop_words().get(zh)
         if table:
-            got = self._read(table)
-            if got:
-                return got, "table"
+            q, eng = self._read(table)
+            via = "table"
         entry = cedict.glosses(zh)
-        got = self._read(entry)
-        if got:
-            return got, "dictionary"
-        if len(zh) > 1 and not entry:  # a word the dictionary knows names something the catalogue lacks
-            parts = self._parts(zh)
-            if parts:
-                return parts, "parts"
-        return [], "unread"
-
-    def _parts(self, zh: str) -> list[str]:
-        """A word no entry places: the longest readable pieces, left to right (a single character only
-        where nothing longer reads)."""
-        out: list[str] = []
-        i = 0
-        while i < len(zh):
-            for j in range(len(zh), i, -1):
-                piece = zh[i:j]
-                if piece == zh:
-                    continue
-                # a single character is read by its first senses only: its later ones are other words'
-                senses = cedict.glosses(piece)
-                got = self._read(shop_words().get(piece) or []) or self._read(senses if len(piece) > 1 else senses[:2])
-                if got:
-                    out.extend(w for w in got if w not in out)
-                    i = j
-                    break
-            else:
-                i += 1
+        if not eng:
+            # a single character by its first senses only: its later ones are parts of other words
+            q, eng = self._read(entry if n > 1 else [g for g in entry if not _SKIP_SENSE.match(g.strip())][:2])
+            via = "dictionary" if eng else ("known" if entry and n > 1 else "unread")
+        if eng:
+            score = (0.6 if n == 1 else n * n) * (0.5 + 0.5 * min(1.0, q))
+        elif via == "known":
+            score = 0.4 * n * n  # a word the dictionary knows names something the catalogue lacks
+        else:
+            score = 0.0
+        out = self._words[zh] = (eng, via, score)
         return out
+
+    def pieces(self, run: str) -> list[str]:
+        """A run of Chinese characters cut into the dictionary's words so that as much of it as
+        possible reads as catalogue words (dynamic programming: a word of n characters that reads
+        scores n * n, one the dictionary knows but the catalogue lacks 0.4 n * n, a single
+        character at most 0.6; fewer pieces break ties)."""
+        n = len(run)
+        best = [0.0] + [-1e9] * n
+        back = [0] * (n + 1)
+        for i in range(1, n + 1):
+            for j in range(max(0, i - MAX_WORD), i):
+                cand = best[j] + self.word(run[j:i])[2] - 0.01
+                if cand > best[i]:
+                    best[i], back[i] = cand, j
+        out: list[str] = []
+        i = n
+        while i > 0:
+            out.append(run[back[i]:i])
+            i = back[i]
+        return out[::-1]
 
     # -- a query ------------------------------------------------------------------------------------
     def translate(self, text: str) -> Translation:
         readings: list[WordReading] = []
-        for w in segment.words(text):
-            if not segment.has_cjk(w):
-                readings.append(WordReading(w, [w], "kept"))
+        for part in re.split(f"([{segment.CJK}]+)", text):
+            if not part.strip():
                 continue
-            got = self._words.get(w)
-            if got is None:
-                got = self._words[w] = self.word(w)
-            readings.append(WordReading(w, list(got[0]), got[1]))
+            if not segment.has_cjk(part):
+                readings.extend(WordReading(w, [w], "kept") for w in segment.words(part))
+                continue
+            for piece in self.pieces(part):
+                eng, via, _ = self.word(piece)
+                readings.append(WordReading(piece, list(eng), "unread" if via == "known" else via))
         english = " ".join(e for r in readings for e in r.english)
         return Translation(source=text, text=english, words=readings)
 

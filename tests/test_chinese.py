@@ -1,0 +1,115 @@
+"""Chinese: queries read onto an English catalogue's own words, BM25 over Chinese titles, the twins eval.
+
+Real Chinese text throughout, the real CC-CEDICT and jieba, the shared subset engine."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from vitrine.index.bm25 import MemoryBM25, word_terms
+from vitrine.index.records import RecordRow, RecordStore
+from vitrine.lang.translate import Translator, gloss_phrases
+from vitrine.search.models import SearchRequest
+
+
+def _catalogue_translator(words: dict[str, int]) -> Translator:
+    terms: dict[str, int] = {}
+    for w, n in words.items():
+        for t in word_terms(w):
+            terms[t] = terms.get(t, 0) + n
+    return Translator(terms, word_terms, 1000)
+
+
+def test_gloss_phrases_read_parentheses_and_verbs():
+    assert gloss_phrases("(hand)bag") == ["handbag", "bag"]
+    assert gloss_phrases("red (color)") == ["red"]
+    assert gloss_phrases("to protect") == ["protect"]
+    assert gloss_phrases("variant of 床[chuang2]") == []
+
+
+def test_chinese_words_map_onto_the_catalogues_own_vocabulary():
+    fashion = _catalogue_translator({"watch": 300, "watches": 200, "men": 900, "wrist": 3, "handbag": 80, "bag": 120,
+                                     "black": 700, "dress": 60, "red": 300, "grey": 200})
+    tr = fashion.translate("男士手表")
+    assert tr.text.split()[0] == "men" and "watch" in tr.text.split()
+    assert [w.word for w in tr.words] == ["男士", "手表"]
+    assert fashion.translate("黑色手提包").text == "black handbag"
+    assert fashion.translate("红色连衣裙").text == "red dress"
+    assert fashion.translate("灰色").text == "grey"  # CC-CEDICT writes "gray"; this catalogue "grey"
+    # the same words on a furniture catalogue read as its words
+    furniture = _catalogue_translator({"bed": 500, "poster": 40, "four": 30, "king": 200, "bookcase": 90, "gray": 50})
+    assert set(furniture.translate("特大号四柱床").text.split()) >= {"king", "poster", "bed"}
+    assert furniture.translate("书柜").text == "bookcase"
+    unread = furniture.translate("硬币书柜")  # coin: the dictionary knows it, this catalogue has no coin
+    assert unread.text == "bookcase" and unread.words[0].via == "unread"
+    # Latin words (brands) are kept as typed
+    assert fashion.translate("Nike 黑色").text == "nike black"
+
+
+def test_chinese_query_on_the_english_catalogue_finds_what_its_english_twin_does(engine):
+    zh = engine.search(SearchRequest(text="男士手表", k=10, explain=True))
+    en = engine.search(SearchRequest(text="men watches", k=10))
+    assert "watch" in zh.query["translated"] and "men" in zh.query["translated"]
+    assert zh.query["text"] == "男士手表"
+    assert [w["word"] for w in zh.query["translation"]] == ["男士", "手表"]
+    assert zh.results[0].explanation is not None and zh.results[0].explanation.translated[1]["word"] == "手表"
+
+    def watches(res):
+        return sum(1 for h in res.results if "Watches" in h.category)
+
+    assert watches(en) >= 5
+    assert watches(zh) >= watches(en) - 1
+    assert "translated" not in en.query  # an English query is searched as typed
+
+
+def test_slots_filter_a_language_the_tune_did_not_measure(engine):
+    cal = engine.reader.calibration
+    assert "zh" not in cal.slot_languages
+    assert engine.reader.slot_filters_on("zh") == engine.settings.intent.intent_slot_filters
+    assert engine.reader.slot_filters_on("en") == (engine.settings.intent.intent_slot_filters and
+                                                   (engine.settings.search.calibration == "off" or cal.slot_filters))
+
+
+def _row(pid: str, title: str, category: list[str]) -> RecordRow:
+    return RecordRow(id=pid, doc={"id": pid, "title": title, "category": category, "attributes": {}},
+                     content_hash=pid)
+
+
+@pytest.fixture()
+def chinese_store(tmp_path):
+    store = RecordStore(tmp_path / "records.sqlite")
+    store.upsert_many([
+        _row("1", "Baggit 女士 黑色 手提包", ["配饰", "手提包"]),
+        _row("2", "Nike 男士 黑色跑鞋", ["鞋", "运动鞋"]),
+        _row("3", "卡西欧男士手表", ["配饰", "手表"]),
+        _row("4", "Puma 女士 黑色T恤", ["服装", "T恤"]),
+    ])
+    yield store
+    store.close()
+
+
+def test_bm25_reads_chinese_titles_by_words_and_character_pairs(chinese_store):
+    # a run of characters is no longer one token: "黑色手提包" finds the handbag whose title spaces its words
+    hits = chinese_store.bm25("黑色手提包", 4)
+    assert hits and hits[0][0] == chinese_store.get("1").iid
+    # and "手表" finds the watch whose title runs "卡西欧男士手表" together
+    assert chinese_store.bm25("手表", 4)[0][0] == chinese_store.get("3").iid
+    # the in-memory scorer gives SQLite's numbers for Chinese queries too
+    mem = chinese_store.bm25_scores("男士手表")
+    assert isinstance(chinese_store.text_index(), MemoryBM25)
+    sql = dict(chinese_store.bm25("男士手表", 10))
+    assert set(mem) == set(sql) and all(abs(mem[i] - sql[i]) < 1e-9 for i in sql)
+
+
+def test_attribute_twins_name_the_same_attributes_in_chinese():
+    from vitrine.evals.chinese import chinese_forms, twin_text
+
+    forms = chinese_forms()
+    rng = random.Random(0)
+    text = twin_text({"gender": "Men", "colour": "Black", "articleType": "Watches"}, forms, rng)
+    assert text is not None
+    assert any(text.startswith(g) for g in forms["gender"]["Men"])
+    assert any(c in text for c in forms["colour"]["Black"]) and any(a in text for a in forms["articleType"]["Watches"])
+    assert twin_text({"colour": "Black", "articleType": "No Such Type"}, forms, rng) is None

@@ -113,7 +113,11 @@ def run_twins(engine: Engine, twins: Sequence[dict], ks: Sequence[int], *, keep:
     """English (``text``) and Chinese (``zh``) of each twin through ``engine``: metrics side by side,
     the ZH/EN ratio of each, latencies, and the first ``keep`` queries with what the Chinese was read as."""
     kmax = max(ks)
-    en_runs, zh_runs, en_lat, zh_lat, shown = [], [], [], [], []
+    en_runs: list[tuple[list[str], dict]] = []
+    zh_runs: list[tuple[list[str], dict]] = []
+    en_lat: list[float] = []
+    zh_lat: list[float] = []
+    shown: list[dict[str, Any]] = []
     for q in twins:
         present = q["relevant"]
         en_ids, en_ms, _ = _search(engine, q["text"], kmax)

@@ -211,7 +211,8 @@ class Translator:
         if got is not None:
             return got
         n = len(zh)
-        q, eng, via = 0.0, [], "unread"
+        q, via = 0.0, "unread"
+        eng: list[str] = []
         table = shop_words().get(zh)
         if table:
             q, eng = self._read(table)

@@ -269,7 +269,7 @@ def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest,
     t0 = time.perf_counter()
     try:
         res = qu.classify(text)
-        slots = qu.extractor().extract(reading.typed if reading is not None and reading.translation else text)
+        slots = qu.extractor().extract((reading.typed if reading is not None and reading.translation else None) or text)
     except Exception as e:  # noqa: BLE001 - any failure of the component degrades, never fails the search
         log.warning("intent skipped for this search: %s", e)
         p.degraded.append("intent")

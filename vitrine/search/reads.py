@@ -184,6 +184,9 @@ class ReadPath:
         except Exception as e:  # noqa: BLE001 - warming is best effort: real requests report errors
             log.warning("warm-up of the read indexes failed: %s", e)
         self.prepare_query_encoder()
+        # the Chinese dictionary, segmenter and catalogue vocabulary (~2 s), before a first Chinese query
+        # (read() never raises: a failure searches the query as typed)
+        self.translation.read("男士手表")
         for text in ("red shoes", "nike vs puma running shoes", "women blue shirt under 1500"):
             try:
                 self.search(SearchRequest(text=text, k=5))

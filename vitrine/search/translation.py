@@ -13,6 +13,7 @@ vocabulary's refresh interval has passed, like the slot extractor's.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ class QueryTranslation:
             return Reading(text)
         try:
             translator, share = self.translator()
-        except Exception as e:  # noqa: BLE001 - a failing translation searches the query as typed
+        except (OSError, ValueError, RuntimeError, KeyError, sqlite3.Error) as e:  # searched as typed then
             log.warning("query translation unavailable: %s", e)
             return Reading(text, "zh")
         if share >= CHINESE_CATALOGUE:

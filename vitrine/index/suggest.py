@@ -17,6 +17,12 @@ intersection per query word. Phrases are numbered heaviest first, so the lowest 
 intersection are the best ones. A phrase that starts with the whole query ranks first; phrases
 found only through a typo rank last.
 
+Chinese typed by pinyin (vitrine/index/suggest_pinyin.py): a Latin query that reads as pinyin,
+whole, initials or mixed ("shoubiao", "sb", "shoub", "手b"), finds the Chinese phrases it spells
+(1 + weight from a phrase's start, else the weight alone), and a Chinese query whose characters
+find nothing is read by their sound ("手标" -> 手表, a homophone the input method offered), ranked
+as a typo.
+
 Typo tolerance: a query word no phrase word starts with is read as the index's prefixes within
 the edits its length allows (vitrine/index/fuzzy.py: none under 4 characters, one from 4, two
 from 8; rapidfuzz's OSA distance over the prefixes with the same first letter and the same length
@@ -44,6 +50,7 @@ import numpy as np
 
 from vitrine.errors import StorageError
 from vitrine.index import fuzzy, vector_files
+from vitrine.index.suggest_pinyin import PinyinIndex
 
 KINDS = ("query", "category", "brand", "facet", "title")
 KIND_BASE = {"query": 1.0, "category": 0.9, "brand": 0.85, "facet": 0.7, "title": 0.5}
@@ -156,6 +163,7 @@ class SuggestIndex:
                 near.setdefault((pre[0], len(pre)), []).append(pre)
         self._near = near
         self._sorted_keys = [self.keys[i] for i in self._sorted_ids.tolist()]
+        self.pinyin = PinyinIndex(self.keys, self.kinds)  # Chinese phrases by pinyin and homophones
 
     # -- persistence (kept with a snapshot: building reads every product, 2 minutes at 1M) ------------
     def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> str:
@@ -251,6 +259,11 @@ class SuggestIndex:
         if len(got) < k:
             for pid in self._word_postings(words, typos=True)[: 2 * k].tolist():
                 got.setdefault(pid, float(self.weights[pid]))
+        if len(got) < k and self.pinyin.wanted(query):  # pinyin, initials, homophones of Chinese phrases
+            exact = all(is_cjk(w) for w in words)  # only characters typed: a match by sound is a typo
+            for pid, start in self.pinyin.lookup(query, 2 * k):
+                score = float(self.weights[pid]) * (0.9 if exact else 1.0) + (1.0 if start and not exact else 0.0)
+                got.setdefault(pid, score)
         best = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [Match(self.texts[i], self.kinds[i], round(s, 4), self.keys[i]) for i, s in best]
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -163,7 +164,15 @@ class SuggestIndex:
                 near.setdefault((pre[0], len(pre)), []).append(pre)
         self._near = near
         self._sorted_keys = [self.keys[i] for i in self._sorted_ids.tolist()]
-        self.pinyin = PinyinIndex(self.keys, self.kinds)  # Chinese phrases by pinyin and homophones
+        self._pinyin: PinyinIndex | None = None  # built on the first lookup that may be pinyin
+        self._pinyin_lock = threading.Lock()
+
+    def pinyin(self) -> PinyinIndex:
+        """The Chinese phrases by pinyin and sound (built on first use: pypinyin loads then)."""
+        with self._pinyin_lock:
+            if self._pinyin is None:
+                self._pinyin = PinyinIndex(self.keys, self.kinds)
+            return self._pinyin
 
     # -- persistence (kept with a snapshot: building reads every product, 2 minutes at 1M) ------------
     def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> str:
@@ -259,9 +268,9 @@ class SuggestIndex:
         if len(got) < k:
             for pid in self._word_postings(words, typos=True)[: 2 * k].tolist():
                 got.setdefault(pid, float(self.weights[pid]))
-        if len(got) < k and self.pinyin.wanted(query):  # pinyin, initials, homophones of Chinese phrases
+        if len(got) < k and self.pinyin().wanted(query):  # pinyin, initials, homophones of Chinese phrases
             exact = all(is_cjk(w) for w in words)  # only characters typed: a match by sound is a typo
-            for pid, start in self.pinyin.lookup(query, 2 * k):
+            for pid, start in self.pinyin().lookup(query, 2 * k):
                 score = float(self.weights[pid]) * (0.9 if exact else 1.0) + (1.0 if start and not exact else 0.0)
                 got.setdefault(pid, score)
         best = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:k]

@@ -14,12 +14,14 @@ and a bisection) and keeps those whose syllables the units read as.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from vitrine.lang import pinyin
 
+_CJK = re.compile(f"[{pinyin.CJK}]")
 MAX_CHARS = 12  # syllables kept per entry (what a typed form can reach from its start)
 SHORT_PHRASE = 8  # a phrase up to this many characters is findable from each of its characters
 MAX_CANDIDATES = 4000  # entries verified per lookup (the heaviest phrases' first)
@@ -33,9 +35,8 @@ class PinyinIndex:
         rows: list[tuple[str, int, int]] = []  # (initials from the start, phrase id, start offset)
         self._sylls: dict[int, list[tuple[str, ...]]] = {}
         known: set[str] = set()
-        for pid, key in enumerate(keys):
-            if not pinyin.has_cjk(key):
-                continue
+        for pid in np.flatnonzero([bool(_CJK.search(key)) for key in keys]).tolist():
+            key = keys[pid]
             chars = key.replace(" ", "")
             sylls = pinyin.syllables(chars)
             self._sylls[pid] = sylls

@@ -228,7 +228,9 @@ class Suggestions:
     def warm(self) -> float:
         """Build the indexes before the first lookup; returns the seconds it took."""
         t0 = time.perf_counter()
-        self.catalogue()
+        index = self.catalogue()
+        if index is not None:
+            index.pinyin()  # its Chinese phrases by pinyin (pypinyin loads now, not in a lookup)
         if self.popular is not None:
             self.refresh_queries()
         return time.perf_counter() - t0

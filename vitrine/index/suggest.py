@@ -19,7 +19,9 @@ found only through a typo rank last.
 
 Chinese typed by pinyin (vitrine/index/suggest_pinyin.py): a Latin query that reads as pinyin,
 whole, initials or mixed ("shoubiao", "sb", "shoub", "手b"), finds the Chinese phrases it spells
-(1 + weight from a phrase's start, else the weight alone), and a Chinese query whose characters
+(in a mostly Chinese index 1 + weight from a phrase's start, else the weight alone; in an English
+one, whose Chinese phrases are its values' Chinese forms, half the weight: after the English
+matches), and a Chinese query whose characters
 find nothing is read by their sound ("手标" -> 手表, a homophone the input method offered), ranked
 as a typo.
 
@@ -270,9 +272,10 @@ class SuggestIndex:
                 got.setdefault(pid, float(self.weights[pid]))
         if len(got) < k and self.pinyin().wanted(query):  # pinyin, initials, homophones of Chinese phrases
             exact = all(is_cjk(w) for w in words)  # only characters typed: a match by sound is a typo
+            chinese = self.pinyin().chinese  # else a Latin query is English first, its pinyin after
             for pid, start in self.pinyin().lookup(query, 2 * k):
-                score = float(self.weights[pid]) * (0.9 if exact else 1.0) + (1.0 if start and not exact else 0.0)
-                got.setdefault(pid, score)
+                w = float(self.weights[pid])
+                got.setdefault(pid, 0.9 * w if exact else (1.0 if start else 0.0) + w if chinese else 0.5 * w)
         best = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [Match(self.texts[i], self.kinds[i], round(s, 4), self.keys[i]) for i, s in best]
 

@@ -56,6 +56,7 @@ class PinyinIndex:
         self._initials = [r[0] for r in rows]
         self._pids = np.asarray([r[1] for r in rows], dtype=np.int32)
         self._starts = np.asarray([r[2] for r in rows], dtype=np.int32)
+        self.chinese = len(self._sylls) * 2 >= max(1, len(keys))  # mostly Chinese phrases: a Chinese shop
         self.known: frozenset[str] = frozenset(k for k in known if k.isascii() and k.isalpha())
 
     def __len__(self) -> int:

@@ -428,6 +428,20 @@ def bench_suggest(data_dir: Path, rates: str, clients: int, duration: float, out
     click.echo(f"report: {path}")
 
 
+@bench.command("suggest-zh")
+@click.option("--n", "n", type=int, default=3000, show_default=True, help="Typed forms per kind")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
+def bench_suggest_zh(n: int, out: Path) -> None:
+    """Suggestions for Chinese shoppers: the index alone (in process) over the bundled catalogue with
+    its Chinese forms and over a Chinese-titled variant; lookup p50/p99 for whole pinyin, initials,
+    mixed and homophone prefixes, English prefixes beside them."""
+    _bench()
+    from vitrine.bundled import bundled_dir
+    from vitrine_bench import suggest_zh
+
+    click.echo(f"report: {suggest_zh.run(bundled_dir(), out, n=n)}")
+
+
 @bench.command("rules")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
 @click.option("--n-rules", type=int, default=10_000, show_default=True, help="Rules stored")

@@ -17,6 +17,14 @@ intersection per query word. Phrases are numbered heaviest first, so the lowest 
 intersection are the best ones. A phrase that starts with the whole query ranks first; phrases
 found only through a typo rank last.
 
+Chinese typed by pinyin (vitrine/index/suggest_pinyin.py): a Latin query that reads as pinyin,
+whole, initials or mixed ("shoubiao", "sb", "shoub", "手b"), finds the Chinese phrases it spells
+(in a mostly Chinese index 1 + weight from a phrase's start, else the weight alone; in an English
+one, whose Chinese phrases are its values' Chinese forms, half the weight: after the English
+matches), and a Chinese query whose characters
+find nothing is read by their sound ("手标" -> 手表, a homophone the input method offered), ranked
+as a typo.
+
 Typo tolerance: a query word no phrase word starts with is read as the index's prefixes within
 the edits its length allows (vitrine/index/fuzzy.py: none under 4 characters, one from 4, two
 from 8; rapidfuzz's OSA distance over the prefixes with the same first letter and the same length
@@ -33,6 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,6 +53,7 @@ import numpy as np
 
 from vitrine.errors import StorageError
 from vitrine.index import fuzzy, vector_files
+from vitrine.index.suggest_pinyin import PinyinIndex
 
 KINDS = ("query", "category", "brand", "facet", "title")
 KIND_BASE = {"query": 1.0, "category": 0.9, "brand": 0.85, "facet": 0.7, "title": 0.5}
@@ -156,6 +166,15 @@ class SuggestIndex:
                 near.setdefault((pre[0], len(pre)), []).append(pre)
         self._near = near
         self._sorted_keys = [self.keys[i] for i in self._sorted_ids.tolist()]
+        self._pinyin: PinyinIndex | None = None  # built on the first lookup that may be pinyin
+        self._pinyin_lock = threading.Lock()
+
+    def pinyin(self) -> PinyinIndex:
+        """The Chinese phrases by pinyin and sound (built on first use: pypinyin loads then)."""
+        with self._pinyin_lock:
+            if self._pinyin is None:
+                self._pinyin = PinyinIndex(self.keys, self.kinds)
+            return self._pinyin
 
     # -- persistence (kept with a snapshot: building reads every product, 2 minutes at 1M) ------------
     def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> str:
@@ -251,6 +270,12 @@ class SuggestIndex:
         if len(got) < k:
             for pid in self._word_postings(words, typos=True)[: 2 * k].tolist():
                 got.setdefault(pid, float(self.weights[pid]))
+        if len(got) < k and self.pinyin().wanted(query):  # pinyin, initials, homophones of Chinese phrases
+            exact = all(is_cjk(w) for w in words)  # only characters typed: a match by sound is a typo
+            chinese = self.pinyin().chinese  # else a Latin query is English first, its pinyin after
+            for pid, start in self.pinyin().lookup(query, 2 * k):
+                w = float(self.weights[pid])
+                got.setdefault(pid, 0.9 * w if exact else (1.0 if start else 0.0) + w if chinese else 0.5 * w)
         best = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [Match(self.texts[i], self.kinds[i], round(s, 4), self.keys[i]) for i, s in best]
 

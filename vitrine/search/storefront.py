@@ -32,6 +32,7 @@ from vitrine.errors import InvalidInput
 from vitrine.index import fuzzy
 from vitrine.index.bm25 import word_terms
 from vitrine.index.symbolic import query_words
+from vitrine.lang import segment
 from vitrine.search.models import FacetValue, Ranked, SearchRequest, Span
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitrine.settings import SearchSettings
 
 _FIELD_WORD = re.compile(r"\w+", re.UNICODE)
+_ZH_FUNCTION = frozenset("的了和与及或要不是在有我你他她它们吗呢吧啊个件款")  # one-character words never marked
 FACET_LIMIT = 50
 
 
@@ -176,9 +178,24 @@ class Highlighter:
                 self.words.append((w, terms[0], fuzzy.max_edits(w)))
         # a field word's answer, remembered for this query: the hits' titles share most words
         self._seen: dict[str, bool] = {}
+        # Chinese words of the query (jieba, search mode: "男士手表" -> 男士, 手表, 男士手表), found
+        # anywhere in a text: Chinese titles run words together, so a span is an occurrence
+        self.chinese: list[str] = []
+        if text and segment.has_cjk(text):
+            found = {w for w in segment.words(text, search_mode=True) if segment.has_cjk(w)}
+            self.chinese = sorted((w for w in found if len(w) > 1 or w not in _ZH_FUNCTION), key=len, reverse=True)
 
     def __bool__(self) -> bool:
-        return bool(self.words)
+        return bool(self.words or self.chinese)
+
+    def _chinese_spans(self, text: str) -> list[tuple[int, int]]:
+        out = []
+        for w in self.chinese:
+            i = text.find(w)
+            while i >= 0:
+                out.append((i, i + len(w)))
+                i = text.find(w, i + len(w))
+        return out
 
     def _matches(self, word: str) -> bool:
         hit = self._seen.get(word)
@@ -200,9 +217,19 @@ class Highlighter:
         return False
 
     def spans(self, text: str | None) -> list[Span]:
-        if not text or not self.words:
+        if not text or not self:
             return []
-        return [Span(start=m.start(), end=m.end()) for m in _FIELD_WORD.finditer(text) if self._matches(m.group())]
+        got = [(m.start(), m.end()) for m in _FIELD_WORD.finditer(text)
+               if not segment.has_cjk(m.group()) and self.words and self._matches(m.group())]
+        if self.chinese and segment.has_cjk(text):
+            got += self._chinese_spans(text)
+        merged: list[list[int]] = []  # overlapping or touching spans as one
+        for a, b in sorted(got):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return [Span(start=a, end=b) for a, b in merged]
 
     def of(self, title: str | None, description: str | None) -> dict[str, list[Span]]:
         out = {"title": self.spans(title)}

@@ -31,6 +31,8 @@ from pydantic import BaseModel, Field
 
 from vitrine.errors import InvalidInput, StorageError
 from vitrine.index import suggest
+from vitrine.intent import lexicon_zh
+from vitrine.lang.segment import has_cjk
 from vitrine.lru import LRU
 from vitrine.search.state import IndexState
 
@@ -60,6 +62,30 @@ class SuggestResponse(BaseModel):
     q: str
     suggestions: list[SuggestionOut]
     took_ms: float
+
+
+ZH_FORMS_PER_VALUE = 2  # Chinese phrases suggested per English category, brand or facet value
+
+
+def chinese_phrases(phrases: Sequence[suggest.Phrase]) -> list[suggest.Phrase]:
+    """Chinese forms of a catalogue's categories, brands and facet values (colours) as phrases of
+    the same kind and count (vitrine/intent/lexicon_zh.py): a shopper typing Chinese or pinyin on
+    an English catalogue is offered 沙发 for its Sofas; a Chinese catalogue's values are its own."""
+    fields = {"category": "category", "brand": "brand", "facet": "colour"}
+    values: dict[str, list[str]] = {f: [] for f in fields.values()}
+    counts: dict[tuple[str, str], suggest.Phrase] = {}
+    for p in phrases:
+        fld = fields.get(p.kind)
+        if fld and not has_cjk(p.text) and (fld != "colour" or " " not in p.text):
+            values[fld].append(p.text)
+            counts[(fld, p.text)] = p
+    out: list[suggest.Phrase] = []
+    for fld, per in lexicon_zh.chinese_forms(values, (p.text for p in phrases if p.kind in ("title", "brand"))).items():
+        for value, forms in per.items():
+            src = counts.get((fld, value))
+            if src is not None:
+                out += [suggest.Phrase(zh, src.kind, src.count) for zh in forms[:ZH_FORMS_PER_VALUE]]
+    return out
 
 
 class Suggestions:
@@ -129,10 +155,12 @@ class Suggestions:
         seq = self.state.records.seq
         if seq == self._catalogue_seq and self._catalogue is not None:
             return
+        lexicon_zh.reverse_dictionary()  # loaded once per process (~2 s), not part of a build's time
         t0 = time.perf_counter()
         brands = getattr(self.state.graph_data, "brands", None)
         brand_of = brands.from_title if brands is not None and len(brands) else None
-        index = suggest.SuggestIndex(suggest.catalogue_phrases(self._docs(), brand_of=brand_of))
+        phrases = suggest.catalogue_phrases(self._docs(), brand_of=brand_of)
+        index = suggest.SuggestIndex(phrases + chinese_phrases(phrases))
         self._catalogue, self._catalogue_seq = index, seq
         self._build_s = time.perf_counter() - t0
         self._built_at = time.monotonic()
@@ -228,7 +256,9 @@ class Suggestions:
     def warm(self) -> float:
         """Build the indexes before the first lookup; returns the seconds it took."""
         t0 = time.perf_counter()
-        self.catalogue()
+        index = self.catalogue()
+        if index is not None:
+            index.pinyin()  # its Chinese phrases by pinyin (pypinyin loads now, not in a lookup)
         if self.popular is not None:
             self.refresh_queries()
         return time.perf_counter() - t0
@@ -239,6 +269,24 @@ class Suggestions:
         caller (a search): empty until the background build is done (warm-up builds it first)."""
         index = self.catalogue(wait=len(self.state) <= INLINE_FIRST_BUILD)
         return index.words if index is not None else frozenset()
+
+    def texts(self) -> list[str]:
+        """The catalogue's titles and brands as written (where a brand's Chinese name stands
+        beside it, "Nike/耐克", vitrine/intent/lexicon_zh.py learns it); empty until built."""
+        index = self.catalogue(wait=len(self.state) <= INLINE_FIRST_BUILD)
+        if index is None:
+            return []
+        return [t for t, kd in zip(index.texts, index.kinds) if kd in ("title", "brand")]
+
+    def language(self) -> str:
+        """The catalogue's language as its titles read: "zh" when at least half of them hold
+        Chinese characters, else "en" (the UI's text and examples follow it)."""
+        index = self.catalogue(wait=len(self.state) <= INLINE_FIRST_BUILD)
+        if index is None:
+            return "en"
+        titles = [t for t, kd in zip(index.texts, index.kinds) if kd == "title"][:5000]
+        zh = sum(1 for t in titles if has_cjk(t))
+        return "zh" if titles and zh * 2 >= len(titles) else "en"
 
     # -- lookups -------------------------------------------------------------------------------------
     def lookup(self, q: str, k: int = 8) -> list[suggest.Match]:

@@ -175,8 +175,17 @@ class QueryUnderstanding:
                     break
         return Vocabulary.of(brands, facets["category"], facets["colour"], facets["gender"])
 
-    def extractor(self) -> "SlotExtractor":
+    def build_extractor(self) -> "SlotExtractor":
+        """A slot extractor over the catalogue's vocabulary, reading its values' Chinese forms too
+        (vitrine/intent/lexicon_zh.py: the lexicon's, those the catalogue writes beside them,
+        "Nike/耐克", and the dictionary's)."""
+        from vitrine.intent import lexicon_zh
         from vitrine.intent.slots import SlotExtractor
+
+        vocab = self.vocabulary()
+        return SlotExtractor(vocab, lexicon_data=lexicon_zh.merged_lexicon(vocab, self.reader.suggestions.texts()))
+
+    def extractor(self) -> "SlotExtractor":
 
         now = time.monotonic()
         current = self._extractor
@@ -189,7 +198,7 @@ class QueryUnderstanding:
             extractor = self._extractor
             if extractor is None or (key != self._vocab_key and
                                      now - self._vocab_at >= self.settings.intent.intent_vocab_refresh_s):
-                extractor = self._extractor = SlotExtractor(self.vocabulary())
+                extractor = self._extractor = self.build_extractor()
                 self._vocab_key, self._vocab_at = key, now
             return extractor
 

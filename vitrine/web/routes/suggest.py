@@ -36,14 +36,18 @@ class UIConfig(BaseModel):
                                      "no photo boxes)")
     products: int
     examples: list[str] = Field(description="Example searches for the home page, from the logs and the catalogue")
+    language: str = Field("en", description="The catalogue's language as its titles read: zh (at least half of "
+                                           "them Chinese) or en; the page's text and examples follow it")
 
 
 @router.get("/ui/config", response_model=UIConfig, responses=errors_for())
 async def ui_config(engine: EngineDep, settings: SettingsDep) -> UIConfig:
-    """What the browser UI needs: the events-only key, whether the catalogue has photos, and
-    example searches made from this catalogue and its logged queries."""
+    """What the browser UI needs: the events-only key, whether the catalogue has photos, the
+    catalogue's language, and example searches made from this catalogue and its logged queries."""
     stats = await anyio.to_thread.run_sync(engine.stats)
     examples = await anyio.to_thread.run_sync(engine.suggest, "", EXAMPLES)
+    language = await anyio.to_thread.run_sync(engine.suggestions.language)
     key = settings.web.events_key
     return UIConfig(events_key=key.get_secret_value() if key else None, photos=stats.get("with_photo", 0) > 0,
-                    products=stats.get("products", 0), examples=[s.text for s in examples.suggestions])
+                    products=stats.get("products", 0), examples=[s.text for s in examples.suggestions],
+                    language=language)

@@ -6,10 +6,14 @@
 //   a click takes one. Without a highlighted one, Enter searches what was typed (app.js).
 // - the welcome panel's examples come from the catalogue and its logged queries (the server's
 //   ui/config), not from a fixed list.
+// - the page's text follows the catalogue's language (ui/config `language`, static/i18n.js); a
+//   Chinese shopper's input method shows pinyin in the box while composing ("shou'biao"): the
+//   server completes it to Chinese.
 // - a catalogue without photos gets a text-only page (body.no-photos): no photo prompt or drop
 //   zone, no photo boxes on the cards.
 
 import { uiConfig } from "./config.js";
+import { applyLanguage, t } from "./i18n.js";
 
 const DEBOUNCE_MS = 120;
 const K = 8;
@@ -130,7 +134,7 @@ function suggestBox() {
 function examples(cfg) {
   const box = $("#welcome .try");
   if (!box || !cfg.examples || !cfg.examples.length) return;
-  const label = document.createTextNode("Try: ");
+  const label = document.createTextNode(t("try"));
   const buttons = cfg.examples.map((q) => {
     const b = document.createElement("button");
     b.type = "button";
@@ -149,15 +153,14 @@ function textOnly(cfg) {
   if (cfg.photos !== false) return;
   document.body.classList.add("no-photos");
   const input = $("#q");
-  if (input) input.placeholder = "Search the catalogue";
+  if (input) input.placeholder = t("placeholderText");
   const hint = $("#search-hint");
-  if (hint) hint.textContent = "Type what you are looking for. Press slash to jump here.";
+  if (hint) hint.textContent = t("hintText");
   const h2 = $("#welcome h2");
-  if (h2) h2.textContent = "Search the catalogue";
+  if (h2) h2.textContent = t("welcomeText");
   const intro = $("#welcome h2 + p");
   if (intro) {
-    intro.textContent = "Type what you are looking for: suggestions appear as you type. Open a product to see " +
-      "similar items and what goes well with it; tick Compare on 2 to 5 products to see them side by side.";
+    intro.textContent = t("introText");
   }
   // no photo search here: a dropped or pasted image is not taken (the listeners after this one never see it)
   const hasImage = (dt) => dt && [...(dt.items || [])].some((i) => i.kind === "file" && i.type.startsWith("image/"));
@@ -170,6 +173,7 @@ function textOnly(cfg) {
 
 suggestBox();
 uiConfig().then((cfg) => {
+  applyLanguage(cfg.language || "en"); // the page's text in the catalogue's language (static/i18n.js)
   textOnly(cfg);
   examples(cfg);
   document.body.dataset.uiConfig = "1";

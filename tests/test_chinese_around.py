@@ -1,0 +1,254 @@
+"""Everything around search reads Chinese (issue 51, items 3 and 4), through the HTTP API on real
+text: suggestions by Chinese prefix, by pinyin (whole, initials, mixed) and through a homophone
+typed by an input method; the Chinese lexicon of any catalogue (the dictionary reversed onto a
+furniture catalogue's categories, a brand's Chinese name learned where the catalogue writes it
+beside the brand, "Nike/耐克"); highlights on Chinese words; analytics grouping one Chinese query
+however it was typed (traditional, full-width, spaces); the UI's language."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+KEY = {"X-API-Key": "s3cret"}
+
+# A small Chinese shop: titles, categories and brands as Chinese shops write them.
+ZH_SHOP = [
+    ("Z1", "卡西欧 男士 黑色 手表 防水 石英表", "配饰 > 手表", "卡西欧"),
+    ("Z2", "天梭 女士 手表 钢带 机械表", "配饰 > 手表", "天梭"),
+    ("Z3", "Nike/耐克 男士 跑步鞋 透气 运动鞋", "鞋靴 > 运动鞋", "Nike/耐克"),
+    ("Z4", "红色 连衣裙 夏季 雪纺 女装", "服装 > 连衣裙", "优衣库"),
+    ("Z5", "黑色 手提包 真皮 女士 单肩包", "箱包 > 手提包", "小CK"),
+    ("Z6", "Adidas/阿迪达斯 三叶草 男士 卫衣 连帽", "服装 > 卫衣", "Adidas"),
+    ("Z7", "苹果 手机壳 硅胶 透明 防摔", "数码配件 > 手机壳", "倍思"),
+    ("Z8", "男士 休闲 衬衫 长袖 纯棉", "服装 > 衬衫", "海澜之家"),
+]
+
+# Rows of the WANDS furniture catalogue (/work/shared/data/wands-dev/catalog.jsonl), as written there.
+WANDS_ROWS = [
+    {"id": "13", "title": "king tufted low profile standard bed",
+     "category": ["Furniture", "Bedroom Furniture", "Beds & Headboards", "Beds"], "attributes": {"class": "Beds"}},
+    {"id": "30", "title": "lugent 70.87 '' h x 70.87 '' w x 11.8 '' d steel etagere bookcase",
+     "category": ["Furniture", "Living Room Furniture", "Bookcases"], "attributes": {"class": "Bookcases"}},
+    {"id": "34", "title": "oversized osiris wall clock", "category": ["Décor & Pillows", "Clocks", "Wall Clocks"],
+     "attributes": {"class": "Wall Clocks"}},
+    {"id": "100", "title": "telemark 4 shelf etagere bookcase",
+     "category": ["Furniture", "Living Room Furniture", "Bookcases"], "attributes": {"class": "Bookcases"}},
+    {"id": "444", "title": "industrial vintage home office l-shape desk",
+     "category": ["Furniture", "Office Furniture", "Desks"], "attributes": {"class": "Desks"}},
+    {"id": "1190", "title": "mariel floating desk with hutch", "category": ["Furniture", "Office Furniture", "Desks"],
+     "attributes": {"class": "Desks"}},
+    {"id": "1477", "title": "kjellfrid 54.75 '' linen rolled arm curved loveseat",
+     "category": ["Furniture", "Living Room Furniture", "Sofas"], "attributes": {"class": "Sofas"}},
+    {"id": "17649", "title": "northstate mid-century modern light grey fabric upholstered loveseat",
+     "category": ["Furniture", "Living Room Furniture", "Sofas"], "attributes": {"class": "Sofas"}},
+    {"id": "18644", "title": "carolina 50.25 '' velvet recessed arm loveseat",
+     "category": ["Furniture", "Living Room Furniture", "Sofas"], "attributes": {"class": "Sofas"}},
+    {"id": "19078", "title": "micheals 95 '' genuine leather square arm sofa",
+     "category": ["Furniture", "Living Room Furniture", "Sofas"], "attributes": {"class": "Sofas"}},
+]
+
+
+def _client(engine):
+    from pydantic import SecretStr
+
+    from vitrine.web.app import create_app
+
+    engine.settings.web.api_key = SecretStr("s3cret")
+    engine.settings.intent.intent_vocab_refresh_s = 0.0  # the slot vocabulary follows the writes at once
+    return TestClient(create_app(engine=engine))
+
+
+@pytest.fixture()
+def zh_client(fresh_engine):
+    with _client(fresh_engine) as c:
+        for pid, title, category, brand in ZH_SHOP:
+            r = c.put(f"/v1/products/{pid}", json={"id": pid, "title": title, "category": category, "brand": brand},
+                      headers=KEY)
+            assert r.status_code == 200, r.text
+        yield c
+
+
+@pytest.fixture()
+def furniture_client(fresh_engine):
+    with _client(fresh_engine) as c:
+        for row in WANDS_ROWS:
+            r = c.put(f"/v1/products/{row['id']}", json=row, headers=KEY)
+            assert r.status_code == 200, r.text
+        yield c
+
+
+def texts(c: TestClient, q: str, k: int = 8) -> list[str]:
+    r = c.get("/v1/suggest", params={"q": q, "k": k})
+    assert r.status_code == 200, r.text
+    return [s["text"] for s in r.json()["suggestions"]]
+
+
+# -- pinyin, unit by unit ---------------------------------------------------------------------------
+def test_pinyin_reads_typed_forms_against_a_words_readings():
+    from vitrine.lang import pinyin
+
+    watch = pinyin.syllables("手表")
+    assert watch == [("shou",), ("biao",)] and pinyin.initials(watch) == "sb" and pinyin.full(watch) == "shoubiao"
+    known = frozenset({"shou", "biao", "ti", "bao"})
+    for typed in ("shoubiao", "sb", "shb", "shoub", "sbiao", "shou biao", "shou'biao", "手b", "手标"):
+        assert any(pinyin.matches(u, watch) for u in pinyin.query_units(typed, known)), typed
+    for typed in ("sbx", "tb", "手提"):
+        assert not any(pinyin.matches(u, watch) for u in pinyin.query_units(typed, known)), typed
+    assert "hang" in pinyin.readings("行") and "xing" in pinyin.readings("行")  # heteronyms kept
+
+
+# -- suggestions through the API ----------------------------------------------------------------------
+def test_chinese_shop_suggests_by_prefix_pinyin_initials_and_homophone(zh_client):
+    c = zh_client
+    assert texts(c, "手")[:1] == ["手表"] or "手表" in texts(c, "手")  # a Chinese prefix
+    assert "手提包" in texts(c, "手") and "手机壳" in texts(c, "手")  # inside a run of characters too
+    assert texts(c, "shoubiao")[0] == "手表"  # whole pinyin: the category first
+    assert texts(c, "sb")[0] == "手表"  # initials
+    assert texts(c, "shoub")[0] == "手表"  # mixed: a whole syllable, then an initial
+    assert texts(c, "shou biao")[0] == "手表"  # syllables apart, as some input methods show them
+    assert "手表" in texts(c, "手b")  # characters, then letters still being typed
+    got = texts(c, "手标")  # a homophone the input method offered first: 标 (biao) for 表 (biao)
+    assert got and got[0] == "手表" and "手标" not in got
+    assert "手提包" in texts(c, "shoutibao") and "手提包" in texts(c, "stb")
+    assert "连衣裙" in texts(c, "lianyiqun") and "连衣裙" in texts(c, "lyq")
+    assert "运动鞋" in texts(c, "yundongxie")
+    # a word inside a title is found from its start: "sb" finds the titles holding 手表 too
+    assert any("手表" in t and t != "手表" for t in texts(c, "sb", 8))
+    assert texts(c, "zzzq") == []  # letters that spell nothing here: nothing
+
+
+def test_english_furniture_catalogue_suggests_its_categories_chinese_forms(furniture_client):
+    c = furniture_client
+    assert "沙发" in texts(c, "沙")  # Sofas' Chinese form, from the dictionary
+    assert "沙发" in texts(c, "shafa") and "沙发" in texts(c, "sf")
+    assert "书柜" in texts(c, "shugui")  # Bookcases
+    assert "挂钟" in texts(c, "gz") or "挂钟" in texts(c, "guazhong")  # Wall Clocks
+    # English first: a Latin prefix that completes English words keeps them ahead of pinyin
+    got = texts(c, "so")
+    assert got and got[0].lower().startswith("so")
+
+
+# -- the lexicon ---------------------------------------------------------------------------------------
+def test_lexicon_learns_a_brands_chinese_name_from_the_catalogue():
+    from vitrine.intent import lexicon_zh
+    from vitrine.intent.slots import SlotExtractor, Vocabulary
+
+    learned = lexicon_zh.learn_pairs(["Air Max Nike/耐克 男士跑步鞋", "卡西欧（Casio）手表 男士", "plain title"])
+    assert learned["nike"]["耐克"] == 1 and learned["casio"]["卡西欧"] == 1 and "plain title" not in learned
+    vocab = Vocabulary.of(brands=["Nike", "Casio", "Bose"], categories=["Headphones"])
+    # learned only: "Bose" has no pair in the titles; its dictionary name is not asked here
+    forms = lexicon_zh.chinese_forms({"brand": ["Nike", "Casio"]}, ["Air Max Nike/耐克", "卡西欧（Casio）"],
+                                     base={}, use_dictionary=False)
+    assert forms == {"brand": {"Nike": ["耐克"], "Casio": ["卡西欧"]}}
+    ex = SlotExtractor(vocab, lexicon_data=lexicon_zh.merged_lexicon(vocab, ["Air Max Nike/耐克"]))
+    assert ex.extract("耐克跑步鞋").brand == ["Nike"]
+    # a brand field written in both scripts names the brand by either
+    both = Vocabulary.of(brands=["Nike/耐克"])
+    ex = SlotExtractor(both, lexicon_data=lexicon_zh.merged_lexicon(both))
+    assert ex.extract("耐克 跑鞋").brand == ["Nike/耐克"] and ex.extract("nike shoes").brand == ["Nike/耐克"]
+
+
+def test_dictionary_gives_any_catalogues_values_chinese_forms():
+    from vitrine.intent import lexicon_zh
+
+    assert lexicon_zh.dictionary_forms("Sofas", "category")[0] == "沙发"
+    assert "书柜" in lexicon_zh.dictionary_forms("Bookcases", "category")
+    assert lexicon_zh.dictionary_forms("Wall Clocks", "category") == ["挂钟"]
+    assert "衣柜" in lexicon_zh.dictionary_forms("Armoires & Wardrobes", "category")  # a side of "A & B"
+    assert "手表" in lexicon_zh.dictionary_forms("Wristwatch", "category")
+    assert lexicon_zh.dictionary_forms("Watches", "category") == []  # "to watch" is a verb: no form
+    assert lexicon_zh.dictionary_forms("Nike", "brand") == ["耐克"]  # a name: brands only
+    assert lexicon_zh.dictionary_forms("Nike", "category") == []
+
+
+def test_chinese_slots_on_a_furniture_catalogue(furniture_client, fresh_engine):
+    ex = fresh_engine.understanding.extractor()
+    assert ex.extract("沙发").category == ["Sofas"]
+    assert ex.extract("灰色沙发").category == ["Sofas"]
+    assert ex.extract("书柜").category == ["Bookcases"]
+    assert ex.extract("挂钟").category == ["Wall Clocks"]
+    assert ex.extract("书桌").category == ["Desks"]
+    r = furniture_client.post("/v1/search", json={"text": "沙发", "k": 5})
+    assert r.status_code == 200, r.text
+    assert r.json()["slots"].get("category") == "Sofas"
+
+
+def test_chinese_shop_slots_learned_from_its_own_pairs(zh_client, fresh_engine):
+    ex = fresh_engine.understanding.extractor()
+    # learned from the title "Adidas/阿迪达斯 ..." (or the lexicon's ADIDAS, where the graph names it so)
+    assert [b.casefold() for b in ex.extract("阿迪达斯卫衣").brand] == ["adidas"]
+    # the brand field "Nike/耐克" (the graph's brand lexicon may name it "Nike", read from the titles)
+    assert [b.split("/")[0] for b in ex.extract("耐克跑步鞋").brand] == ["Nike"]
+
+
+# -- highlights --------------------------------------------------------------------------------------
+def test_highlights_mark_chinese_words_in_chinese_titles(zh_client):
+    r = zh_client.post("/v1/search", json={"text": "男士手表", "k": 8, "highlight": True})
+    assert r.status_code == 200, r.text
+    hits = {h["id"]: h for h in r.json()["results"]}
+    assert "Z1" in hits
+    title = hits["Z1"]["title"]
+    marked = [title[s["start"]:s["end"]] for s in hits["Z1"]["highlights"]["title"]]
+    assert marked == ["男士", "手表"]
+    for h in hits.values():  # every marked piece is a query word, never a whole run of characters
+        for s in h["highlights"]["title"]:
+            assert h["title"][s["start"]:s["end"]] in {"男士", "手表", "男士手表"}
+
+
+def test_highlighter_merges_and_keeps_latin_words():
+    from vitrine.search.storefront import Highlighter
+
+    h = Highlighter("Nike 跑步鞋")
+    title = "Nike/耐克 男士 跑步鞋 透气"
+    got = [title[s.start:s.end] for s in h.spans(title)]
+    assert got == ["Nike", "跑步鞋"]
+    assert Highlighter("的").spans("我的手表") == []  # a function character alone is never marked
+
+
+# -- analytics ---------------------------------------------------------------------------------------
+def test_one_chinese_query_however_typed():
+    from vitrine.index.querytext import normalise_query
+
+    forms = ["男士手表", "男士手錶", "男士 手表", " 男士　手錶！", "男士手表。"]
+    assert {normalise_query(f) for f in forms} == {"男士手表"}
+    assert normalise_query("ＮＩＫＥ 跑步鞋") == normalise_query("nike 跑步鞋") == "nike 跑步鞋"
+    assert normalise_query("紅色連衣裙") == "红色连衣裙"
+    assert normalise_query("Red  Shoes!") == "red shoes"  # English as before
+
+
+def test_analytics_group_chinese_queries(zh_client, fresh_engine):
+    typed = ["男士手表", "男士手錶", "男士 手表", "男士手表！", "红色连衣裙", "紅色連衣裙"]
+    for i, q in enumerate(typed):
+        r = zh_client.post("/v1/search", json={"text": q, "k": 5, "user": f"u{i}"})
+        assert r.status_code == 200, r.text
+    rep = zh_client.get("/v1/analytics", params={"top": 50}, headers=KEY).json()
+    counts = {q["query"]: q["searches"] for q in rep["top_queries"]}
+    raw = fresh_engine.feedback.log.read()  # the brute force: the raw log's texts, grouped by hand
+    by_hand: dict[str, int] = {}
+    for s in raw.searches:
+        key = {"男士手表": "男士手表", "男士手錶": "男士手表", "男士 手表": "男士手表", "男士手表！": "男士手表",
+               "红色连衣裙": "红色连衣裙", "紅色連衣裙": "红色连衣裙"}[s.text]
+        by_hand[key] = by_hand.get(key, 0) + 1
+    assert counts == by_hand == {"男士手表": 4, "红色连衣裙": 2}
+    assert rep["distinct_queries"] == 2
+
+
+# -- the UI ----------------------------------------------------------------------------------------------
+def test_ui_config_says_the_catalogues_language(zh_client, client_en):
+    zh = zh_client.get("/v1/ui/config").json()
+    assert zh["language"] == "zh"
+    chinese = [e for e in zh["examples"] if any("\u4e00" <= ch <= "\u9fff" for ch in e)]
+    assert zh["examples"] and len(chinese) * 2 >= len(zh["examples"])  # its own words (a brand may be Latin)
+    en = client_en.get("/v1/ui/config").json()
+    assert en["language"] == "en"
+    page = zh_client.get("/static/i18n.js").text
+    assert '"搜索"' in page and "zh:" in page and "en:" in page
+
+
+@pytest.fixture()
+def client_en(engine):
+    from vitrine.web.app import create_app
+
+    with TestClient(create_app(engine=engine)) as c:
+        yield c

@@ -200,7 +200,7 @@ def test_slot_check_sees_every_kind():
 def test_tuning_metrics_match_brute_force(engine):
     from vitrine.evals.tuning import SIGNALS, build_pools, per_query
 
-    queries = [q for q in pq.generate(_docs(engine), counts={"title": 6, "category": 3, "attributes": 3}) if q.text]
+    queries = [q for q in pq.generate(_docs(engine), counts={"title": 6, "category": 3, "attributes": 3, "shopper": 6}) if q.text]
     pools = build_pools(engine, queries)
     w = np.array([0.5 if s in ("native", "bm25") else 0.2 for s in SIGNALS])
     got = per_query(pools, w)
@@ -211,7 +211,7 @@ def test_tuning_metrics_match_brute_force(engine):
         pool = fusion.build_pool(engine.reader, qv, q.text, 10, None, signals=("bm25", "graph"),
                                  native_q=engine.query_encoder.native(q.text))
         ranked = [iid_to_id[iid] for iid, _, _ in fusion.fuse_weighted(pool, weights, limit=10)]
-        assert got["nDCG@10"][i] == pytest.approx(ndcg_at_k(ranked, q.relevant, 10), abs=1e-9)
+        assert got["nDCG@10"][i] == pytest.approx(ndcg_at_k(ranked, q.relevant, 10, "linear"), abs=1e-9)
         assert got["R@10"][i] == pytest.approx(recall_at_k(ranked, q.relevant, 10), abs=1e-9)
         assert got["MRR@10"][i] == pytest.approx(mrr_at_k(ranked, q.relevant, 10), abs=1e-9)
 
@@ -221,7 +221,7 @@ def test_robust_objective_measures_each_pool_against_its_own_floor(engine):
     one fit per sample does) must never get another subset's floor through a reused array id."""
     from vitrine.evals.tuning import Robust, build_pools, kind_means, weights_vec
 
-    queries = [q for q in pq.generate(_docs(engine), counts={"title": 12, "category": 6, "attributes": 6}) if q.text]
+    queries = [q for q in pq.generate(_docs(engine), counts={"title": 12, "category": 6, "attributes": 6, "shopper": 6}) if q.text]
     pools = build_pools(engine, queries)
     floor_w = weights_vec(calibration.FLOOR_WEIGHTS)
     robust = Robust(floor_w, 3.0)

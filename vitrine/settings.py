@@ -202,7 +202,11 @@ class SearchSettings(_Section):
     relevance_floor: float = Field(
         0.81, ge=0.0, le=1.0, description="Sorted and faceted searches count, sort and facet only the candidates "
         "scoring at least this fraction of the query's top score (tuned on val queries: "
-        "bench-results/relevance_floor.md).")
+        "bench-results/relevance_floor.md); a catalogue `vitrine tune` fitted its own floor for uses that one "
+        "(relevance_floor_tuned).")
+    relevance_floor_tuned: bool = Field(
+        True, description="Use the relevance floor `vitrine tune` fitted to the catalogue's own score distributions "
+        "(tuning.json) instead of relevance_floor (docs/tuning.md).")
     max_text_chars: int = Field(1000, ge=1, description="Longest query text accepted.")
     fusion: Literal["rrf", "weighted", "off"] = Field(
         "weighted", description="How vector, BM25 and graph signals fuse (weighted sum or reciprocal-rank); "

@@ -31,6 +31,9 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
               help="Hybrid ranking: reciprocal-rank or weighted fusion of vector, BM25 and graph; off = vectors only "
                    "(default from settings)")
 @click.option("--signals", default=None, help="Signals fused with the vectors: bm25,graph | bm25 | graph | none")
+@click.option("--gains", type=click.Choice(["linear", "exponential"]), default="linear", show_default=True,
+              help="nDCG's gain for graded qrels: linear (a grade g earns g: WANDS exact 2 = 1, partial 1 = 0.5) "
+                   "or exponential (2^g - 1); binary qrels score the same either way")
 @click.option("--n", "n_queries", type=int, default=None,
               help="Queries for --protocol attr (default 500) or composed (400), anchors for --protocol complements "
                    "(default 200), photos for --protocol degraded (default: every photo of the split)")
@@ -48,7 +51,7 @@ PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "compleme
 @model_options
 @store_option
 def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, ks: str, split: str,
-             json_out: Path | None, fusion: str | None, signals: str | None, n_queries: int | None,
+             json_out: Path | None, fusion: str | None, signals: str | None, gains: str, n_queries: int | None,
              use_intent: bool | None, adapters: str | None, report_dir: Path | None, **model: Any) -> None:
     """Measure retrieval quality: Recall@K, MRR, nDCG (and the KAGL protocols)."""
     cutoffs = _cutoffs(ks)
@@ -95,7 +98,7 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
     if protocol in ("qrels", "photo-self", "attr", "complements"):
         if data_dir is None:
             raise click.UsageError(f"--protocol {protocol} searches a data dir: give --data")
-        result = _data_dir_protocol(protocol, settings, queries, cutoffs, split, n_queries)
+        result = _data_dir_protocol(protocol, settings, queries, cutoffs, split, n_queries, gains)
     else:
         result = _tower_protocol(protocol, settings, split)
     result["adapter"] = settings.encoders.adapter
@@ -115,7 +118,7 @@ def _cutoffs(ks: str) -> list[int]:
 
 
 def _data_dir_protocol(protocol: str, settings: Any, queries: Path | None, cutoffs: list[int], split: str,
-                       n_queries: int | None) -> dict[str, Any]:
+                       n_queries: int | None, gains: str = "linear") -> dict[str, Any]:
     """The protocols that search a data dir through the engine: qrels, complements, attr, photo-self."""
     from vitrine.evals import protocols as P
     from vitrine.evals.datasets import Catalog, EvalQuery, load_qrels
@@ -125,7 +128,7 @@ def _data_dir_protocol(protocol: str, settings: Any, queries: Path | None, cutof
     if protocol == "qrels":
         if queries is None:
             raise click.UsageError("--protocol qrels needs --queries")
-        return P.run_qrels(engine, load_qrels(queries), cutoffs)
+        return P.run_qrels(engine, load_qrels(queries), cutoffs, gain=gains)
     if protocol == "complements":
         from vitrine.evals.recommend_eval import complements_check
 

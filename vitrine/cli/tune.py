@@ -33,7 +33,8 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tu
     """Tune ``engine``'s catalogue, save the settings in its data dir, write the report.
     ``queries``: the shop's own judged queries, fitted beside the pseudo-queries. ``logs``: first
     learn from the search log (vitrine/evals/log_tuning.py), and fit its clear choices too."""
-    from vitrine.evals.tuning import rounded, tune, write_report
+    from vitrine.evals.tuning import tune
+    from vitrine.evals.tuning_report import rounded, write_report
 
     labelled = labelled_queries(queries, seed=seed)
     if logs:
@@ -54,6 +55,11 @@ def run_tune(engine: Any, report_dir: Path | None, *, seed: int = 0, queries: tu
                f"native-only {ho['native_only (floor)']['objective']:.4f}, fitted {ho['fitted']['objective']:.4f} "
                f"-> {'accepted ' + str(rounded(r['chosen'])) if r['accepted'] else 'floor kept (native only)'}; "
                f"slot filters {'on' if result.calibration.slot_filters else 'off'}", err=True)
+    rf = r.get("relevance_floor") or {}
+    if rf.get("fitted") is not None:
+        click.echo(f"relevance floor: {rf['fitted']} of a query's top score (held-out pseudo-queries: precision "
+                   f"{rf['precision']}, recall {rf['recall']}; configured {rf['configured']})", err=True)
+    click.echo(f"evidence: held-out gain over the floor {r['evidence']}", err=True)
     for label, m in (r.get("labelled") or {}).get("heldout", {}).items():
         click.echo(f"  shop's held-out queries, {label}: nDCG@10 {m['nDCG@10']:.4f} (objective {m['objective']:.4f})",
                    err=True)

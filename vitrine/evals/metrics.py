@@ -49,19 +49,28 @@ def mrr_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
     return 0.0
 
 
-def dcg_at_k(gains: Sequence[float], k: int) -> float:
-    """Discounted cumulative gain with exponential gain 2^g - 1."""
+GAINS = ("exponential", "linear")
+
+
+def dcg_at_k(gains: Sequence[float], k: int, gain: str = "exponential") -> float:
+    """Discounted cumulative gain: with ``gain="exponential"`` a grade g earns 2^g - 1 (Burges et
+    al.), with ``"linear"`` it earns g (Järvelin & Kekäläinen; WANDS's figures: exact 2 counts
+    twice a partial 1, i.e. 1 and 0.5 once normalised). Binary grades give the same DCG either way."""
+    if gain == "linear":
+        return sum(float(g) / math.log2(i + 2) for i, g in enumerate(gains[:k]))
+    if gain != "exponential":
+        raise ValueError(f"gain must be one of {GAINS}, not {gain!r}")
     return sum((2.0 ** g - 1.0) / math.log2(i + 2) for i, g in enumerate(gains[:k]))
 
 
-def ndcg_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
-    """DCG of the ranking over the DCG of the ideal ranking."""
+def ndcg_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int, gain: str = "exponential") -> float:
+    """DCG of the ranking over the DCG of the ideal ranking (``gain``: see :func:`dcg_at_k`)."""
     ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)
-    idcg = dcg_at_k(ideal, k)
+    idcg = dcg_at_k(ideal, k, gain)
     if idcg == 0:
         return 0.0
     gains = [float(relevant.get(r, 0.0)) for r in ranked[:k]]
-    return dcg_at_k(gains, k) / idcg
+    return dcg_at_k(gains, k, gain) / idcg
 
 
 def average_precision_at_k(ranked: Sequence[Hashable], relevant: Relevance, k: int) -> float:
@@ -91,12 +100,17 @@ def mean_metrics(
     runs: Sequence[tuple[Sequence[Hashable], Relevance]],
     ks: Sequence[int],
     names: Sequence[str] = ("R", "MRR", "nDCG"),
+    gain: str = "exponential",
 ) -> dict[str, float]:
-    """Average each named metric at each k over (ranked, relevant) pairs: keys like ``R@10``."""
+    """Average each named metric at each k over (ranked, relevant) pairs: keys like ``R@10``
+    (``gain``: nDCG's gain, see :func:`dcg_at_k`)."""
     out: dict[str, float] = {}
     n = len(runs)
     for name in names:
         fn = METRICS[name]
         for k in ks:
-            out[f"{name}@{k}"] = sum(fn(r, rel, k) for r, rel in runs) / n if n else 0.0
+            if name == "nDCG":
+                out[f"{name}@{k}"] = sum(ndcg_at_k(r, rel, k, gain) for r, rel in runs) / n if n else 0.0
+            else:
+                out[f"{name}@{k}"] = sum(fn(r, rel, k) for r, rel in runs) / n if n else 0.0
     return out

@@ -128,8 +128,9 @@ def photo_self(engine: Engine, catalog: Catalog, *, split: str = "test", limit: 
 
 
 def run_qrels(engine: Engine, queries: Sequence[EvalQuery], ks: Sequence[int], *, progress: bool = True,
-              filters_key: str = "filters") -> dict[str, Any]:
-    """Run each query through the engine and score its ranking against the qrels."""
+              filters_key: str = "filters", gain: str = "exponential") -> dict[str, Any]:
+    """Run each query through the engine and score its ranking against the qrels (``gain``:
+    nDCG's gain for graded qrels, vitrine/evals/metrics.py)."""
     kmax = max(ks)
     runs = []
     lat = []
@@ -140,6 +141,6 @@ def run_qrels(engine: Engine, queries: Sequence[EvalQuery], ks: Sequence[int], *
         res = engine.search(req, image=q.image)
         lat.append((time.perf_counter() - t0) * 1000)
         runs.append(([h.id for h in res.results], q.relevant))
-    metrics = mean_metrics(runs, ks, ("R", "P", "MRR", "nDCG"))
-    return {"protocol": "qrels", "queries": len(queries), "metrics": metrics,
+    metrics = mean_metrics(runs, ks, ("R", "P", "MRR", "nDCG"), gain)
+    return {"protocol": "qrels", "queries": len(queries), "gain": gain, "metrics": metrics,
             "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99))}}

@@ -38,8 +38,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("title", "category", "brand_type", "attributes", "photo", "taxonomy")
-DEFAULT_COUNTS = {"title": 600, "category": 150, "brand_type": 200, "attributes": 250, "photo": 0, "taxonomy": 0}
+KINDS = ("title", "category", "brand_type", "attributes", "photo", "taxonomy", "shopper")
+DEFAULT_COUNTS = {"title": 600, "category": 150, "brand_type": 200, "attributes": 250, "photo": 0, "taxonomy": 0,
+                  "shopper": 300}
+EXACT, PARTIAL = 2.0, 1.0  # the grades of graded pseudo-queries (WANDS's: exact 2, partial 1)
+_STOP = frozenset("a an and the with for of in on to by from or at x w h d set piece pc pcs inch ft that all this your".split())
 _WORD = re.compile(r"\w[\w'&.-]*", re.UNICODE)
 _NUMERIC = re.compile(r"^[\d.,:/ -]+$")
 
@@ -158,6 +161,98 @@ def attribute_sample(combos: Mapping[tuple[tuple[tuple[str, str], ...], str], li
 
 def _words(text: str) -> set[str]:
     return {w.rstrip("s") for w in _WORD.findall(text.casefold()) if w not in ("and", "&")}
+
+
+def _stem(word: str) -> str:
+    w = word.casefold()
+    return w[:-1] if w.endswith("s") and len(w) > 3 else w
+
+
+def _content(title: str) -> list[str]:
+    """A title's words a shopper could type: alphabetic, 3+ letters, not a stop word."""
+    return [w for w in _WORD.findall(title.casefold()) if w.isalpha() and len(w) >= 3 and w not in _STOP]
+
+
+def shopper_queries(docs: Sequence[Mapping[str, Any]], n: int, heldout: float, salt: str,
+                    rng: random.Random) -> list[PseudoQuery]:
+    """``n`` short queries as shoppers type them, with graded relevance (``shopper`` kind):
+
+    - a class word as the product's title says it (a title word in its category leaf's name, else
+      the leaf's last word) with one or two modifiers from the title ("tufted bed", "rustic storage
+      cabinet");
+    - a model or maker name (a title word held by 2 to 20 products) alone or with the class word
+      ("alcott knob").
+
+    Graded by what the titles say, not by the category the records file a product under: exact (2),
+    a title holding every word (or, in the source's leaf, every modifier); partial (1), a title
+    holding the class word, or a product of the source's leaf.
+
+    Unlike the ``category`` and ``taxonomy`` kinds, such queries rarely name a category as the
+    records do, and most of what they want is only partly relevant, as in real judgements: a
+    signal that ranks a whole category high (graph category, proximity) gains little here unless
+    it also helps the words that make the query specific."""
+    by_leaf: dict[str, list[int]] = defaultdict(list)
+    words_of: list[set[str]] = []
+    df: Counter[str] = Counter()
+    for i, d in enumerate(docs):
+        ws = {_stem(w) for w in _content(str(d["title"]))}
+        words_of.append(ws)
+        df.update(ws)
+        leaf = _leaf(d)
+        if leaf:
+            by_leaf[leaf].append(i)
+    n_docs = max(1, len(docs))
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    out: list[PseudoQuery] = []
+    seen: set[str] = set()
+    for i in order:
+        if len(out) >= n:
+            break
+        d = docs[i]
+        leaf = _leaf(d)
+        title_words = _content(str(d["title"]))
+        if not leaf or len(title_words) < 2:
+            continue
+        leaf_stems = {_stem(w) for w in _WORD.findall(leaf.casefold())}
+        heads = [w for w in title_words if _stem(w) in leaf_stems]
+        head = heads[-1] if heads else leaf.split()[-1].casefold()
+        mods = [w for w in dict.fromkeys(title_words) if _stem(w) not in leaf_stems and _stem(w) != _stem(head)]
+        if not mods:
+            continue
+        if rng.random() < 0.3:  # a model or maker name: a word few titles hold
+            rare = [w for w in mods if 2 <= df[_stem(w)] <= 20]
+            if not rare:
+                continue
+            name = rng.choice(rare)
+            text = name if rng.random() < 0.5 else f"{name} {head}"
+            want = {_stem(name)}
+        else:  # a class word with one or two modifiers a handful of titles share
+            common = [w for w in mods if 3 <= df[_stem(w)] <= n_docs // 5]
+            if not common:
+                continue
+            picked = rng.sample(common, min(len(common), 1 if rng.random() < 0.7 else 2))
+            text = " ".join([*picked, head])
+            want = {_stem(w) for w in picked}
+        if text in seen:
+            continue
+        seen.add(text)
+        # graded by what the titles say, not by the category the records file them under (a shopper's
+        # "twin bed" is exactly a twin bunk bed too): exact, every word; partial, the class word, or
+        # the source's leaf
+        same_leaf = set(by_leaf[leaf])
+        need, h = want | {_stem(head)}, _stem(head)
+        rel: dict[str, float] = {}
+        for j, ws in enumerate(words_of):
+            if need <= ws or (j in same_leaf and want <= ws):
+                rel[str(docs[j]["id"])] = EXACT
+            elif h in ws or j in same_leaf:
+                rel[str(docs[j]["id"])] = PARTIAL
+        if not any(g == EXACT for g in rel.values()):
+            continue
+        out.append(PseudoQuery("shopper", rel, split_of("s:" + text, heldout, salt), text=text,
+                               source=str(d["id"])))
+    return out
 
 
 def taxonomy_queries(docs: Sequence[Mapping[str, Any]], taxonomy: Mapping[str, Sequence[str]], n: int,
@@ -290,6 +385,10 @@ def generate(products: Sequence[Mapping[str, Any]], *, counts: Mapping[str, int]
     if taxonomy and counts["taxonomy"]:
         out += taxonomy_queries(docs, taxonomy, counts["taxonomy"], max(max_relevant, len(docs) // 10), heldout,
                                 salt, rng, keys)
+
+    # short queries as shoppers type them, graded
+    if counts["shopper"]:
+        out += shopper_queries(docs, counts["shopper"], heldout, salt, rng)
 
     # photos as queries
     photo_ids = [str(p) for p in with_photo]

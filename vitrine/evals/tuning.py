@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from vitrine.evals import pseudo_queries as pq
+from vitrine.evals.tuning_report import rounded
 from vitrine.search import calibration, fusion
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
@@ -56,14 +56,17 @@ class Pools:
     n_rel: np.ndarray
     kinds: np.ndarray
     kind_weights: dict[str, float] | None = None  # a kind's share of the objective (absent: equal shares)
+    ideal: np.ndarray | None = None  # each query's ideal DCG@10 (linear gains; absent: binary, from n_rel)
 
     def subset(self, rows: np.ndarray) -> "Pools":
         return Pools(self.x[rows], self.rel[rows], self.valid[rows], self.n_rel[rows], self.kinds[rows],
-                     self.kind_weights)
+                     self.kind_weights, None if self.ideal is None else self.ideal[rows])
 
 
 def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 64) -> Pools:
-    """Candidate pools of text queries with every signal, as the engine's hybrid ranking sees them."""
+    """Candidate pools of text queries with every signal, as the engine's hybrid ranking sees them;
+    ``rel`` holds each candidate's grade (graded pseudo-queries, a shop's judged queries) and
+    ``ideal`` each query's ideal DCG@10 over all its relevant products, with linear gains."""
     texts = [q.text or "" for q in queries]
     shared = np.concatenate([engine.query_encoder.text(texts[s:s + batch]) for s in range(0, len(texts), batch)]) \
         if texts else np.zeros((0, engine.encoder.dim), np.float32)
@@ -71,35 +74,41 @@ def build_pools(engine: Engine, queries: list[pq.PseudoQuery], *, batch: int = 6
     id_to_iid = {r.id: int(r.iid) for r in engine.records.iter_rows(with_vectors=False)}
     rows: list[tuple[np.ndarray, np.ndarray]] = []
     n_rel = np.zeros(len(queries))
+    ideal = np.zeros(len(queries))
+    disc = 1.0 / np.log2(np.arange(2, K + 2))
     for i, q in enumerate(queries):
         pool = fusion.build_pool(engine.reader, {"text": shared[i]}, texts[i], K, None, signals=("bm25", "graph"),
                                  native_q=native[i])  # type: ignore[index]  # native is None only when there are no texts
         cols = np.column_stack([pool.native if pool.native is not None else np.zeros(len(pool)), pool.vector,
                                 pool.bm25_norm(), pool.graph])
-        rel_iids = {id_to_iid[p] for p in q.relevant if p in id_to_iid}
-        rows.append((cols, np.isin(pool.iids, list(rel_iids)).astype(np.float64)))
-        n_rel[i] = len(rel_iids)
+        grade = {id_to_iid[p]: float(g) for p, g in q.relevant.items() if p in id_to_iid and g > 0}
+        rows.append((cols, np.array([grade.get(int(iid), 0.0) for iid in pool.iids], dtype=np.float64)))
+        n_rel[i] = len(grade)
+        top = sorted(grade.values(), reverse=True)[:K]
+        ideal[i] = float(np.dot(top, disc[:len(top)]))
     n = max((len(r[1]) for r in rows), default=1)
     x = np.zeros((len(rows), n, len(SIGNALS)))
     rel = np.zeros((len(rows), n))
     valid = np.zeros((len(rows), n), dtype=bool)
     for i, (cols, r) in enumerate(rows):  # pool rows are in iid order: the engine's tie order
         x[i, :len(r)], rel[i, :len(r)], valid[i, :len(r)] = cols, r, True
-    return Pools(x, rel, valid, n_rel, np.array([q.kind for q in queries]))
+    return Pools(x, rel, valid, n_rel, np.array([q.kind for q in queries]), ideal=ideal)
 
 
 def per_query(pools: Pools, w: np.ndarray) -> dict[str, np.ndarray]:
-    """nDCG@10, R@10 and MRR@10 of every query under weights ``w`` (binary relevance)."""
+    """nDCG@10 (linear gains: a candidate earns its grade), R@10 and MRR@10 of every query under
+    weights ``w``; with binary relevance nDCG is the same with either gain."""
     score = pools.x @ w
     score = np.where(pools.valid, score, -np.inf)
     order = np.argsort(-score, axis=1, kind="stable")[:, :K]  # ties: earlier row = smaller iid
     gains = np.take_along_axis(pools.rel, order, axis=1) * np.take_along_axis(pools.valid, order, axis=1)
     disc = 1.0 / np.log2(np.arange(2, K + 2))
-    ideal = np.array([disc[:int(min(K, r))].sum() for r in pools.n_rel])
+    ideal = pools.ideal if pools.ideal is not None else np.array([disc[:int(min(K, r))].sum() for r in pools.n_rel])
     dcg = (gains * disc).sum(1)
     ndcg = np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
-    recall = np.divide(gains.sum(1), pools.n_rel, out=np.zeros_like(dcg), where=pools.n_rel > 0)
-    first = np.where(gains.any(1), gains.argmax(1), -1)
+    hits = (gains > 0).astype(np.float64)
+    recall = np.divide(hits.sum(1), pools.n_rel, out=np.zeros_like(dcg), where=pools.n_rel > 0)
+    first = np.where(hits.any(1), hits.argmax(1), -1)
     mrr = np.divide(1.0, first + 1.0, out=np.zeros_like(dcg), where=first >= 0)
     return {"nDCG@10": ndcg, "R@10": recall, "MRR@10": mrr}
 
@@ -273,7 +282,7 @@ def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool,
         vals: dict[str, list[float]] = {}
         for q in queries:
             r = engine.search(SearchRequest(text=q.text, k=K, use_intent=True))
-            vals.setdefault(q.kind, []).append(ndcg_at_k([h.id for h in r.results], q.relevant, K))
+            vals.setdefault(q.kind, []).append(ndcg_at_k([h.id for h in r.results], q.relevant, K, "linear"))
         by_kind = {k: round(float(np.mean(v)), 4) for k, v in sorted(vals.items())}
         share = [(kind_weights or {}).get(k, 1.0) for k in vals]
         return (float(np.average([np.mean(v) for v in vals.values()], weights=share)) if vals else 0.0), by_kind
@@ -343,11 +352,63 @@ def kind_guard(ho: Pools, fitted: np.ndarray, floor_w: np.ndarray, tol: float) -
     return fitted, {"shrink": None, "losing": first}
 
 
+def bootstrap_gain(ho: Pools, w: np.ndarray, floor_w: np.ndarray, *, draws: int = 1000,
+                   seed: int = 0) -> dict[str, float]:
+    """The held-out objective's gain of ``w`` over the floor, with a paired bootstrap over queries
+    (each draw resamples the queries of every kind apart, so the kind-averaged objective keeps its
+    shape): ``mean``, ``lower`` and ``upper`` (5th and 95th percentiles) and ``p_loss`` (share of
+    draws where ``w`` does not gain). The same queries score both mixes, so their difference per
+    query is what varies."""
+    diff = per_query(ho, w)["nDCG@10"] - per_query(ho, floor_w)["nDCG@10"]
+    kinds = [str(k) for k in np.unique(ho.kinds)]
+    if not kinds:
+        return {"mean": 0.0, "lower": 0.0, "upper": 0.0, "p_loss": 1.0}
+    share = np.array([(ho.kind_weights or {}).get(k, 1.0) for k in kinds])
+    share = share / share.sum()
+    rng = np.random.default_rng(seed)
+    total = np.zeros(draws)
+    for k, sh in zip(kinds, share):
+        d = diff[ho.kinds == k]
+        total += sh * d[rng.integers(0, len(d), size=(draws, len(d)))].mean(1)
+    mean = float(sum(sh * diff[ho.kinds == k].mean() for k, sh in zip(kinds, share)))
+    return {"mean": round(mean, 4), "lower": round(float(np.percentile(total, 5)), 4),
+            "upper": round(float(np.percentile(total, 95)), 4), "p_loss": round(float((total <= 0).mean()), 4)}
+
+
+SHOPPER_KINDS = ("shopper",)  # pseudo-queries shaped as shoppers type them (and a shop's own: ``shop:*``)
+
+
+def hurting_signals(pools: Pools, w: np.ndarray, *, seed: int = 0) -> dict[str, dict[str, float]]:
+    """The signals of ``w`` that shopper-like queries in ``pools`` rank better without, with evidence:
+    the bootstrap's 95th percentile of ``w``'s gain over ``w`` without the signal is below 0. The
+    other kinds name a category or a value as the records do, so they reward a signal that ranks a
+    whole category high; a shopper's short query ("bunk bed") matched to the wrong category ("Beds"
+    rather than "Kids Beds") is punished by it. Measured on WANDS's catalogue: graph category and
+    colour hurt its shopper pseudo-queries with evidence, as they hurt its real dev queries."""
+    kinds = pools.kinds.astype(str)
+    rows = np.flatnonzero(np.isin(kinds, SHOPPER_KINDS) | np.char.startswith(kinds, LABELLED_PREFIX))
+    if not len(rows):
+        return {}
+    sub = pools.subset(rows)
+    out = {}
+    for j in np.flatnonzero(w):
+        if SIGNALS[j] == "native":
+            continue
+        without = w.copy()
+        without[j] = 0.0
+        if not without[:2].any():
+            continue
+        ev = bootstrap_gain(sub, w, without, seed=seed)
+        if ev["upper"] < 0:
+            out[SIGNALS[j]] = ev
+    return out
+
+
 def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
          margin: float = 0.005, slot_queries: int = 150, save: bool = True,
          labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
          taxonomy_queries: int | None = None, samples: int | None = None,
-         kind_penalty: float | None = None) -> TuneResult:
+         kind_penalty: float | None = None, floor_queries: int = 200) -> TuneResult:
     """Fit the catalogue's text ranking (see the module doc); saves it in the data dir.
     ``labelled``: the shop's own judged queries (kinds ``shop:*``, split fit / held-out,
     :func:`vitrine.evals.pseudo_queries.labelled`), fitted together with the pseudo-queries with
@@ -356,7 +417,9 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     the categories map to, in other words than the records' (pseudo_queries ``taxonomy`` kind;
     None: ``tune_taxonomy_queries`` of the engine's settings). ``samples``: fit that many samples of
     pseudo-queries (seeds ``seed``, ``seed + 1``, ...) apart and serve the mean of their mixes (None:
-    ``tune_samples`` of the engine's settings; 1: one fit, scaled to sum 1 as each sample's is)."""
+    ``tune_samples`` of the engine's settings; 1: one fit, scaled to sum 1 as each sample's is).
+    ``floor_queries``: held-out pseudo-queries the relevance floor is fitted on, searched with the
+    chosen mix (vitrine/evals/relevance_floor.py; 0: none, the settings' floor serves)."""
     t0 = time.time()
     if taxonomy_queries is None:
         taxonomy_queries = engine.settings.search.tune_taxonomy_queries
@@ -395,11 +458,26 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     penalty = engine.settings.search.tune_kind_penalty if kind_penalty is None else kind_penalty
     fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
                                  [floor_w, shared_w, configured], active, Robust(floor_w, penalty))
+    # signals that shopper-like fit queries rank better without, with evidence, leave and the mix is fitted again
+    hurting: dict[str, dict[str, float]] = {}
+    for _ in range(2):
+        hurt = hurting_signals(fit, fitted, seed=seed)
+        if not hurt:
+            break
+        hurting.update(hurt)
+        active = tuple(j for j in active if SIGNALS[j] not in hurt)
+        fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
+                                     [floor_w, shared_w, np.where(np.isin(SIGNALS, list(hurting)), 0.0, configured)],
+                                     active, Robust(floor_w, penalty))
     averaged = fitted  # the mean of the samples' fits, as fitted; ``fitted`` from here on: after the kind guard
     fitted, guard = kind_guard(ho, fitted, floor_w, margin) if penalty > 0 else (fitted, {"off": True})
     fit_obj = objective(fit, fitted)
     ho_floor, ho_fitted = objective(ho, floor_w), objective(ho, fitted)
-    accepted = bool(len(ho_rows)) and ho_fitted > ho_floor + margin and not guard.get("losing")
+    # evidence before moving away from the floor: the held-out gain's bootstrap lower bound must be
+    # above 0 (not only its mean above ``margin``), or the floor stays
+    evidence = bootstrap_gain(ho, fitted, floor_w, seed=seed) if len(ho_rows) else {"lower": 0.0}
+    accepted = bool(len(ho_rows)) and ho_fitted > ho_floor + margin and evidence["lower"] > 0 \
+        and not guard.get("losing")
     shop: dict[str, Any] = {}
     if kind_weights is not None:
         shop_rows = np.flatnonzero(np.char.startswith(ho.kinds.astype(str), LABELLED_PREFIX))
@@ -436,6 +514,16 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
         cal.slot_filters = on > off + margin
         slots = {"tested": True, "queries": len(sq), "nDCG@10_off": round(off, 4), "nDCG@10_on": round(on, 4),
                  "on": cal.slot_filters, "by_kind_off": off_k, "by_kind_on": on_k}
+    floor_fit: dict[str, Any] = {"fitted": None}
+    if floor_queries:  # the share of a query's top score that counts as matching, on this catalogue
+        from vitrine.evals import relevance_floor
+
+        engine.set_calibration(cal)
+        try:
+            floor_fit = relevance_floor.fit(engine, queries, floor_queries)
+        finally:
+            engine.reload_calibration()
+        cal.relevance_floor = floor_fit["fitted"]
     report = {
         "catalogue": version, "model_key": engine.model_key, "products": len(docs),
         "queries": {"total": len(queries), "fit": len(fit_rows), "heldout": len(ho_rows),
@@ -448,12 +536,13 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
         "heldout": {"native_only (floor)": summary(ho, floor_w), "shared_only": summary(ho, shared_w),
                     "configured_defaults": summary(ho, configured), "fitted": summary(ho, fitted)},
         "fit": {"native_only (floor)": summary(fit, floor_w), "fitted": summary(fit, fitted)},
-        "heldout_gain_per_signal": ablation, "slot_filters": slots, "labelled": shop,
-        "kind_guard": {"penalty": penalty, **guard},
+        "heldout_gain_per_signal": ablation, "slot_filters": slots, "labelled": shop, "relevance_floor": floor_fit,
+        "kind_guard": {"penalty": penalty, **guard}, "evidence": evidence, "signals_left_out": hurting,
         "seconds": {"pools": round(t_pools, 1), "total": round(time.time() - t0, 1)},
     }
     cal.summary = {"heldout_floor": round(ho_floor, 4), "heldout_fitted": round(ho_fitted, 4),
                    "queries": len(queries), "slot_filters": slots,
+                   "relevance_floor": {k: v for k, v in floor_fit.items() if k != "curve"},
                    "labelled": {k: v for k, v in shop.items() if k in ("share", "queries")}}
     out = TuneResult(cal, report)
     if save:
@@ -462,70 +551,3 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     log.info("tune: fitted %s; held-out objective floor %.4f, fitted %.4f: %s (%.0fs)", weights_dict(fitted),
              ho_floor, ho_fitted, "accepted" if accepted else "floor kept", time.time() - t0)
     return out
-
-
-def rounded(weights: dict[str, float]) -> dict[str, float]:
-    """Weights to four decimals, as reports print them."""
-    return {k: round(v, 4) for k, v in weights.items()}
-
-
-def write_report(result: TuneResult, out_dir: Path, name: str = "tuning") -> list[Path]:
-    """``name``.md, .json and .png in ``out_dir``: what was chosen and what each choice gained."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    r = result.report
-    paths = [out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"]
-    paths[0].write_text(json.dumps(r, indent=2, sort_keys=True))
-    lines = [f"# Catalogue tuning ({r['products']} products)", "",
-             f"Pseudo-queries: {r['queries']['total']} ({r['queries']['fit']} fit, {r['queries']['heldout']} held out); "
-             f"by kind: {r['queries']['by_kind']}.", "",
-             f"Fitted weights: `{rounded(r['fitted'])}`. **{'Accepted' if r['accepted'] else 'Not accepted: the floor stays'}** "
-             f"(must beat native-only on held-out by {r['margin']}). Served: `{rounded(r['chosen'])}`.", "",
-             *([f"Kind guard (a loss on a kind costs {r['kind_guard']['penalty']}x a gain): "
-                + (f"shrunk toward the floor by {r['kind_guard']['shrink']} -> `{rounded(r.get('guarded', {}))}`"
-                   if r['kind_guard'].get('shrink') is not None else
-                   f"every shrink still lost on held-out kinds {r['kind_guard'].get('losing')}: the floor stays")
-                + ".", ""] if "kind_guard" in r and not r["kind_guard"].get("off") else []),
-             *([f"The mean of {len(r['samples'])} fits, one per sample of pseudo-queries (each scaled to sum 1): "
-                + "; ".join(f"`{m}`" for m in r["samples"]) + ".", ""] if len(r.get("samples", [])) > 1 else []),
-             "## Held-out pseudo-queries", "",
-             "| ranking | objective | nDCG@10 | R@10 | MRR@10 | nDCG@10 by kind |", "|---|---|---|---|---|---|"]
-    for label, m in r["heldout"].items():
-        lines.append(f"| {label} | {m['objective']:.4f} | {m['nDCG@10']:.4f} | {m['R@10']:.4f} | {m['MRR@10']:.4f} | "
-                     + ", ".join(f"{k} {v:.3f}" for k, v in m["by_kind"].items()) + " |")
-    lines += ["", "## What each fitted signal gained (held-out objective, fitted minus fitted without it)", "",
-              "| signal | gain |", "|---|---|"]
-    lines += [f"| {k} | {v:+.4f} |" for k, v in r["heldout_gain_per_signal"].items()]
-    if r.get("labelled"):
-        lab = r["labelled"]
-        lines += ["", f"## The shop's own labelled queries ({lab['share']:.0%} of the objective)", "",
-                  "Queries: " + ", ".join(f"{k} {v['fit']} fit / {v['heldout']} held out" for k, v in lab["queries"].items())
-                  + ". Held-out part (the fit must not lose to the floor here):", "",
-                  "| ranking | objective | nDCG@10 | R@10 | MRR@10 |", "|---|---|---|---|---|"]
-        lines += [f"| {label} | {m['objective']:.4f} | {m['nDCG@10']:.4f} | {m['R@10']:.4f} | {m['MRR@10']:.4f} |"
-                  for label, m in lab["heldout"].items()]
-    lines += ["", f"Slot filters: {r['slot_filters']}", "", f"Signals seen in the pools: {r['signals_seen']}",
-              "", f"Took {r['seconds']['total']} s ({r['seconds']['pools']} s building pools)."]
-    paths[1].write_text("\n".join(lines) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        labels = list(r["heldout"])
-        kinds = sorted({k for m in r["heldout"].values() for k in m["by_kind"]})
-        fig, ax = plt.subplots(figsize=(8, 4))
-        width = 0.8 / max(1, len(labels))
-        for i, label in enumerate(labels):
-            ax.bar([j + i * width for j in range(len(kinds))], [r["heldout"][label]["by_kind"].get(k, 0) for k in kinds],
-                   width, label=label)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(kinds))], kinds)
-        ax.set_ylabel("held-out nDCG@10")
-        ax.set_title("Catalogue tuning: held-out pseudo-queries")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(paths[2], dpi=100)
-        plt.close(fig)
-    except ImportError:  # pragma: no cover - matplotlib is a dependency of the bench extra
-        paths.pop()
-    return paths

@@ -460,7 +460,7 @@ class RuleBook:
         has_oos = len(oos) > 0
         if not (acts.hide or acts.only or acts.moves or acts.pins or has_oos) or not (ranked or acts.pins):
             return ranked
-        floor = reader.settings.search.relevance_floor
+        floor = reader.relevance_floor
         n0 = storefront.above_floor(ranked, floor)
         top = ranked[0][1] if ranked else 0.0
         threshold = floor * top if top > 0 and floor > 0 else -np.inf

@@ -44,7 +44,9 @@ class Calibration:
     never switched off by a measurement that did not see it); ``accepted``: whether a
     fitted mix beat the floor on held-out pseudo-queries (False: ``text_weights`` is the floor);
     ``catalogue`` and ``model_key``: what it was fitted on; ``source``: floor, tuned, or why a
-    tuned file was not used; ``summary``: the tuning's held-out figures."""
+    tuned file was not used; ``summary``: the tuning's held-out figures; ``relevance_floor``: the
+    share of a query's top score a product must reach to count as matching (``total``, facets,
+    sorts), fitted to this catalogue's own score distributions (None: the settings' value)."""
 
     text_weights: dict[str, float] = field(default_factory=lambda: dict(FLOOR_WEIGHTS))
     slot_filters: bool = False
@@ -55,6 +57,7 @@ class Calibration:
     source: str = "floor"
     created: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict)
+    relevance_floor: float | None = None
 
     @property
     def is_floor(self) -> bool:
@@ -75,7 +78,8 @@ class Calibration:
                    slot_languages=tuple(d.get("slot_languages") or ("en",)),
                    accepted=bool(d.get("accepted", False)), catalogue=dict(d.get("catalogue") or {}),
                    model_key=d.get("model_key"), source="tuned", created=float(d.get("created") or 0.0),
-                   summary=dict(d.get("summary") or {}))
+                   summary=dict(d.get("summary") or {}),
+                   relevance_floor=None if d.get("relevance_floor") is None else float(d["relevance_floor"]))
 
 
 def floor(reason: str = "floor") -> Calibration:

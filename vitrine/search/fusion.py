@@ -81,6 +81,9 @@ class Pool:
     part_names: tuple[str, ...] = ()
     degraded: list[str] = field(default_factory=list)
     native: np.ndarray | None = None  # cosine in the text tower's own space (None: not computed)
+    # the query's best BM25 over the whole catalogue when a filter kept the pool from holding it: BM25
+    # is normalised by it, so a product scores the same filtered or not (a facet count = its filter's total)
+    bm25_ref: float = 0.0
 
     def __len__(self) -> int:
         return len(self.iids)
@@ -99,7 +102,7 @@ class Pool:
 
     @property
     def bm25_max(self) -> float:
-        return float(self.bm25.max()) if len(self.bm25) else 0.0
+        return max(float(self.bm25.max()) if len(self.bm25) else 0.0, self.bm25_ref)
 
     def bm25_norm(self) -> np.ndarray:
         """BM25 over the pool's best (0 where none)."""
@@ -288,6 +291,7 @@ def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: 
     _in_time(deadline)
     degraded: list[str] = []
     bm25_scores: Mapping[int, float] = {}
+    bm25_ref = 0.0
     if "bm25" in signals:
         try:  # one pass over the matches: the top n join the pool, the rest score other candidates
             bm25_scores = reader.state.records.bm25_scores(text)
@@ -300,6 +304,10 @@ def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: 
                     ((i, b) for i, b in bm25_scores.items() if i in allowed_set)
                 best = heapq.nlargest(n, ranked, key=lambda t: (t[1], -t[0]))
             found.append(np.array([iid for iid, _ in best], dtype=np.int64))
+            if allowed is not None:  # the unfiltered best: the scale BM25 is normalised by (see Pool)
+                best_all = top(1, None) if top is not None else \
+                    heapq.nlargest(1, bm25_scores.items(), key=lambda t: (t[1], -t[0]))
+                bm25_ref = float(best_all[0][1]) if len(best_all) else 0.0
         except Exception as e:  # noqa: BLE001 - a failing retriever degrades, never fails the search
             log.warning("BM25 retrieval failed: %s", e)
             degraded.append("bm25")
@@ -350,7 +358,7 @@ def build_pool(reader: ReadContext, qv: Mapping[str, np.ndarray], text: str, k: 
         nat = np.zeros(len(iids))
         nat[nhave] = (nvecs @ native_q).astype(np.float64)
     return Pool(iids=iids, vector=vector, bm25=bm25, graph=gmat, terms=terms, parts=parts,
-                part_names=part_names, degraded=degraded, native=nat)
+                part_names=part_names, degraded=degraded, native=nat, bm25_ref=bm25_ref)
 
 
 # -- fusion ----------------------------------------------------------------------------------------

@@ -151,6 +151,14 @@ class ReadContext:
         self._calibration = None
         return self.calibration
 
+    @property
+    def relevance_floor(self) -> float:
+        """The share of a query's top score that a product must reach to count as matching: the one
+        `vitrine tune` fitted to this catalogue (``relevance_floor_tuned``), else the settings'."""
+        s = self.settings.search
+        fitted = self.calibration.relevance_floor if s.relevance_floor_tuned and s.calibration != "off" else None
+        return s.relevance_floor if fitted is None else fitted
+
     def slot_filters_on(self, language: str = "en") -> bool:
         """Whether the intent classifier's slots filter results: configured on, and (unless
         calibration is off) found useful on this catalogue by `vitrine tune` for queries in

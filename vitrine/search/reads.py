@@ -135,7 +135,7 @@ class ReadPath:
         for stage in self.stages:  # after ranking, on the whole pool: learned re-ranking, rules ...
             scored = stage.after(now, scored)  # so every page, sort and facet below agrees with them
         if now.matching is None:  # the floor at the unfiltered query's top: it does not move with a filter
-            now.matching = storefront.floor_count(scored, s.search.relevance_floor,
+            now.matching = storefront.floor_count(scored, rd.relevance_floor,
                                                   self._floor_top(qv, text, scored, allowed, depth), plan.backfill)
         view = storefront.arrange(rd, req, scored, matching=now.matching,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)

@@ -102,7 +102,7 @@ def arrange(reader: "ReadContext", req: SearchRequest, ranked: Ranked, *, exhaus
     asked, with facet counts over the matching products. ``exhaustive``: the pool held every
     product within the filters (so the total is exact). ``matching``: how many of the ranking's
     head match, when a step after ranking decided it (merchandising rules); else the floor says."""
-    n_match = above_floor(ranked, reader.settings.search.relevance_floor) if matching is None else matching
+    n_match = above_floor(ranked, reader.relevance_floor) if matching is None else matching
     head = ranked[:n_match]
     if req.sort == "relevance":
         ordered = ranked

@@ -43,12 +43,15 @@ def _rounds(text: str) -> list[int]:
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Serve this data dir's API in this process instead of calling --url (the same routes, event "
                    "intake and learning; learns from its log after each round). It writes there: give a copy")
+@click.option("--serve-unjudged", is_flag=True,
+              help="Serve the whole log's learned table after each round even where the later-slice test would not "
+                   "keep it: measures what learning could do, not how Vitrine serves (it keeps only what wins)")
 @click.option("--eta", type=float, default=1.0, show_default=True, help="Examination falls as (1/(rank+1))**eta")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write learning-loop.md/.json/.png here")
 def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlogged: int, rounds: str,
-                 learn_data: Path | None, data_dir: Path | None, eta: float, seed: int,
+                 learn_data: Path | None, data_dir: Path | None, serve_unjudged: bool, eta: float, seed: int,
                  report_dir: Path | None) -> None:
     """Simulated shoppers search, click, add to cart and buy through the API; measures nDCG@10 of
     the searched (head) queries and of never-searched ones after each round of learning."""
@@ -88,6 +91,9 @@ def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlog
 
                     res = tune_from_logs(engine, seed=seed)
                     learned = {"outcome": res.report["outcome"], "judge": res.report.get("judge", {})}
+                    if serve_unjudged and res.table is None:
+                        _serve_whole_log(engine)
+                        learned["outcome"] += "; served anyway (--serve-unjudged)"
                     time.sleep(1.5)  # the server re-reads learned.json at most once a second
                 h, o = sim.evaluate(http, head_q), sim.evaluate(http, other_q)
                 point = {"sessions": n, "head_nDCG@10": round(sim.mean(h), 4),
@@ -100,12 +106,22 @@ def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlog
         if engine is not None:
             engine.close()
     result = {"url": url if data_dir is None else f"in process: {data_dir}", "queries": str(queries_file),
+              "serve_unjudged": serve_unjudged,
               "head": len(head_q), "unlogged": len(other_q),
               "head_queries": [q.text for q in head_q], "unlogged_queries": [q.text for q in other_q],
               "shopper": shopper.__dict__, "seed": seed, "curve": curve}
     click.echo(json.dumps(result, indent=2))
     if report_dir is not None:
         write_report(result, report_dir)
+
+
+def _serve_whole_log(engine: Any) -> None:
+    """Write the whole log's learned table as the served one, judged or not (--serve-unjudged)."""
+    from vitrine.feedback.intake import save_learned
+
+    got = engine.learn_from_log(save=False)
+    if got.full is not None:
+        save_learned(engine.data_dir, got.full)
 
 
 def _client(url: str, engine: Any) -> Any:

@@ -2,8 +2,10 @@
 learns about what a ten-result page never shows (docs/learning.md, "Exploration").
 
 A shopper can only click what was shown; a re-ranking learned from clicks never hears about a
-relevant product at rank 30. On a share ``explore_share`` of first pages of head queries (a query
-the served learned table holds, or one this process has answered ``explore_head_searches`` times),
+relevant product at rank 30. On a share ``explore_share`` of a shopper's first pages (a search with a ``user`` or
+``session``: where events come back; an anonymous API call is never explored, so scripted and
+evaluation searches stay deterministic) of head queries (a query the served learned table holds,
+or one this process has answered ``explore_head_searches`` times),
 the stage moves one product, drawn uniformly from ranks 11-50 of the pool, into a slot of the page
 drawn uniformly. That choice has a known probability (its propensity: ``share / (ranks) / k``),
 logged with the search (``experiment`` ``explore``, ``variant`` ``<from rank>><slot>@<propensity>``)
@@ -109,7 +111,8 @@ class ExploreStage(Stage):
     def after(self, underway: Underway, ranked: Ranked) -> Ranked:
         req, fs = underway.req, self.reader.settings.feedback
         if (fs.explore_share <= 0 or not underway.text or underway.image is not None or req.offset != 0
-                or req.sort != "relevance" or not self.head(normalise_query(underway.text))):
+                or req.sort != "relevance" or not (req.user or req.session)
+                or not self.head(normalise_query(underway.text))):
             return ranked
         got = draw(self.rng, fs.explore_share, len(ranked), req.k)
         if got is None:

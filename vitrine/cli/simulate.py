@@ -64,15 +64,7 @@ def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlog
     if not head_q:
         raise click.UsageError(f"{queries_file} holds no text query with a relevant product")
     plan = _rounds(rounds)
-    engine = None
-    if learn_data is not None or data_dir is not None:
-        from vitrine.search.engine import Engine
-
-        over: dict[str, Any] = {"data_dir": data_dir or learn_data, "learn_interval_s": 0}
-        if data_dir is not None:  # served here: events need a key, this run's own unless one is given
-            key = key or f"sim-{random.Random().getrandbits(64):016x}"
-            over["events_key"] = key
-        engine = Engine.open(make_settings(**over))
+    engine, key = _open_engine(learn_data, data_dir, key)
     shopper = sim.Shopper(eta=eta)
     curve: list[dict[str, Any]] = []
     done = 0
@@ -113,6 +105,19 @@ def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlog
     click.echo(json.dumps(result, indent=2))
     if report_dir is not None:
         write_report(result, report_dir)
+
+
+def _open_engine(learn_data: Path | None, data_dir: Path | None, key: str | None) -> tuple[Any, str | None]:
+    """The engine to learn with (and, with ``data_dir``, to serve in process), and the events key."""
+    if learn_data is None and data_dir is None:
+        return None, key
+    from vitrine.search.engine import Engine
+
+    over: dict[str, Any] = {"data_dir": data_dir or learn_data, "learn_interval_s": 0}
+    if data_dir is not None:  # served here: events need a key, this run's own unless one is given
+        key = key or f"sim-{random.Random().getrandbits(64):016x}"
+        over["events_key"] = key
+    return Engine.open(make_settings(**over)), key
 
 
 def _serve_whole_log(engine: Any) -> None:

@@ -402,6 +402,19 @@ class FeedbackSettings(_Section):
                                     "new events arrived; 0 (default): only `vitrine tune` learns, outside the API "
                                     "(docs/learning.md says why).")
     learn_max_queries: int = Field(10_000, ge=0, description="Most head queries that keep a learned re-ranking.")
+    learn_rocchio_weight: float = Field(1.0, ge=0, description="How far a logged query's ranking moves toward "
+                                        "products like the ones its shoppers chose, shown or not (Rocchio "
+                                        "feedback in the text tower's space; 0: off; docs/learning.md).")
+    learn_category_weight: float = Field(0.0, ge=0, description="How much a logged query's chosen categories lift "
+                                         "their other products (0, default: off; it lost on the dev set, docs/learning.md).")
+    explore_share: float = Field(0.05, ge=0, le=1, description="Share of head-query first pages that show one "
+                                 "product from ranks 11-50 at a logged propensity, so the log learns what lies "
+                                 "below the page (0: off for this catalogue).")
+    explore_head_searches: int = Field(10, ge=1, description="A query is a head query for exploration once this "
+                                       "process answered it this often (or the learned table holds it).")
+    learn_transfer_similarity: float = Field(0.8, ge=0, le=1, description="A query nobody logged borrows what its "
+                                             "nearest logged query learned when their text vectors' cosine reaches "
+                                             "this (1: never).")
 
 
 class Settings(BaseModel):

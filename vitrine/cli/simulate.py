@@ -40,16 +40,21 @@ def _rounds(text: str) -> list[int]:
 @click.option("--learn-data", "learn_data", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="The server's data dir: after each round, learn from its log (as `vitrine tune --logs-only` does; "
                    "the server picks the result up within a second). Without it: log only")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="Serve this data dir's API in this process instead of calling --url (the same routes, event "
+                   "intake and learning; learns from its log after each round). It writes there: give a copy")
+@click.option("--serve-unjudged", is_flag=True,
+              help="Serve the whole log's learned table after each round even where the later-slice test would not "
+                   "keep it: measures what learning could do, not how Vitrine serves (it keeps only what wins)")
 @click.option("--eta", type=float, default=1.0, show_default=True, help="Examination falls as (1/(rank+1))**eta")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write learning-loop.md/.json/.png here")
 def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlogged: int, rounds: str,
-                 learn_data: Path | None, eta: float, seed: int, report_dir: Path | None) -> None:
+                 learn_data: Path | None, data_dir: Path | None, serve_unjudged: bool, eta: float, seed: int,
+                 report_dir: Path | None) -> None:
     """Simulated shoppers search, click, add to cart and buy through the API; measures nDCG@10 of
     the searched (head) queries and of never-searched ones after each round of learning."""
-    import httpx
-
     from vitrine.evals import simulate as sim
 
     rows = [json.loads(line) for line in queries_file.read_text().splitlines() if line.strip()]
@@ -59,16 +64,12 @@ def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlog
     if not head_q:
         raise click.UsageError(f"{queries_file} holds no text query with a relevant product")
     plan = _rounds(rounds)
-    engine = None
-    if learn_data is not None:
-        from vitrine.search.engine import Engine
-
-        engine = Engine.open(make_settings(data_dir=learn_data))
+    engine, key = _open_engine(learn_data, data_dir, key)
     shopper = sim.Shopper(eta=eta)
     curve: list[dict[str, Any]] = []
     done = 0
     try:
-        with httpx.Client(base_url=url, timeout=60.0) as http:
+        with _client(url, engine if data_dir is not None else None) as http:
             for n in plan:
                 if n > done:
                     got = sim.simulate(http, head_q, n - done, key=key, shopper=shopper, seed=seed + n,
@@ -82,21 +83,64 @@ def simulate_cmd(url: str, key: str | None, queries_file: Path, head: int, unlog
 
                     res = tune_from_logs(engine, seed=seed)
                     learned = {"outcome": res.report["outcome"], "judge": res.report.get("judge", {})}
+                    if serve_unjudged and res.table is None:
+                        _serve_whole_log(engine)
+                        learned["outcome"] += "; served anyway (--serve-unjudged)"
                     time.sleep(1.5)  # the server re-reads learned.json at most once a second
                 h, o = sim.evaluate(http, head_q), sim.evaluate(http, other_q)
                 point = {"sessions": n, "head_nDCG@10": round(sim.mean(h), 4),
-                         "unlogged_nDCG@10": round(sim.mean(o), 4), "learned": learned}
+                         "unlogged_nDCG@10": round(sim.mean(o), 4), "learned": learned,
+                         "per_query": {k: round(v, 4) for k, v in {**h, **o}.items()}}
                 curve.append(point)
                 click.echo(f"  head nDCG@10 {point['head_nDCG@10']:.4f}, never searched "
                            f"{point['unlogged_nDCG@10']:.4f}  {learned.get('outcome', '')}", err=True)
     finally:
         if engine is not None:
             engine.close()
-    result = {"url": url, "queries": str(queries_file), "head": len(head_q), "unlogged": len(other_q),
+    result = {"url": url if data_dir is None else f"in process: {data_dir}", "queries": str(queries_file),
+              "serve_unjudged": serve_unjudged,
+              "head": len(head_q), "unlogged": len(other_q),
+              "head_queries": [q.text for q in head_q], "unlogged_queries": [q.text for q in other_q],
               "shopper": shopper.__dict__, "seed": seed, "curve": curve}
     click.echo(json.dumps(result, indent=2))
     if report_dir is not None:
         write_report(result, report_dir)
+
+
+def _open_engine(learn_data: Path | None, data_dir: Path | None, key: str | None) -> tuple[Any, str | None]:
+    """The engine to learn with (and, with ``data_dir``, to serve in process), and the events key."""
+    if learn_data is None and data_dir is None:
+        return None, key
+    from vitrine.search.engine import Engine
+
+    over: dict[str, Any] = {"data_dir": data_dir or learn_data, "learn_interval_s": 0}
+    if data_dir is not None:  # served here: events need a key, this run's own unless one is given
+        key = key or f"sim-{random.Random().getrandbits(64):016x}"
+        over["events_key"] = key
+    return Engine.open(make_settings(**over)), key
+
+
+def _serve_whole_log(engine: Any) -> None:
+    """Write the whole log's learned table as the served one, judged or not (--serve-unjudged)."""
+    from vitrine.feedback.intake import save_learned
+
+    got = engine.learn_from_log(save=False)
+    if got.full is not None:
+        save_learned(engine.data_dir, got.full)
+
+
+def _client(url: str, engine: Any) -> Any:
+    """An HTTP client of the API at ``url``, or of ``engine``'s API served in this process (the
+    same routes and intake, through FastAPI's test client)."""
+    if engine is None:
+        import httpx
+
+        return httpx.Client(base_url=url, timeout=60.0)
+    from fastapi.testclient import TestClient
+
+    from vitrine.web.app import create_app
+
+    return TestClient(create_app(engine=engine))
 
 
 def write_report(result: dict[str, Any], out: Path) -> None:

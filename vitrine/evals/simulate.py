@@ -2,12 +2,14 @@
 with judged queries and click, add to cart and buy through the HTTP API, as the position-based
 model of examination says real shoppers do.
 
-A session: one user (a token ``sim-<n>``) searches a query (``POST /v1/search``, first page of
-``k``), examines rank ``r`` with probability ``(1 / (r + 1)) ** eta``, clicks an examined product
-with a probability that grows with its judged grade (``click_floor`` for an irrelevant one,
-``click_ceiling`` for the top grade), adds a clicked product to the cart and buys it with
-probabilities that grow with the grade too; the session's events go to ``POST /v1/events`` in one
-batch with the search's ``query_id``.
+A session: one user (a token ``sim-<n>``) searches a query (``POST /v1/search``, ONE page of
+``k`` = 10: a shopper never sees what lies below it, so a simulator cannot teach learning about
+products real logs never show), examines rank ``r`` with probability ``(1 / (r + 1)) ** eta``
+(the position-based model: attention falls with rank), clicks an examined product with a
+probability that grows with its judged grade (``click_floor`` for an irrelevant one,
+``click_ceiling`` for the top grade), and adds to the cart and buys only an exact match (the
+query's top grade); the session's events go to ``POST /v1/events`` in one batch with the search's
+``query_id``.
 
 Measurement searches (nDCG@10 of each query against its judgements) are made as one separate user
 (``sim-eval``), so the evidence they add is capped at one user's and never clicked.
@@ -19,11 +21,12 @@ loop works end to end, not how much real shoppers gain.
 from __future__ import annotations
 
 import logging
-import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from vitrine.evals.metrics import ndcg_at_k
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,10 @@ class Shopper:
     def click(self, grade: float) -> float:
         return self.click_floor + (self.click_ceiling - self.click_floor) * grade
 
+    def page(self, results: Sequence[Any]) -> list[Any]:
+        """What a shopper sees of a search: its first page (``k`` results), nothing below."""
+        return list(results[:self.k])
+
 
 @dataclass
 class JudgedQuery:
@@ -64,6 +71,10 @@ class JudgedQuery:
         """The grade scaled to [0, 1] by this query's top grade."""
         top = max(self.relevant.values(), default=1.0) or 1.0
         return max(0.0, self.relevant.get(pid, 0.0)) / top
+
+    def exact(self, pid: str) -> bool:
+        """Whether the product has the query's top grade (an exact match: what a shopper buys)."""
+        return self.gain(pid) >= 1.0
 
 
 @dataclass
@@ -77,10 +88,7 @@ class SessionLog:
 
 
 def ndcg10(ranked: Sequence[str], q: JudgedQuery) -> float:
-    dcg = sum(q.relevant.get(p, 0.0) / math.log2(i + 2) for i, p in enumerate(ranked[:10]))
-    ideal = sorted(q.relevant.values(), reverse=True)[:10]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg > 0 else 0.0
+    return ndcg_at_k(list(ranked), q.relevant, 10)
 
 
 def _search(http: Http, text: str, k: int, user: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -97,7 +105,7 @@ def session(http: Http, q: JudgedQuery, user: str, shopper: Shopper, rng: random
     out.searches += 1
     out.by_query[q.qid] = out.by_query.get(q.qid, 0) + 1
     events: list[dict[str, Any]] = []
-    for rank, hit in enumerate(res.get("results", [])):
+    for rank, hit in enumerate(shopper.page(res.get("results", []))):
         if rng.random() >= shopper.examine(rank):
             continue
         g = q.gain(hit["id"])
@@ -107,10 +115,10 @@ def session(http: Http, q: JudgedQuery, user: str, shopper: Shopper, rng: random
                 "user": user}
         events.append({"type": "click", **base})
         out.clicks += 1
-        if rng.random() < shopper.cart * g:
+        if q.exact(hit["id"]) and rng.random() < shopper.cart:
             events.append({"type": "add_to_cart", **base})
             out.carts += 1
-            if rng.random() < shopper.purchase / max(shopper.cart, 1e-9) * g:
+            if rng.random() < shopper.purchase / max(shopper.cart, 1e-9):
                 events.append({"type": "purchase", **base})
                 out.purchases += 1
     if events:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from vitrine.errors import InvalidInput
+from vitrine.feedback import explore
 from vitrine.feedback.event_sql import ANALYTICS_FIELDS
 from vitrine.feedback.types import EventLogAPI
 
@@ -75,6 +76,9 @@ class AnalyticsReport(BaseModel):
     top_queries: list[QueryFigures] = Field(description="The most searched queries with their figures")
     no_result_queries: list[QueryCount] = Field(description="Queries whose searches found nothing, most frequent first")
     no_click_queries: list[QueryCount] = Field(description="Queries with results but never a click, most frequent first")
+    exploration: dict[str, Any] = Field(default_factory=dict, description=(
+        "Explored pages (a product from ranks 11-50 shown on page one, docs/learning.md): impressions, clicks on "
+        "the explored product, ctr"))
 
 
 def _rate(n: int, d: int) -> float | None:
@@ -116,7 +120,8 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
         distinct_queries=int(total[len(ANALYTICS_FIELDS)] or 0), totals=Figures(**figures(total[:len(ANALYTICS_FIELDS)])),
         series=series, top_queries=[QueryFigures(query=q, **figures(r)) for q, *r in rows["queries"]],
         no_result_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_results"]],
-        no_click_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_clicks"]])
+        no_click_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_clicks"]],
+        exploration=explore.figures(log, since, until))
 
 
 def parse_time(value: str | float | None) -> float | None:

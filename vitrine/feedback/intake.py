@@ -97,10 +97,14 @@ class Feedback:
         now = time.time()
         qid = new_query_id(now)
         text = (resp.query.get("text") if isinstance(resp.query, dict) else None) or req.text
+        variant = resp.variant
+        ex = resp.exploration
+        if ex and experiment is None:  # an explored page (vitrine/feedback/explore.py): its draw and propensity
+            experiment, variant = "explore", f"{ex['from_rank']}>{ex['position']}@{ex['propensity']:.6g}"
         self.log.log_search(SearchLog(
             query_id=qid, ts=now, text=text, norm=normalise_query(text), ids=tuple(h.id for h in resp.results),
             offset=req.offset, total=resp.total, image=bool(resp.query.get("image")) if resp.query else False,
-            user=self.log.hash_user(req.user), session=req.session, experiment=experiment, variant=resp.variant))
+            user=self.log.hash_user(req.user), session=req.session, experiment=experiment, variant=variant))
         resp.query_id = qid
 
     def record(self, events: Sequence[EventIn]) -> tuple[int, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vitrine.feedback.intake import LearnedQueries, rerank
+from vitrine.feedback.rocchio import Generaliser
 from vitrine.search import variants
 from vitrine.search.models import Ranked
 from vitrine.search.read_context import ReadContext
@@ -23,6 +24,7 @@ class LearnedRerank(Stage):
 
     def __init__(self, reader: ReadContext, learned: LearnedQueries) -> None:
         self.reader, self.learned = reader, learned
+        self.past_page = Generaliser(reader)  # what the table's choices say about unshown products, unlogged queries
 
     @classmethod
     def open(cls, reader: ReadContext, understanding: QueryUnderstanding | None = None) -> LearnedRerank:
@@ -35,4 +37,10 @@ class LearnedRerank(Stage):
         if not underway.text or underway.image is not None:  # a text query's learned re-ranking only
             return ranked
         weight = variants.learn_weight(self.reader.settings.feedback.learn_weight)  # a variant's own
-        return rerank(ranked, self.learned.boosts_for(underway.text, self._iids_of), weight)
+        ranked = rerank(ranked, self.learned.boosts_for(underway.text, self._iids_of), weight)
+        if weight <= 0:
+            return ranked
+        fs = self.reader.settings.feedback
+        return self.past_page.apply(self.learned.table(), underway.text, ranked, underway.allowed,
+                                    rocchio_weight=fs.learn_rocchio_weight, category_weight=fs.learn_category_weight,
+                                    transfer_similarity=fs.learn_transfer_similarity)

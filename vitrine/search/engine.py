@@ -65,6 +65,7 @@ from vitrine.search.suggestions import SuggestResponse, Suggestions
 from vitrine.search.understanding import QueryUnderstanding
 from vitrine.search.writes import ProductInput, WritePath
 from vitrine.conversation.stage import SessionStage
+from vitrine.feedback.explore import ExploreStage
 from vitrine.feedback.stage import LearnedRerank
 from vitrine.merchandising.rules import RuleBook
 from vitrine.merchandising.stage import RulesStage
@@ -79,6 +80,7 @@ log = logging.getLogger(__name__)
 STAGES: tuple[StageFactory, ...] = (
     SessionStage.open,
     LearnedRerank.open,
+    ExploreStage.open,
     RulesStage.open,
 )
 S = TypeVar("S", bound=Stage)

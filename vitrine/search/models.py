@@ -410,6 +410,9 @@ class SearchResponse(BaseModel):
         "With a session: the effective query (text, filters, chips), what this turn changed, whether it was read "
         "as a new search, and the classifier's p_refine / p_new_search (docs/sessions.md)"))
     variant: str | None = Field(None, description="The experiment variant that ranked this search, when one runs")
+    exploration: dict[str, Any] | None = Field(None, description=(
+        "An explored page (docs/learning.md): the product moved up from below the page (product_id, from_rank, "
+        "position, propensity: the probability of that draw)"))
     rules: list[str] = Field(default_factory=list, description="The merchandising rules that fired on this search")
     banner: dict[str, Any] | None = Field(None, description="A fired rule's banner for the storefront to show")
     redirect: str | None = Field(None, description="A fired rule's redirect: the storefront goes there instead")

@@ -1,0 +1,143 @@
+"""Exploration: a small share of head-query pages shows one product from below the fold, so the log
+learns about what a ten-result page never shows (docs/learning.md, "Exploration").
+
+A shopper can only click what was shown; a re-ranking learned from clicks never hears about a
+relevant product at rank 30. On a share ``explore_share`` of a shopper's first pages (a search with a ``user`` or
+``session``: where events come back; an anonymous API call is never explored, so scripted and
+evaluation searches stay deterministic) of head queries (a query the served learned table holds,
+or one this process has answered ``explore_head_searches`` times),
+the stage moves one product, drawn uniformly from ranks 11-50 of the pool, into a slot of the page
+drawn uniformly. That choice has a known probability (its propensity: ``share / (ranks) / k``),
+logged with the search (``experiment`` ``explore``, ``variant`` ``<from rank>><slot>@<propensity>``)
+and returned in the response's ``exploration``, so an inverse-propensity estimate can count a
+click on it. The scores stay where they were (the n-th hit keeps the n-th best score), so totals
+and facets do not move. ``explore_share`` 0 turns it off (per catalogue: its settings).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vitrine.feedback.intake import LearnedQueries
+from vitrine.feedback.types import EventLogAPI
+from vitrine.index.querytext import normalise_query
+from vitrine.search.models import Hit, Ranked
+from vitrine.search.read_context import ReadContext
+from vitrine.search.stages import Stage, Underway
+
+if TYPE_CHECKING:
+    from vitrine.search.understanding import QueryUnderstanding
+
+EXPERIMENT = "explore"  # the search log's experiment name for an explored page
+LOW, HIGH = 10, 50  # 0-based ranks the explored product comes from (11-50)
+
+
+@dataclass(frozen=True)
+class Explored:
+    """One explored page: the product, the rank it came from, the page slot it took, its propensity."""
+
+    product_id: str
+    from_rank: int
+    position: int
+    propensity: float
+
+    def variant(self) -> str:
+        return variant_of(self.from_rank, self.position, self.propensity)
+
+    @classmethod
+    def of_variant(cls, product_id: str, variant: str) -> Explored | None:
+        try:
+            ranks, p = variant.split("@")
+            a, b = ranks.split(">")
+            return cls(product_id, int(a), int(b), float(p))
+        except ValueError:
+            return None
+
+
+def variant_of(from_rank: int, position: int, propensity: float) -> str:
+    """The search log's variant of an explored page (its experiment: :data:`EXPERIMENT`)."""
+    return f"{from_rank}>{position}@{propensity:.6g}"
+
+
+def draw(rng: random.Random, share: float, pool: int, k: int) -> tuple[int, int, float] | None:
+    """Whether this page explores, and if so (from rank, page slot, propensity); None when it does
+    not (or the pool has nothing below the page)."""
+    hi = min(HIGH, pool)
+    if share <= 0 or hi <= max(LOW, k) or rng.random() >= share:
+        return None
+    lo = max(LOW, k)
+    src, slot = rng.randrange(lo, hi), rng.randrange(k)
+    return src, slot, share / (hi - lo) / k
+
+
+def move(ranked: Ranked, src: int, slot: int) -> Ranked:
+    """``ranked`` with its ``src``-th product in place ``slot``, the scores where they were."""
+    order = list(ranked)
+    item = order.pop(src)
+    order.insert(slot, item)
+    return [(iid, score, {**parts, "explored": 1.0} if n == slot else parts)
+            for n, ((iid, _, parts), (_, score, _)) in enumerate(zip(order, ranked))]
+
+
+class ExploreStage(Stage):
+    """The exploration of head-query pages (see the module docstring)."""
+
+    name = "explore"
+
+    def __init__(self, reader: ReadContext, learned: LearnedQueries, rng: random.Random | None = None) -> None:
+        self.reader, self.learned = reader, learned
+        self.rng = rng or random.Random()
+        self._seen: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, reader: ReadContext, understanding: QueryUnderstanding | None = None) -> ExploreStage:
+        return cls(reader, LearnedQueries(reader.data_dir, reader.settings.feedback))
+
+    def head(self, norm: str) -> bool:
+        """Whether ``norm`` is a head query: the served table holds it, or it was searched often here."""
+        with self._lock:
+            self._seen[norm] += 1
+            n = self._seen[norm]
+            if len(self._seen) > 100_000:  # bounded: forget the tail
+                self._seen = Counter(dict(self._seen.most_common(10_000)))
+        table = self.learned.table()
+        return n >= self.reader.settings.feedback.explore_head_searches or (table is not None and norm in table.queries)
+
+    def after(self, underway: Underway, ranked: Ranked) -> Ranked:
+        req, fs = underway.req, self.reader.settings.feedback
+        if (fs.explore_share <= 0 or not underway.text or underway.image is not None or req.offset != 0
+                or req.sort != "relevance" or not (req.user or req.session)
+                or not self.head(normalise_query(underway.text))):
+            return ranked
+        got = draw(self.rng, fs.explore_share, len(ranked), req.k)
+        if got is None:
+            return ranked
+        src, slot, p = got
+        underway.notes[self.name] = (ranked[src][0], src, slot, p)
+        return move(ranked, src, slot)
+
+    def mark(self, underway: Underway, hit: Hit, iid: int) -> None:
+        note = underway.notes.get(self.name)
+        if note is not None and note[0] == iid:
+            underway.response["exploration"] = {"product_id": hit.id, "from_rank": note[1], "position": note[2],
+                                                "propensity": note[3]}
+
+
+def figures(log: EventLogAPI, since: float, until: float) -> dict[str, Any]:
+    """Explored pages in [since, until) and the clicks on their explored product (analytics)."""
+    fb = log.read(since=since, until=until)
+    shown: dict[str, Explored] = {}
+    for s in fb.searches:
+        if s.experiment == EXPERIMENT and s.variant:
+            tag = Explored.of_variant("", s.variant)
+            if tag is not None and 0 <= tag.position < len(s.ids):
+                shown[s.query_id] = Explored(s.ids[tag.position], tag.from_rank, tag.position, tag.propensity)
+    clicked = {e.query_id for e in fb.events
+               if e.type == "click" and e.query_id in shown and e.product_id == shown[e.query_id].product_id}
+    return {"impressions": len(shown), "clicks": len(clicked),
+            "ctr": round(len(clicked) / len(shown), 6) if shown else None}

@@ -55,7 +55,7 @@ PRIOR_STRENGTH = 2.0
 MAX_RANK = 100
 Z_RANGE = (-1.0, 3.0)
 FILTERED_WEIGHT = 0.5
-SHRINK_CLIENTS = 10.0
+SHRINK_CLIENTS = 20.0  # clients behind a product for half the clip
 ANON = "anon"  # the one unit of every search that names no user, session or client
 
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
+from vitrine.feedback.blocklist import Blocklist, blocked
 from vitrine.feedback.types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked, SearchRequest, SearchResponse
@@ -180,9 +181,13 @@ class Feedback:
             session=e.session or s.session, client=client)
 
     def popular_queries(self, limit: int = 500) -> list[tuple[str, float]]:
-        """Logged queries shoppers chose from (clicks, carts, purchases), by distinct users: at
-        least ``learn_min_users`` of them, never a query that found nothing (suggestions)."""
-        return self.log.popular_queries(time.time() - self.retention_s, self.settings.learn_min_users, limit)
+        """Logged queries shoppers chose from (clicks, carts, purchases), by distinct clients: at
+        least ``suggest_min_clients`` of them, never a query that found nothing, one that holds a
+        blocked term (vitrine/feedback/blocklist.py) or a bot's choice (suggestions)."""
+        terms = Blocklist(self.log).terms()
+        got = self.log.popular_queries(time.time() - self.retention_s, self.settings.suggest_min_clients,
+                                       limit + len(terms) * 10)
+        return [(q, n) for q, n in got if not blocked(normalise_query(q), terms)][:limit]
 
     def purge(self) -> int:
         """Forget what is older than the retention."""

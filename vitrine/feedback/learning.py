@@ -131,7 +131,7 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         b, a = float(np.mean(list(before.values()))), float(np.mean(list(after.values())))
         p = paired_test(before, after)
         enough = len(gains) >= settings.learn_min_judged
-        accepted = enough and a > b and p < settings.learn_alpha
+        accepted = enough and a > b and (p < settings.learn_alpha or settings.learn_alpha >= 1.0)
         report["judge"].update({"nDCG@10_serving": round(b, 4), "nDCG@10_learned": round(a, 4),
                                 "improved": sum(after[q] > before[q] + 1e-9 for q in gains),
                                 "worse": sum(after[q] < before[q] - 1e-9 for q in gains),

@@ -219,3 +219,28 @@ def test_suggest_block_hides_a_popular_query(client, own_engine):
     assert not [s for s in got if s["kind"] == "query" and "sneakers" in s["text"]]
     out = runner.invoke(main, ["suggest", "unblock", "sneakers", "--data", str(own_engine.data_dir)])
     assert out.exit_code == 0 and "white sneakers" in dict(own_engine.feedback.popular_queries())
+
+
+# -- the issue's attack ---------------------------------------------------------------------------
+@pytest.mark.parametrize("tokens", [False, True])
+def test_one_client_flooding_the_8th_result_does_not_lift_it(client, own_engine, tokens):
+    """200 searches from one client (anonymous, then a new user token each), each followed by a
+    click, add-to-cart and purchase on the 8th result, then `vitrine tune --logs-only`'s path:
+    the product stays outside the top 5."""
+    from vitrine.evals.log_tuning import tune_from_logs
+
+    text = "sports shoes" if tokens else "formal shoes"
+    target = search(client, text)["results"][7]["id"]
+    for i in range(200):
+        res = search(client, text, **({"user": f"bot-{i}"} if tokens else {}))
+        if target not in [h["id"] for h in res["results"]]:
+            continue
+        evs = [event(res, target, t) for t in ("click", "add_to_cart", "purchase")]
+        assert client.post("/v1/events", json={"events": evs}, headers=EVENTS_KEY).status_code == 202
+    slice_ = own_engine.feedback.log.read()
+    assert {s.client for s in slice_.searches if s.norm == text} and None not in {e.client for e in slice_.events}
+    got = tune_from_logs(own_engine)
+    assert got.report["learn"]["bot_clients"] >= 1  # 600 events in a minute from one client
+    served = [h["id"] for h in search(client, text)["results"]]
+    assert target not in served[:5]
+    assert text not in dict(own_engine.feedback.popular_queries())  # nor suggested

@@ -186,7 +186,7 @@ class Feedback:
         blocked term (vitrine/feedback/blocklist.py) or a bot's choice (suggestions)."""
         terms = Blocklist(self.log).terms()
         got = self.log.popular_queries(time.time() - self.retention_s, self.settings.suggest_min_clients,
-                                       limit + len(terms) * 10)
+                                       limit + len(terms) * 10, self.settings.bot_events_per_minute)
         return [(q, n) for q, n in got if not blocked(normalise_query(q), terms)][:limit]
 
     def purge(self) -> int:

@@ -336,8 +336,7 @@ class Engine:
     def search(self, req: SearchRequest, *, image: bytes | None = None, log_search: bool = False,
                client: str | None = None) -> SearchResponse:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters.
-        ``log_search``: log it in the feedback log and give it a ``query_id`` (the API's searches);
-        ``client``: the fingerprint of who asked (the API's, from address and user agent)."""
+        ``log_search``: log it (with ``client``, who asked) and give it a ``query_id`` (the API's)."""
         if not log_search:
             return self._mark_store(self.reads.search(req, image=image))
         # an API search: ranked as its experiment variant wants (vitrine/experiments/runner.py), then logged
@@ -408,8 +407,7 @@ class Engine:
         return [h.id for h in self.search(SearchRequest(text=text, k=learning.POOL)).results]
 
     def record_events(self, events: Sequence[EventIn], client: str | None = None) -> tuple[int, int]:
-        """Validate and store a batch of shopper events (all or none) from ``client`` (a
-        fingerprint); (accepted, new)."""
+        """Validate and store a batch of shopper events (all or none) from ``client``; (accepted, new)."""
         return self.feedback.record(events, client=client)
 
     def record_valid_events(self, events: Sequence[EventIn]) -> tuple[int, int, list[tuple[int, str]]]:

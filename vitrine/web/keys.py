@@ -133,5 +133,5 @@ class ScopedKeys:
         keys = self._read()
         left = {h: k for h, k in keys.items() if k.id != key_id}
         if len(left) == len(keys):
-            raise NotFound(f"scoped key {key_id!r} not found")
+            raise NotFound("scoped key", key_id)
         self._write(left)

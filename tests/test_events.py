@@ -17,7 +17,8 @@ def own_engine(engine, settings_factory, encoder, tmp_path_factory):
     """A copy of the subset's data dir with an engine of its own (these tests log and learn);
     they learn when they say so (test_online_learning: the loop)."""
     eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("events") / "data",
-                      api_key="s3cret", events_key="browser-key", learn_interval_s=0)
+                      api_key="s3cret", events_key="browser-key", learn_interval_s=0,
+                      learn_min_judged=1, learn_alpha=1.0)  # one head query: the mechanics, not the test
     yield eng
     eng.close()
 
@@ -30,8 +31,13 @@ def client(own_engine):
         yield c
 
 
+def agent(user):
+    """Each shopper on a browser of their own (a client of their own to the API)."""
+    return {"User-Agent": f"browser-of-{user}"}
+
+
 def search(client, text, **kw):
-    r = client.post("/v1/search", json={"text": text, "k": 10, **kw})
+    r = client.post("/v1/search", json={"text": text, "k": 10, **kw}, headers=agent(kw.get("user")))
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -126,7 +132,7 @@ def test_tune_learns_a_head_query_from_clicks_and_leaves_other_queries_alone(cli
         evs = [{"type": "click", "query_id": res["query_id"], "product_id": chosen, "position": pos}]
         if u % 2:
             evs.append({"type": "purchase", "query_id": res["query_id"], "product_id": chosen, "position": pos})
-        assert client.post("/v1/events", json={"events": evs}, headers=KEY).status_code == 202
+        assert client.post("/v1/events", json={"events": evs}, headers={**KEY, **agent(f"shopper-{u}")}).status_code == 202
     # one token floods clicks on another product: it counts once, below the bar of distinct users
     res = search(client, text, user="flooder")
     flood = [{"type": "click", "query_id": res["query_id"], "product_id": flooded, "position": 5,
@@ -191,7 +197,8 @@ def test_online_learning_loop_learns_while_serving(own_engine):
                     h["id"] for h in res["results"]] else None
                 if pos is not None:
                     ev = {"type": "click", "query_id": res["query_id"], "product_id": target, "position": pos}
-                    assert c.post("/v1/events", json={"events": [ev]}, headers=KEY).status_code == 202
+                    assert c.post("/v1/events", json={"events": [ev]},
+                                  headers={**KEY, **agent(f"online-{u}")}).status_code == 202
             deadline = time.time() + 20
             while time.time() < deadline and search(c, text, user="watcher")["results"][0]["id"] != target:
                 time.sleep(0.3)

@@ -376,6 +376,17 @@ class WebSettings(_Section):
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")
+    rate_search_per_minute: float = Field(600.0, ge=0, description="Searches (POST /v1/search, /v1/search/image) "
+                                          "one client (address and user agent) or one key may make a minute; "
+                                          "past it: 429 with Retry-After (0: no limit).")
+    rate_events_per_minute: float = Field(600.0, ge=0, description="POST /v1/events calls one client or key may "
+                                          "make a minute (0: no limit).")
+    rate_suggest_per_minute: float = Field(1200.0, ge=0, description="GET /v1/suggest calls one client or key "
+                                           "may make a minute (0: no limit).")
+    rate_key_per_minute: float = Field(0.0, ge=0, description="Calls to those routes one key (the write key, the "
+                                       "events key) may make a minute, over all its clients; 0 (default): no "
+                                       "per-key limit, as the events key is every browser's. A scoped key "
+                                       "carries its own rate (`vitrine keys create --rate`).")
 
 
 class FeedbackSettings(_Section):
@@ -415,6 +426,19 @@ class FeedbackSettings(_Section):
     learn_transfer_similarity: float = Field(0.8, ge=0, le=1, description="A query nobody logged borrows what its "
                                              "nearest logged query learned when their text vectors' cosine reaches "
                                              "this (1: never).")
+    learn_client_share: float = Field(0.2, gt=0, le=1, description="Most share of a query's evidence one client "
+                                      "(hashed address and user agent) counts for, whatever user tokens it sends "
+                                      "(docs/learning.md, Abuse).")
+    bot_events_per_minute: int = Field(60, ge=0, description="A client that posts more events than this in a "
+                                       "minute is a bot: learning and suggestions ignore it, analytics counts "
+                                       "it (0: no filter).")
+    learn_min_judged: int = Field(5, ge=1, description="A learned table replaces what serves only when judged on "
+                                  "at least this many queries of the later slice of the log.")
+    learn_alpha: float = Field(0.05, gt=0, le=1, description="...and only when the Wilcoxon signed-rank test over "
+                               "those queries' nDCG@10 (learned vs serving, one-sided) is below this p-value "
+                               "(1: no test, a higher mean is enough).")
+    suggest_min_clients: int = Field(3, ge=1, description="A logged query becomes a suggestion only once this many "
+                                     "distinct clients chose a result of it (never a bot's).")
 
 
 class Settings(BaseModel):

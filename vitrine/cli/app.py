@@ -15,6 +15,6 @@ from vitrine.cli import tune  # noqa: F401  (registers its commands)
 from vitrine.cli import reliability  # noqa: F401  (registers its commands)
 from vitrine.cli import settingscmd  # noqa: F401  (registers its commands)
 from vitrine.cli import feedback  # noqa: F401  (registers its commands)
-from vitrine.cli import makecat  # noqa: F401  (registers its commands)
+from vitrine.cli import makecat, trustcmd  # noqa: F401  (register their commands)
 
 __all__ = ["main"]

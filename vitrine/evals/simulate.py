@@ -91,8 +91,14 @@ def ndcg10(ranked: Sequence[str], q: JudgedQuery) -> float:
     return ndcg_at_k(list(ranked), q.relevant, 10)
 
 
+def agent(user: str) -> dict[str, str]:
+    """Each simulated shopper browses from a browser of their own: a client of their own to the
+    API (vitrine/web/limits.py fingerprints address and user agent), as real shoppers are."""
+    return {"User-Agent": f"vitrine-sim/{user}"}
+
+
 def _search(http: Http, text: str, k: int, user: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    r = http.post("/v1/search", json={"text": text, "k": k, "user": user, **(extra or {})})
+    r = http.post("/v1/search", json={"text": text, "k": k, "user": user, **(extra or {})}, headers=agent(user))
     if r.status_code != 200:
         raise RuntimeError(f"search {text!r} answered {r.status_code}: {r.text[:300]}")
     return r.json()
@@ -122,7 +128,7 @@ def session(http: Http, q: JudgedQuery, user: str, shopper: Shopper, rng: random
                 events.append({"type": "purchase", **base})
                 out.purchases += 1
     if events:
-        r = http.post("/v1/events", json={"events": events}, headers={"X-API-Key": key} if key else {})
+        r = http.post("/v1/events", json={"events": events}, headers={**agent(user), **({"X-API-Key": key} if key else {})})
         if r.status_code != 202:
             raise RuntimeError(f"events answered {r.status_code}: {r.text[:300]}")
         out.events_accepted += int(r.json().get("accepted", 0))

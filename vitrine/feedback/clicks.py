@@ -16,17 +16,22 @@ exactly ``1 / (r + 1)``: with EM, every re-learn after the first lost to what se
 prior, each one won and the true nDCG@10 went on rising). Fit it where ranks vary for reasons of
 their own (interleaved experiments, randomised pages). The report says which was used.
 
-Bounded influence: evidence is counted per (query, product, user): a user who saw a product ten
-times is one exposure (at the best rank they saw it), a user who clicked it twenty times is one
-success (weighted by the strongest event: click 1, add-to-cart 1.5, purchase 2; a product-page
-view 0.5). A product moves only with successes (or, to sink, exposures) from ``min_users``
-distinct users, and a query is learned only with successes from that many users, so one token
-flooding clicks moves nothing. Evidence fades with age (``half_life_days``).
+Bounded influence (docs/learning.md, "Abuse"): evidence is counted per (query, product, unit),
+where the unit is the user (the hashed token), else the session, else the client (a hashed
+fingerprint of the address and user agent the API saw), never the search: a unit that saw a
+product ten times is one exposure (at the best rank it saw it), a unit that clicked it twenty
+times is one success (weighted by the strongest event: click 1, add-to-cart 1.5, purchase 2; a
+product-page view 0.5). Units behind one client count together for at most ``client_share`` of a
+query's evidence (a client with ``k`` units in a query weighs ``min(k, max(1, share / (1 - share)
+* others))`` units, spread over its ``k``), so new user tokens from one machine add nothing. A
+product moves only with successes (or, to sink, exposures) from ``min_users`` distinct clients,
+and a query is learned only with successes from that many, so one client flooding clicks moves
+nothing. A client that sent more than ``bot_per_minute`` events in any minute is a bot: all its
+events are left out (analytics counts them). Evidence fades with age (``half_life_days``).
 
-A product's score is its posterior attractiveness against the catalogue-wide mean (a Beta prior
-of ``PRIOR_STRENGTH`` exposures at the mean), in units of that mean, clipped to [-1, 3]: 0 for a
-product shown as often as it was chosen on average (or never shown), positive for one chosen
-more, negative for one passed over.
+Context: a page in another order than relevance (``sort``) is no evidence for the words (its
+ranks say nothing about relevance); a filtered page counts :data:`FILTERED_WEIGHT` (a choice
+among what the filter left, not among all the words found).
 """
 
 from __future__ import annotations
@@ -49,12 +54,16 @@ EVENT_WEIGHT = {"click": 1.0, "add_to_cart": 1.5, "purchase": 2.0, "view": 0.5}
 PRIOR_STRENGTH = 2.0
 MAX_RANK = 100
 Z_RANGE = (-1.0, 3.0)
+FILTERED_WEIGHT = 0.5
+SHRINK_CLIENTS = 20.0  # clients behind a product for half the clip
+ANON = "anon"  # the one unit of every search that names no user, session or client
 
 
 @dataclass
 class Evidence:
-    """Per (query, product): ``exposure`` (examination-weighted, one per user), ``success``
-    (event-weighted, one per user), and the distinct users behind each."""
+    """Per (query, product): ``exposure`` (examination-weighted, one per unit), ``success``
+    (event-weighted, one per unit), and the distinct clients behind each (a unit whose client
+    is unknown stands for itself)."""
 
     exposure: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     success: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
@@ -63,13 +72,57 @@ class Evidence:
     query_users: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     queries: dict[str, str] = field(default_factory=dict)  # norm -> a text as typed
     propensity: str = "prior 1/(rank+1)"
+    bots: dict[str, int] = field(default_factory=dict)  # clients the bot filter caught -> their events
 
 
 def user_of(s: SearchLog, event_user: str | None = None) -> str:
-    """Who a search's evidence is capped by: the hashed user of the search, else of its events,
-    else the session, else the search itself (exposures and successes of one search always count
-    for the same one)."""
-    return s.user or event_user or (f"s:{s.session}" if s.session else f"q:{s.query_id}")
+    """The unit a search's evidence is capped by: the hashed user of the search, else of its
+    events, else the session, else the client fingerprint, else one shared anonymous unit (never
+    the search itself: 200 anonymous searches are one unit, not 200)."""
+    if s.user or event_user:
+        return f"u:{s.user or event_user}"
+    if s.session:
+        return f"s:{s.session}"
+    return f"c:{s.client}" if s.client else ANON
+
+
+def context_weight(s: SearchLog) -> float:
+    """How much a page's evidence counts for its bare words (the module docstring, "Context")."""
+    if s.sort and s.sort != "relevance":
+        return 0.0
+    return FILTERED_WEIGHT if s.filters else 1.0
+
+
+def bot_clients(fb: FeedbackSlice, per_minute: int) -> dict[str, int]:
+    """Clients that sent more than ``per_minute`` events in some minute -> their events in the
+    slice (0 or less: no filter)."""
+    if per_minute <= 0:
+        return {}
+    per: dict[tuple[str, int], int] = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
+    for e in fb.events:
+        if e.client:
+            per[(e.client, int(e.ts // 60))] += 1
+            total[e.client] += 1
+    flagged = {c for (c, _), n in per.items() if n > per_minute}
+    return {c: total[c] for c in flagged}
+
+
+def client_weights(units: dict[str, dict[str, str]], share: float) -> dict[tuple[str, str], float]:
+    """Per (query, unit): the weight of its evidence so that one client's units together count
+    at most ``share`` of the query's (``units``: query -> unit -> its client)."""
+    out: dict[tuple[str, str], float] = {}
+    ratio = share / (1.0 - share) if share < 1.0 else math.inf
+    for q, of in units.items():
+        per_client: dict[str, int] = defaultdict(int)
+        for c in of.values():
+            per_client[c] += 1
+        n = len(of)
+        for u, c in of.items():
+            k = per_client[c]
+            cap = max(1.0, ratio * (n - k))
+            out[(q, u)] = min(1.0, cap / k)
+    return out
 
 
 def prior_theta(n: int = MAX_RANK) -> np.ndarray:
@@ -107,54 +160,70 @@ def fit_theta(cells: dict[tuple[str, str, int], list[float]], *, iters: int = 50
 
 
 def gather(fb: FeedbackSlice, *, now: float | None = None, half_life_days: float = 30.0,
-           theta: np.ndarray | None = None, em: bool = False) -> Evidence:
-    """Per (query, product, user) evidence from a slice of the log (see the module docstring)."""
+           theta: np.ndarray | None = None, em: bool = False, client_share: float = 0.2,
+           bot_per_minute: int = 60) -> Evidence:
+    """Per (query, product, unit) evidence from a slice of the log (see the module docstring)."""
     now = time.time() if now is None else now
     half = half_life_days * 86400.0
-    by_id = {s.query_id: s for s in fb.searches if s.norm and not s.image}
-    event_user = {e.query_id: e.user for e in fb.events if e.user}
-    # best rank each user saw each (query, product) at, and when
-    seen: dict[tuple[str, str, str], tuple[int, float]] = {}
-    cells: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for s in by_id.values():
-        u = user_of(s, event_user.get(s.query_id))
+    bots = bot_clients(fb, bot_per_minute)
+    by_id = {s.query_id: s for s in fb.searches if s.norm and not s.image and context_weight(s) > 0
+             and s.client not in bots}
+    events = [e for e in fb.events if e.client not in bots and e.query_id in by_id]
+    event_user = {e.query_id: e.user for e in events if e.user}
+    unit = {qid: user_of(s, event_user.get(qid)) for qid, s in by_id.items()}
+    # each unit's client: the search's, else its events', else the unit stands for itself
+    client: dict[str, str] = {}
+    for e in events:
+        if e.client:
+            client.setdefault(unit[e.query_id], "c:" + e.client)
+    for qid, s in by_id.items():
+        if s.client:
+            client[unit[qid]] = "c:" + s.client
+    # best rank each unit saw each (query, product) at, when, and on a page of what weight
+    seen: dict[tuple[str, str, str], tuple[int, float, float]] = {}
+    for qid, s in by_id.items():
+        u, cw = unit[qid], context_weight(s)
         for i, pid in enumerate(s.ids):
             r = s.offset + i
             key = (s.norm, pid, u)
             if key not in seen or r < seen[key][0]:
-                seen[key] = (r, max(s.ts, seen.get(key, (0, 0.0))[1]))
+                seen[key] = (r, max(s.ts, seen.get(key, (0, 0.0, 0.0))[1]), max(cw, seen.get(key, (0, 0.0, 0.0))[2]))
     won: dict[tuple[str, str, str], tuple[float, float]] = {}
-    for e in fb.events:
-        found = by_id.get(e.query_id)
-        if found is None:
-            continue
-        u = user_of(found, event_user.get(found.query_id))
-        key = (found.norm, e.product_id, u)
-        w = EVENT_WEIGHT.get(e.type, 0.0)
+    for e in events:
+        found = by_id[e.query_id]
+        key = (found.norm, e.product_id, unit[e.query_id])
+        w = EVENT_WEIGHT.get(e.type, 0.0) * context_weight(found)
         if key not in won or w > won[key][0]:
             won[key] = (w, e.ts)
         if key not in seen:  # an event under another token than the search's: its exposure is the search's
-            seen[key] = (e.position, found.ts)
-    for (q, d, u), (r, _) in seen.items():
+            seen[key] = (e.position, found.ts, context_weight(found))
+    units: dict[str, dict[str, str]] = defaultdict(dict)
+    for q, _, u in seen:
+        units[q][u] = client.get(u, u)
+    weight = client_weights(units, client_share)
+    cells: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for (q, d, u), (r, _, _) in seen.items():
         cell = cells[(q, d, r)]
-        cell[0] += 1
-        cell[1] += 1.0 if (q, d, u) in won else 0.0
+        w = weight[(q, u)]
+        cell[0] += w
+        cell[1] += w if (q, d, u) in won else 0.0
     ev = Evidence()
+    ev.bots = bots
     fitted = theta if theta is not None else fit_theta(cells) if em else None
     if fitted is not None and theta is None:
         ev.propensity = "PBM by EM"
     th = fitted if fitted is not None else prior_theta()
     for s in by_id.values():
         ev.queries.setdefault(s.norm, s.text or s.norm)
-    for (q, d, u), (r, ts) in seen.items():
+    for (q, d, u), (r, ts, cw) in seen.items():
         decay = 0.5 ** (max(0.0, now - ts) / half)
-        ev.exposure[(q, d)] += decay * float(th[min(r, MAX_RANK - 1)])
-        ev.exposed_users[(q, d)].add(u)
+        ev.exposure[(q, d)] += decay * cw * weight[(q, u)] * float(th[min(r, MAX_RANK - 1)])
+        ev.exposed_users[(q, d)].add(client.get(u, u))
     for (q, d, u), (w, ts) in won.items():
         decay = 0.5 ** (max(0.0, now - ts) / half)
-        ev.success[(q, d)] += decay * w
-        ev.success_users[(q, d)].add(u)
-        ev.query_users[q].add(u)
+        ev.success[(q, d)] += decay * w * weight[(q, u)]
+        ev.success_users[(q, d)].add(client.get(u, u))
+        ev.query_users[q].add(client.get(u, u))
     return ev
 
 
@@ -179,10 +248,10 @@ def scores(ev: Evidence, *, min_users: int = 3, max_queries: int = 10_000) -> tu
         e, s = ev.exposure.get((q, d), 0.0), ev.success.get((q, d), 0.0)
         a = (s + PRIOR_STRENGTH * p0) / (e + PRIOR_STRENGTH)
         z = float(np.clip((a - p0) / p0, *Z_RANGE))
-        if z > 0 and len(ev.success_users.get((q, d), ())) < min_users:
+        n = len(ev.success_users.get((q, d), ())) if z > 0 else len(ev.exposed_users.get((q, d), ()))
+        if n < min_users:
             continue
-        if z < 0 and len(ev.exposed_users.get((q, d), ())) < min_users:
-            continue
+        z *= n / (n + SHRINK_CLIENTS)  # few clients, a small move (the module docstring)
         if abs(z) >= 0.05:
             out[q][d] = round(z, 4)
     return {q: b for q, b in out.items() if b}, {q: len(ev.query_users[q]) for q in heads}, p0
@@ -206,16 +275,19 @@ def labels(ev: Evidence) -> dict[str, dict[str, float]]:
 
 
 def learn(fb: FeedbackSlice, *, now: float | None = None, min_users: int = 3, half_life_days: float = 30.0,
-          max_queries: int = 10_000, em: bool = False) -> LearnedTable:
+          max_queries: int = 10_000, em: bool = False, client_share: float = 0.2,
+          bot_per_minute: int = 60) -> LearnedTable:
     """The learned table of a slice of the log."""
     now = time.time() if now is None else now
-    ev = gather(fb, now=now, half_life_days=half_life_days, em=em)
+    ev = gather(fb, now=now, half_life_days=half_life_days, em=em, client_share=client_share,
+                bot_per_minute=bot_per_minute)
     queries, users, p0 = scores(ev, min_users=min_users, max_queries=max_queries)
     report: dict[str, Any] = {
         "searches": len(fb.searches), "events": len(fb.events), "queries_logged": len(ev.queries),
         "head_queries": len(queries), "boosted_products": sum(1 for b in queries.values() for v in b.values() if v > 0),
         "sunk_products": sum(1 for b in queries.values() for v in b.values() if v < 0),
         "mean_attractiveness": round(p0, 4), "propensity": ev.propensity, "min_users": min_users,
+        "bot_clients": len(ev.bots), "bot_events": sum(ev.bots.values()), "client_share": client_share,
     }
     return LearnedTable(queries=queries, users={q: users[q] for q in queries}, created=now,
                         half_life_s=half_life_days * 86400.0, report=report)

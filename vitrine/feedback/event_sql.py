@@ -11,30 +11,34 @@ from collections.abc import Callable, Sequence
 from vitrine.feedback.types import EventRecord, SearchLog
 
 
-SEARCH_COLUMNS = 'query_id, ts, text, norm, ids, "offset", total, image, user_hash, session, experiment, variant'
-EVENT_COLUMNS = "event_id, query_id, type, product_id, position, ts, user_hash, session"
+SEARCH_COLUMNS = ('query_id, ts, text, norm, ids, "offset", total, image, user_hash, session, experiment, variant, '
+                  'client, sort, filters')
+EVENT_COLUMNS = "event_id, query_id, type, product_id, position, ts, user_hash, session, client"
+# columns added after the first schema (issue 53): (table, column); the stores add them when missing
+ADDED_COLUMNS = (("searches", "client"), ("searches", "sort"), ("searches", "filters"), ("events", "client"))
 
 
 def search_row(s: SearchLog) -> tuple:
     return (s.query_id, s.ts, s.text, s.norm, json.dumps(list(s.ids), ensure_ascii=False), s.offset, s.total,
-            int(s.image), s.user, s.session, s.experiment, s.variant)
+            int(s.image), s.user, s.session, s.experiment, s.variant, s.client, s.sort, s.filters)
 
 
 def search_from_row(r: Sequence) -> SearchLog:
-    qid, ts, text, norm, ids, offset, total, image, user, session, exp, variant = r
+    qid, ts, text, norm, ids, offset, total, image, user, session, exp, variant, client, sort, filters = r
     ids_list = ids if isinstance(ids, list) else json.loads(ids)
     return SearchLog(query_id=qid, ts=float(ts), text=text, norm=norm, ids=tuple(ids_list), offset=int(offset),
-                     total=total, image=bool(image), user=user, session=session, experiment=exp, variant=variant)
+                     total=total, image=bool(image), user=user, session=session, experiment=exp, variant=variant,
+                     client=client, sort=sort, filters=filters)
 
 
 def event_row(e: EventRecord) -> tuple:
-    return (e.event_id, e.query_id, e.type, e.product_id, e.position, e.ts, e.user, e.session)
+    return (e.event_id, e.query_id, e.type, e.product_id, e.position, e.ts, e.user, e.session, e.client)
 
 
 def event_from_row(r: Sequence) -> EventRecord:
-    eid, qid, etype, pid, pos, ts, user, session = r
+    eid, qid, etype, pid, pos, ts, user, session, client = r
     return EventRecord(event_id=eid, query_id=qid, type=etype, product_id=pid, position=int(pos), ts=float(ts),
-                       user=user, session=session)
+                       user=user, session=session, client=client)
 
 
 # -- analytics and experiments (vitrine/feedback/analytics.py, vitrine/experiments/runner.py) ---------
@@ -131,10 +135,12 @@ def experiment_unit_rows(rows: list[tuple]) -> list[tuple]:
 
 
 POPULAR_SQL = """
-SELECT MIN(s.text), COUNT(DISTINCT COALESCE(e.user_hash, s.user_hash, s.query_id)) AS users
+SELECT MIN(s.text), COUNT(DISTINCT COALESCE(s.client, e.client, e.user_hash, s.user_hash)) AS users
 FROM {events} e JOIN {searches} s ON s.query_id = e.query_id
 WHERE e.type IN ('click', 'add_to_cart', 'purchase') AND s.ts >= {p} AND s.norm <> '' AND s.text IS NOT NULL
   AND s.norm NOT IN (SELECT norm FROM {searches} WHERE total = 0 OR ids = '[]')
-GROUP BY s.norm HAVING COUNT(DISTINCT COALESCE(e.user_hash, s.user_hash, s.query_id)) >= {p}
+  AND COALESCE(e.client, '') NOT IN (SELECT client FROM {events} WHERE client IS NOT NULL AND ts >= {p}
+                                      GROUP BY client, CAST(ts / 60 AS INTEGER) HAVING COUNT(*) > {p})
+GROUP BY s.norm HAVING COUNT(DISTINCT COALESCE(s.client, e.client, e.user_hash, s.user_hash)) >= {p}
 ORDER BY users DESC, MIN(s.text) LIMIT {p}
 """

@@ -39,6 +39,7 @@ from vitrine.feedback.event_sql import (
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
     EXPERIMENT_UNITS_SQL,
+    ADDED_COLUMNS,
     POPULAR_SQL,
     SEARCH_COLUMNS,
     analytics_rows,
@@ -60,12 +61,12 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS searches (
     query_id TEXT PRIMARY KEY, ts REAL NOT NULL, text TEXT, norm TEXT NOT NULL, ids TEXT NOT NULL,
     "offset" INTEGER NOT NULL DEFAULT 0, total INTEGER, image INTEGER NOT NULL DEFAULT 0,
-    user_hash TEXT, session TEXT, experiment TEXT, variant TEXT
+    user_hash TEXT, session TEXT, experiment TEXT, variant TEXT, client TEXT, sort TEXT, filters TEXT
 );
 CREATE INDEX IF NOT EXISTS searches_ts ON searches(ts);
 CREATE TABLE IF NOT EXISTS events (
     event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, type TEXT NOT NULL, product_id TEXT NOT NULL,
-    position INTEGER NOT NULL, ts REAL NOT NULL, user_hash TEXT, session TEXT
+    position INTEGER NOT NULL, ts REAL NOT NULL, user_hash TEXT, session TEXT, client TEXT
 );
 CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
 CREATE INDEX IF NOT EXISTS events_query ON events(query_id);
@@ -165,6 +166,10 @@ class EventLog(SqliteAnalytics):
             # search lost to a power cut only loses its events' context)
             self._events = connect_wal(self.path, synchronous="FULL", check_same_thread=False, isolation_level=None)
             self._events.executescript(_SCHEMA)
+            for table, col in ADDED_COLUMNS:  # a log made before these columns
+                have = {r[1] for r in self._events.execute(f"PRAGMA table_info({table})")}
+                if col not in have:
+                    self._events.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT")
             self._searches = connect_wal(self.path, synchronous="NORMAL", check_same_thread=False,
                                          isolation_level=None)
         except sqlite3.DatabaseError as e:
@@ -197,7 +202,7 @@ class EventLog(SqliteAnalytics):
         try:
             with self._search_lock:
                 self._searches.execute(f"INSERT OR REPLACE INTO searches ({SEARCH_COLUMNS}) VALUES "
-                                       "(?,?,?,?,?,?,?,?,?,?,?,?)", search_row(s))
+                                       "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", search_row(s))
         except sqlite3.Error as e:
             raise StorageError(f"cannot log a search in {self.path}: {e}") from e
 
@@ -223,7 +228,7 @@ class EventLog(SqliteAnalytics):
                 self._events.execute("BEGIN IMMEDIATE")
                 try:
                     self._events.executemany(f"INSERT OR IGNORE INTO events ({EVENT_COLUMNS}) VALUES "
-                                             "(?,?,?,?,?,?,?,?)", [event_row(e) for e in events])
+                                             "(?,?,?,?,?,?,?,?,?)", [event_row(e) for e in events])
                 except BaseException:
                     self._events.execute("ROLLBACK")
                     raise
@@ -255,13 +260,14 @@ class EventLog(SqliteAnalytics):
             return {"searches": self._searches.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
                     "events": self._searches.execute("SELECT COUNT(*) FROM events").fetchone()[0]}
 
-    def popular_queries(self, since: float, min_users: int, limit: int) -> list[tuple[str, float]]:
+    def popular_queries(self, since: float, min_users: int, limit: int,
+                        bot_per_minute: int = 0) -> list[tuple[str, float]]:
         """Queries (as first typed) that shoppers clicked, added or bought from, by how many
         distinct users did; only queries with at least ``min_users`` such users (one shopper's
         searches are never suggested to others) and never one whose searches found nothing."""
         with self._search_lock:
             rows = self._searches.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
-                                          (since, min_users, limit)).fetchall()
+                                          (since, since, bot_per_minute or 10**9, min_users, limit)).fetchall()
         return [(str(t), float(n)) for t, n in rows]
 
 

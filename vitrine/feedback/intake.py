@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
+from vitrine.feedback.blocklist import Blocklist, blocked
 from vitrine.feedback.types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked, SearchRequest, SearchResponse
@@ -79,6 +80,14 @@ class EventsAccepted(BaseModel):
     new: int = Field(description="Of those, events not seen before")
 
 
+def filters_json(req: SearchRequest) -> str | None:
+    """A search's filters as stored with it (None: no filter)."""
+    if req.filters is None:
+        return None
+    got = req.filters.model_dump(exclude_none=True, exclude_defaults=True)
+    return json.dumps(got, ensure_ascii=False, sort_keys=True, default=str) if got else None
+
+
 class Feedback:
     """Search logging and event intake over one event log (see the module docstring)."""
 
@@ -90,8 +99,14 @@ class Feedback:
     def retention_s(self) -> float:
         return self.settings.events_retention_days * 86400.0
 
-    def log_search(self, req: SearchRequest, resp: SearchResponse, *, experiment: str | None = None) -> None:
-        """Give ``resp`` a ``query_id`` and log what it showed (when logging is on)."""
+    def client_hash(self, client: str | None) -> str | None:
+        """The stored form of a client fingerprint (keyed like user tokens: not reversible)."""
+        return self.log.hash_user(f"client:{client}") if client else None
+
+    def log_search(self, req: SearchRequest, resp: SearchResponse, *, experiment: str | None = None,
+                   client: str | None = None) -> None:
+        """Give ``resp`` a ``query_id`` and log what it showed and in what context (when logging
+        is on); ``client``: the fingerprint of who asked."""
         if not self.settings.log_searches:
             return
         now = time.time()
@@ -104,11 +119,14 @@ class Feedback:
         self.log.log_search(SearchLog(
             query_id=qid, ts=now, text=text, norm=normalise_query(text), ids=tuple(h.id for h in resp.results),
             offset=req.offset, total=resp.total, image=bool(resp.query.get("image")) if resp.query else False,
-            user=self.log.hash_user(req.user), session=req.session, experiment=experiment, variant=variant))
+            user=self.log.hash_user(req.user), session=req.session, experiment=experiment, variant=variant,
+            client=self.client_hash(client), sort=req.sort if req.sort != "relevance" else None,
+            filters=filters_json(req)))
         resp.query_id = qid
 
-    def record(self, events: Sequence[EventIn]) -> tuple[int, int]:
-        """Validate and store a batch (all or nothing); returns (accepted, new)."""
+    def record(self, events: Sequence[EventIn], client: str | None = None) -> tuple[int, int]:
+        """Validate and store a batch (all or nothing) posted by ``client`` (a fingerprint);
+        returns (accepted, new)."""
         limit = self.settings.events_max_batch
         if len(events) > limit:
             raise InvalidInput(f"events: {len(events):,} events in one call; at most {limit:,}")
@@ -116,7 +134,8 @@ class Feedback:
             raise InvalidInput("events: the batch is empty")
         now = time.time()
         logged = self.log.searches([e.query_id for e in events])
-        rows = [self._row(f"events[{i}]", e, logged, now) for i, e in enumerate(events)]
+        fp = self.client_hash(client)
+        rows = [self._row(f"events[{i}]", e, logged, now, fp) for i, e in enumerate(events)]
         new = self.log.add_events(rows)
         return len(rows), new
 
@@ -141,7 +160,8 @@ class Feedback:
             new += self.log.add_events(rows)
         return len(events) - len(bad), new, bad
 
-    def _row(self, where: str, e: EventIn, logged: Mapping[str, SearchLog], now: float) -> EventRecord:
+    def _row(self, where: str, e: EventIn, logged: Mapping[str, SearchLog], now: float,
+             client: str | None = None) -> EventRecord:
         """One event checked against its logged search -> the row stored (InvalidInput naming the field)."""
         s = logged.get(e.query_id)
         if s is None:
@@ -162,12 +182,16 @@ class Feedback:
         return EventRecord(
             event_id=e.event_id or event_key(e.query_id, e.type, e.product_id, e.user, e.timestamp),
             query_id=e.query_id, type=e.type, product_id=e.product_id, position=rank, ts=ts, user=user,
-            session=e.session or s.session)
+            session=e.session or s.session, client=client)
 
     def popular_queries(self, limit: int = 500) -> list[tuple[str, float]]:
-        """Logged queries shoppers chose from (clicks, carts, purchases), by distinct users: at
-        least ``learn_min_users`` of them, never a query that found nothing (suggestions)."""
-        return self.log.popular_queries(time.time() - self.retention_s, self.settings.learn_min_users, limit)
+        """Logged queries shoppers chose from (clicks, carts, purchases), by distinct clients: at
+        least ``suggest_min_clients`` of them, never a query that found nothing, one that holds a
+        blocked term (vitrine/feedback/blocklist.py) or a bot's choice (suggestions)."""
+        terms = Blocklist(self.log).terms()
+        got = self.log.popular_queries(time.time() - self.retention_s, self.settings.suggest_min_clients,
+                                       limit + len(terms) * 10, self.settings.bot_events_per_minute)
+        return [(q, n) for q, n in got if not blocked(normalise_query(q), terms)][:limit]
 
     def purge(self) -> int:
         """Forget what is older than the retention."""

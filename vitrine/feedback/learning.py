@@ -12,7 +12,11 @@ every ``learn_interval_s`` when new events arrived (vitrine/web/lifecycle.py).
    scored by nDCG@10 against that part's own debiased success rates (successes per examination);
    products it never showed are skipped, neither credit nor blame.
 4. Kept (re-learned on the whole log, written to ``learned.json``, which every worker re-reads
-   within a second) only if it beats what serves on mean nDCG@10; else what serves stays.
+   within a second) only with evidence that it beats what serves: at least ``learn_min_judged``
+   judged queries, a higher mean nDCG@10, and a paired test over the queries (Wilcoxon
+   signed-rank, one-sided: learned > serving) below ``learn_alpha``; else what serves stays. A
+   mean over a handful of queries moves with one lucky query; the test asks whether the queries
+   that improved outweigh those that got worse, by rank, beyond what chance gives.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from vitrine.feedback.types import EventLogAPI, FeedbackSlice, SearchLog
 from vitrine.feedback import clicks
@@ -83,6 +88,15 @@ def judge(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable | 
         learned.unpin()
 
 
+def paired_test(before: dict[str, float], after: dict[str, float]) -> float:
+    """One-sided p-value of the Wilcoxon signed-rank test that ``after`` beats ``before`` over
+    the same queries (1.0 when no query changed)."""
+    diffs = [after[q] - before[q] for q in before if abs(after[q] - before[q]) > 1e-9]
+    if not diffs:
+        return 1.0
+    return float(stats.wilcoxon(diffs, alternative="greater").pvalue)
+
+
 def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: SearchIds, settings: FeedbackSettings,
                    data_dir: Path, *, heldout: float = 0.3, now: float | None = None, save: bool = True) -> LearnResult:
     """Learn from the log (see the module docstring)."""
@@ -95,7 +109,8 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         report["outcome"] = "no events in the log: nothing learned"
         return LearnResult(None, None, texts, report)
     kw: dict[str, Any] = {"min_users": settings.learn_min_users, "half_life_days": settings.learn_half_life_days,
-          "max_queries": settings.learn_max_queries, "em": settings.learn_propensity == "em"}
+          "max_queries": settings.learn_max_queries, "em": settings.learn_propensity == "em",
+          "client_share": settings.learn_client_share, "bot_per_minute": settings.bot_events_per_minute}
     early, late = split_in_time(fb, heldout)
     serving = learned.table()
     if serving is not None:  # judge only on what the serving table did not learn from
@@ -103,7 +118,8 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         late = FeedbackSlice([s for s in late.searches if s.query_id in fresh],
                              [e for e in late.events if e.query_id in fresh])
     candidate = clicks.learn(early, now=now, **kw)
-    late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days, em=kw["em"])
+    late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days, em=kw["em"],
+                            client_share=kw["client_share"], bot_per_minute=kw["bot_per_minute"])
     gains = {q: g for q, g in clicks.labels(late_ev).items()
              if q in candidate.queries and any(v > 0 for v in g.values())}  # some product above the mean
     report.update({"learn": {"searches": len(early.searches), "events": len(early.events), **candidate.report},
@@ -113,10 +129,17 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         before = judge(search_ids, learned, serving, gains, texts)
         after = judge(search_ids, learned, candidate, gains, texts)
         b, a = float(np.mean(list(before.values()))), float(np.mean(list(after.values())))
-        accepted = a > b
+        p = paired_test(before, after)
+        enough = len(gains) >= settings.learn_min_judged
+        accepted = enough and a > b and (p < settings.learn_alpha or settings.learn_alpha >= 1.0)
         report["judge"].update({"nDCG@10_serving": round(b, 4), "nDCG@10_learned": round(a, 4),
                                 "improved": sum(after[q] > before[q] + 1e-9 for q in gains),
-                                "worse": sum(after[q] < before[q] - 1e-9 for q in gains)})
+                                "worse": sum(after[q] < before[q] - 1e-9 for q in gains),
+                                "p_value": round(p, 6), "alpha": settings.learn_alpha,
+                                "min_judged": settings.learn_min_judged})
+        if not enough:
+            report["judge"]["note"] = (f"{len(gains)} judged queries, fewer than learn_min_judged "
+                                       f"({settings.learn_min_judged}): not enough evidence to replace what serves")
     else:
         report["judge"]["note"] = "no head query of the earlier part has evidence in the later part"
     full = clicks.learn(fb, now=now, **kw)
@@ -130,7 +153,8 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         report["outcome"] = (f"learned re-ranking of {len(table.queries)} head queries kept: later-slice nDCG@10 "
                              f"{report['judge']['nDCG@10_serving']:.4f} -> {report['judge']['nDCG@10_learned']:.4f}")
     else:
-        report["outcome"] = "learned re-ranking not kept: it did not beat what serves on the later slice"
+        report["outcome"] = ("learned re-ranking not kept: no evidence that it beats what serves on the later slice "
+                             "(learn_min_judged judged queries and a Wilcoxon p-value below learn_alpha)")
     report["seconds"] = round(time.time() - t0, 2)
     log.info("learning from the search log: %s", report["outcome"])
     return LearnResult(table, full, texts, report)

@@ -44,13 +44,17 @@ _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {S} (
     query_id TEXT PRIMARY KEY, ts DOUBLE PRECISION NOT NULL, text TEXT, norm TEXT NOT NULL, ids TEXT NOT NULL,
     "offset" INTEGER NOT NULL DEFAULT 0, total INTEGER, image INTEGER NOT NULL DEFAULT 0,
-    user_hash TEXT, session TEXT, experiment TEXT, variant TEXT
+    user_hash TEXT, session TEXT, experiment TEXT, variant TEXT, client TEXT, sort TEXT, filters TEXT
 );
 CREATE INDEX IF NOT EXISTS {S}_ts ON {S} (ts);
 CREATE TABLE IF NOT EXISTS {E} (
     event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, type TEXT NOT NULL, product_id TEXT NOT NULL,
-    position INTEGER NOT NULL, ts DOUBLE PRECISION NOT NULL, user_hash TEXT, session TEXT
+    position INTEGER NOT NULL, ts DOUBLE PRECISION NOT NULL, user_hash TEXT, session TEXT, client TEXT
 );
+ALTER TABLE {S} ADD COLUMN IF NOT EXISTS client TEXT;
+ALTER TABLE {S} ADD COLUMN IF NOT EXISTS sort TEXT;
+ALTER TABLE {S} ADD COLUMN IF NOT EXISTS filters TEXT;
+ALTER TABLE {E} ADD COLUMN IF NOT EXISTS client TEXT;
 CREATE INDEX IF NOT EXISTS {E}_ts ON {E} (ts);
 CREATE INDEX IF NOT EXISTS {E}_query ON {E} (query_id);
 CREATE TABLE IF NOT EXISTS {M} (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -93,7 +97,7 @@ class PgEventLog:
 
     def log_search(self, s: SearchLog) -> None:
         with self._conn() as c:
-            c.execute(f"INSERT INTO {S} ({SEARCH_COLUMNS}) VALUES ({','.join(['%s'] * 12)}) "
+            c.execute(f"INSERT INTO {S} ({SEARCH_COLUMNS}) VALUES ({','.join(['%s'] * 15)}) "
                       "ON CONFLICT (query_id) DO NOTHING", search_row(s))
 
     def searches(self, query_ids: Sequence[str]) -> dict[str, SearchLog]:
@@ -108,7 +112,7 @@ class PgEventLog:
         if not events:
             return 0
         with self._conn() as c, c.transaction(), c.cursor() as cur:
-            cur.executemany(f"INSERT INTO {E} ({EVENT_COLUMNS}) VALUES ({','.join(['%s'] * 8)}) "
+            cur.executemany(f"INSERT INTO {E} ({EVENT_COLUMNS}) VALUES ({','.join(['%s'] * 9)}) "
                             "ON CONFLICT (event_id) DO NOTHING", [event_row(e) for e in events])
             return max(0, cur.rowcount)
 
@@ -127,9 +131,10 @@ class PgEventLog:
             n += c.execute(f"DELETE FROM {S} WHERE ts < %s", (before,)).rowcount
         return n
 
-    def popular_queries(self, since: float, min_users: int, limit: int) -> list[tuple[str, float]]:
+    def popular_queries(self, since: float, min_users: int, limit: int,
+                        bot_per_minute: int = 0) -> list[tuple[str, float]]:
         with self._conn() as c:
-            rows = c.execute(POPULAR_SQL.format(p="%s", searches=S, events=E), (since, min_users, limit)).fetchall()
+            rows = c.execute(POPULAR_SQL.format(p="%s", searches=S, events=E), (since, since, bot_per_minute or 10**9, min_users, limit)).fetchall()
         return [(str(t), float(n)) for t, n in rows]
 
     def counts(self) -> dict[str, int]:

@@ -48,6 +48,9 @@ class SearchLog:
     session: str | None = None
     experiment: str | None = None
     variant: str | None = None
+    client: str | None = None  # hashed fingerprint of the client (address and user agent)
+    sort: str | None = None  # the page's order (None or "relevance": by relevance)
+    filters: str | None = None  # the page's filters as JSON (None: no filter)
 
     def rank_of(self, product_id: str) -> int | None:
         """The product's 0-based rank on this search's page (counting offset), None if not shown."""
@@ -69,6 +72,7 @@ class EventRecord:
     ts: float
     user: str | None = None  # hashed
     session: str | None = None
+    client: str | None = None  # hashed fingerprint of the client that posted it
 
 
 @dataclass
@@ -103,7 +107,8 @@ class EventLogAPI(Protocol):
 
     def counts(self) -> dict[str, int]: ...
 
-    def popular_queries(self, since: float, min_users: int, limit: int) -> list[tuple[str, float]]: ...
+    def popular_queries(self, since: float, min_users: int, limit: int,
+                        bot_per_minute: int = 0) -> list[tuple[str, float]]: ...
 
     def get_meta(self, key: str) -> str | None: ...
 

@@ -335,9 +335,10 @@ class Engine:
         """The product ids ``filters`` allow (None: no filter)."""
         return self.reader.allowed_ids(filters)
 
-    def search(self, req: SearchRequest, *, image: bytes | None = None, log_search: bool = False) -> SearchResponse:
+    def search(self, req: SearchRequest, *, image: bytes | None = None, log_search: bool = False,
+               client: str | None = None) -> SearchResponse:
         """Search by text, photo (``image`` bytes or ``req.image_b64``) or both, with filters.
-        ``log_search``: log it in the feedback log and give it a ``query_id`` (the API's searches)."""
+        ``log_search``: log it (with ``client``, who asked) and give it a ``query_id`` (the API's)."""
         if not log_search:
             return self._mark_store(self.reads.search(req, image=image))
         # an API search: ranked as its experiment variant wants (vitrine/experiments/runner.py), then logged
@@ -348,7 +349,8 @@ class Engine:
             return self._mark_store(self.reads.search(req, image=image))
         res, assigned = experiments.search(req, lambda r: self.reads.search(r, image=image))
         try:
-            self.feedback.log_search(req, res, experiment=assigned.experiment.name if assigned else None)
+            self.feedback.log_search(req, res, experiment=assigned.experiment.name if assigned else None,
+                                     client=client)
             experiments.after_log(assigned, res)
         except StorageError as e:  # the store is down: the search stands, unlogged (no query_id to send events for)
             log.debug("search not logged: %s", e)
@@ -406,9 +408,9 @@ class Engine:
     def _first_ids(self, text: str) -> list[str]:
         return [h.id for h in self.search(SearchRequest(text=text, k=learning.POOL)).results]
 
-    def record_events(self, events: Sequence[EventIn]) -> tuple[int, int]:
-        """Validate and store a batch of shopper events (all or none); (accepted, new)."""
-        return self.feedback.record(events)
+    def record_events(self, events: Sequence[EventIn], client: str | None = None) -> tuple[int, int]:
+        """Validate and store a batch of shopper events (all or none) from ``client``; (accepted, new)."""
+        return self.feedback.record(events, client=client)
 
     def record_valid_events(self, events: Sequence[EventIn]) -> tuple[int, int, list[tuple[int, str]]]:
         """Store the valid events of a batch, name the invalid ones: (accepted, new, [(index,

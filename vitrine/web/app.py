@@ -25,7 +25,9 @@ from vitrine.search.state import LoadedIndexes
 from vitrine.settings import Settings
 from vitrine.web.errors import install_handlers
 from vitrine.web.guards import ContentTypeGuard, RequestTimeout
+from vitrine.web.keys import ScopedKeys
 from vitrine.web.lifecycle import lifespan_for
+from vitrine.web.limits import RateLimit
 from vitrine.web.metrics import Metrics
 from vitrine.web.middleware import BodyLimit, ObserveRequests
 from vitrine.web.routes import ROUTERS
@@ -52,6 +54,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.keys = keys = ScopedKeys(settings.storage.data_dir)
     app.add_middleware(RequestTimeout, limit_for=lambda path: settings.web.admin_timeout_s
                        if path.startswith(("/admin/", f"{API_PREFIX}/admin/")) else settings.web.request_timeout_s)
     json_paths = ("/search", "/compare", "/products/", "/admin/", "/events", "/experiments")
@@ -60,6 +63,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None, *
     if settings.web.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.web.cors_origins, allow_methods=["*"],
                            allow_headers=["*"])
+    app.add_middleware(RateLimit, settings=settings, keys=keys)
     app.add_middleware(ObserveRequests, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.web.max_body_bytes)
     install_handlers(app)

@@ -35,7 +35,7 @@ class ErrorDetail(BaseModel):
     status: int
     code: str = Field(description="not_found, invalid_input, invalid_image, too_large, unauthorized, "
                                   "unsupported_media_type, method_not_allowed, swap_refused, timeout, "
-                                  "unavailable, internal")
+                                  "unavailable, internal, forbidden, rate_limited")
     message: str
     detail: Any = None
 
@@ -57,6 +57,8 @@ def error_body(status: int, code: str, message: str, detail: Any = None) -> dict
 _ERRORS: dict[int, tuple[str, str, str]] = {
     401: ("unauthorized", "A write or admin action without a valid X-API-Key",
           "a valid X-API-Key header is required for writes and admin actions"),
+    403: ("forbidden", "A scoped key used outside its routes", "scoped key 3f2a9c1d0b7e may only call events, "
+                                                                 "not search"),
     404: ("not_found", "No such product, image or path", "product 'p-123' not found"),
     405: ("method_not_allowed", "The path does not take this method", "Method Not Allowed"),
     409: ("swap_refused", "A hot swap's candidate failed a check (the live version keeps serving)",
@@ -67,6 +69,8 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
           "/v1/search takes application/json, not text/plain"),
     422: ("invalid_input", "A parameter or body that fails validation; the message names the field",
           "body.sort: Input should be 'relevance', 'price_asc', 'price_desc' or 'newest'"),
+    429: ("rate_limited", "Too many requests from this client or key; the Retry-After header says when to retry",
+          "too many search requests from this client or key: retry after 2 s"),
     500: ("internal", "An unexpected server error", "internal server error"),
     503: ("unavailable", "A model or the storage is unavailable; retry with backoff",
           "the record store is unavailable"),

@@ -23,9 +23,10 @@ def _error(status: int, code: str, message: str) -> bytes:
     return json.dumps({"error": {"status": status, "code": code, "message": message}}).encode()
 
 
-async def send_error(send: Send, status: int, code: str, message: str) -> None:
+async def send_error(send: Send, status: int, code: str, message: str,
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json")]})
+                "headers": [(b"content-type", b"application/json"), *(headers or [])]})
     await send({"type": "http.response.body", "body": _error(status, code, message)})
 
 

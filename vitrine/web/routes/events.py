@@ -6,19 +6,27 @@ import hmac
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Header
+import functools
+
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 
 from vitrine.errors import Unauthorized
 from vitrine.feedback.intake import EventsAccepted, EventsRequest
 from vitrine.web.deps import EngineDep, SettingsDep
 from vitrine.web.errors import errors_for
+from vitrine.web.limits import fingerprint
 
 router = APIRouter(tags=["feedback"])
 
 
-async def require_events_key(settings: SettingsDep, x_api_key: Annotated[str | None, Header()] = None) -> None:
-    """The write key, or the events-only key (``VITRINE_EVENTS_KEY``) a browser may hold."""
+async def require_events_key(settings: SettingsDep, request: Request,
+                             x_api_key: Annotated[str | None, Header()] = None) -> None:
+    """The write key, the events-only key (``VITRINE_EVENTS_KEY``) a browser may hold, or a scoped
+    key for events (vitrine/web/keys.py; its expiry and routes are checked in front, by RateLimit)."""
+    scoped = request.app.state.keys.find(x_api_key)
+    if scoped is not None and "events" in scoped.routes and not scoped.expired():
+        return
     keys = [k.get_secret_value() for k in (settings.web.api_key, settings.web.events_key) if k]
     if not keys:
         raise Unauthorized("events are disabled: the server has no API key or events key configured "
@@ -28,10 +36,11 @@ async def require_events_key(settings: SettingsDep, x_api_key: Annotated[str | N
 
 
 @router.post("/events", status_code=202, response_model=EventsAccepted, dependencies=[Depends(require_events_key)],
-             responses=errors_for(401))
-async def post_events(body: EventsRequest, engine: EngineDep) -> JSONResponse:
+             responses=errors_for(401, 403, 429))
+async def post_events(body: EventsRequest, engine: EngineDep, request: Request) -> JSONResponse:
     """A batch of shopper events (up to 1,000) on logged searches, each naming its search's
     `query_id`. All or nothing: a bad event is a 422 naming its field, and nothing of the batch is
     stored. An event sent twice (same `event_id`) is stored once."""
-    accepted, new = await anyio.to_thread.run_sync(engine.record_events, body.events)
+    client = fingerprint(request.client.host if request.client else None, request.headers.get("user-agent"))
+    accepted, new = await anyio.to_thread.run_sync(functools.partial(engine.record_events, client=client), body.events)
     return JSONResponse(EventsAccepted(accepted=accepted, new=new).model_dump(), status_code=202)

@@ -16,6 +16,7 @@ from vitrine.errors import InvalidImage, InvalidInput, TooLarge
 from vitrine.search.models import FacetField, FacetsResponse, Filters, SearchRequest, SearchResponse, SortOrder
 from vitrine.web.deps import EngineDep, MetricsDep, SettingsDep, json_response
 from vitrine.web.errors import errors_for
+from vitrine.web.limits import fingerprint
 
 router = APIRouter(tags=["search"])
 
@@ -24,10 +25,13 @@ async def _searching(request: Request, fn: Callable[..., SearchResponse], req: S
     """``fn(req)`` in a worker thread; with ``search_concurrency`` set, at most that many at once
     in this process, the rest waiting in line (first come, first served) instead of all of them
     interleaving on the interpreter lock. Off by default: no clear gain measured at 3."""
-    return await anyio.to_thread.run_sync(fn, req, limiter=getattr(request.app.state, "search_slots", None))
+    client = fingerprint(request.client.host if request.client else None, request.headers.get("user-agent"))
+    return await anyio.to_thread.run_sync(functools.partial(fn, client=client), req,
+                                          limiter=getattr(request.app.state, "search_slots", None))
 
 
-@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True, responses=errors_for())
+@router.post("/search", response_model=SearchResponse, response_model_exclude_none=True,
+             responses=errors_for(401, 403, 429))
 async def search(req: SearchRequest, engine: EngineDep, metrics: MetricsDep, request: Request) -> Response:
     """Search by words (`text`), a photo (`image_b64`) or both, with filters."""
     res = await _searching(request, functools.partial(engine.search, log_search=True), req)
@@ -36,7 +40,7 @@ async def search(req: SearchRequest, engine: EngineDep, metrics: MetricsDep, req
 
 
 @router.post("/search/image", response_model=SearchResponse, response_model_exclude_none=True,
-             responses=errors_for())
+             responses=errors_for(401, 403, 429))
 async def search_image(
     engine: EngineDep,
     settings: SettingsDep,

@@ -16,7 +16,7 @@ router = APIRouter(tags=["search"])
 EXAMPLES = 6
 
 
-@router.get("/suggest", response_model=SuggestResponse, responses=errors_for())
+@router.get("/suggest", response_model=SuggestResponse, responses=errors_for(401, 403, 429))
 async def suggest(
     engine: EngineDep,
     q: Annotated[str, Query(max_length=MAX_PREFIX_CHARS, description="What the shopper typed so far (empty: "

@@ -140,7 +140,7 @@ def facet_counts(reader: "ReadContext", iids: Sequence[int], fields: Sequence[st
         if f == "price":
             out[f] = price_ranges(reader.state.filters.prices(iids), reader.state.filters.price_edges())
             continue
-        counts = reader.state.filters.counts(iids, f)
+        counts = reader.state.brand_counts(iids) if f == "brand" else reader.state.filters.counts(iids, f)
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))[:FACET_LIMIT]
         out[f] = [FacetValue(value=v, count=n) for v, n in top]
     return out

@@ -40,14 +40,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.lang import segment
 from vitrine.merchandising.types import RuleStoreAPI, StoredRule
-from vitrine.search import storefront
+from vitrine.search import brand_index, storefront
 from vitrine.index import stock
 from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
 from vitrine.merchandising.models import Rule, RuleOut, check_rule, has_cjk, normalise
@@ -346,7 +344,7 @@ class RuleBook:
             if len(self._allowed(flt)):
                 continue
             why = [f"no product has the brand {b!r}" for b in flt.terms().get("brand", [])
-                   if not len(self.state.brand_ids([b]))]
+                   if not len(brand_index.brand_ids(self.state.graph, self.state.filters, [b]))]
             shown = flt.model_dump(exclude_none=True, mode="json")
             out.append(f"{where}: no product matches {shown}" + (f" ({'; '.join(why)})" if why else "")
                        + ": the rule is stored, but this part changes nothing")
@@ -586,8 +584,8 @@ class RuleBook:
         for n_in, iid in enumerate(sorted(pin_ids.tolist(), key=lambda i: acts.pins[i][0])):
             pos, rid = acts.pins[iid]
             at = min(pos, n_match)  # a pin past the matching products sits right after them
-            j = was_at.get(int(iid))
-            natural = int(np.searchsorted(rows, j)) + n_in if j is not None and in_order else None
+            was = was_at.get(int(iid))
+            natural = int(np.searchsorted(rows, was)) + n_in if was is not None and in_order else None
             if natural != at:
                 out.changed.add(rid)
             if at < len(result):

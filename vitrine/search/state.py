@@ -43,7 +43,7 @@ from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
-from vitrine.search import native
+from vitrine.search import brand_index, native
 from vitrine.index import stock
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
@@ -450,47 +450,16 @@ class IndexState:
         if filters is None or filters.is_empty():
             return None
         excl = filters.excluded()
-        terms = filters.terms()
-        brands = terms.pop("brand", None)
-        ids = self.filters.allowed(terms, filters.price_min, filters.price_max, exclude=excl) \
-            if terms or excl or filters.price_min is not None or filters.price_max is not None else None
+        brands = (terms := filters.terms()).pop("brand", None)
+        ids = self.filters.allowed(terms, filters.price_min, filters.price_max, exclude=excl)
         if brands:  # the record's brand or the one the graph learned from its title (one notion of brand)
-            have = self.brand_ids(brands)
+            have = brand_index.brand_ids(self.graph, self.filters, brands)
             ids = have if ids is None else np.intersect1d(ids, have, assume_unique=True)
         if excl.get("brand") and ids is not None:  # brands the graph learned from titles are left out too
             gone = self.graph.products_with("brand", excl["brand"])
             if gone:
                 ids = np.setdiff1d(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)), assume_unique=True)
         return ids
-
-    def brand_ids(self, brands: Sequence[str]) -> np.ndarray:
-        """The sorted iids whose brand is one of ``brands``: the record's own ``brand`` field or,
-        without one, the brand the product graph learned from the title. Filters, facets and rules
-        share this one notion of brand."""
-        key = ("brand-ids", tuple(sorted({b.casefold() for b in brands})))
-        graph = self.graph
-        learned = graph.product_set(key, lambda: graph.products_with("brand", brands))
-        own = self.filters.allowed({"brand": list(brands)})
-        if own is not None and len(own):
-            return np.union1d(own, learned)
-        return learned
-
-    def brand_counts(self, iids: Sequence[int] | np.ndarray) -> dict[str, int]:
-        """Brand -> how many of ``iids`` carry it, the record's brand or the learned one alike."""
-        arr = np.asarray(iids, dtype=np.int64)
-        if not len(arr):
-            return {}
-        codes = self.graph.fact_codes(arr, ("brand",))[:, 0]
-        codes = codes[codes >= 0]
-        out: dict[str, int] = {}
-        if len(codes):
-            vals, n = np.unique(codes, return_counts=True)
-            for c, k in zip(vals.tolist(), n.tolist()):
-                name = self.graph.fact_value("brand", int(c))
-                if name:
-                    out[name] = out.get(name, 0) + int(k)
-        own = self.filters.counts(arr.tolist(), "brand")
-        return out if sum(out.values()) >= sum(own.values()) else dict(own)
 
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
         row = self.records.get(pid)
@@ -508,7 +477,7 @@ class IndexState:
             raise InvalidInput("limit must be between 1 and 1000")
         out = {}
         for f in fields:
-            got = self.brand_counts(self.filters.live_ids()) if f == "brand" else self.filters.facet(f)
+            got = brand_index.live_counts(self.graph, self.filters) if f == "brand" else self.filters.facet(f)
             counts = sorted(got.items(), key=lambda kv: (-kv[1], kv[0].casefold()))
             out[f] = [FacetValue(value=v, count=n) for v, n in counts[:limit]]
         return FacetsResponse(facets=out, products=len(self))

@@ -71,8 +71,11 @@ def test_intervals_cover_the_truth_and_the_verdicts_are_right():
         rep = analyse(_exp(), a + synthetic_units(rng, "B", 300, 0.38))
         ab_found += rep.winner == "B"
     assert covered / runs >= 0.90  # 95% intervals (the Beta mean is the truth only approximately)
-    assert aa_false / runs <= 0.06  # Bonferroni over three metrics: at most alpha = 5% (expected ~3%)
-    assert ab_found / runs >= 0.8  # +8 points of CTR on 300 users a side
+    assert aa_false / runs <= 0.06  # Holm over three metrics: at most alpha = 5%
+    # +8 points of CTR on 300 users a side: an always-valid (sequential) test, readable at any look,
+    # pays for it in power at one fixed size (the fixed-horizon z-test found ~0.8 of these);
+    # tests/test_trust_experiments.py checks a larger effect's power and A/A under ten looks
+    assert ab_found / runs >= 0.5
     # the delta method's standard error agrees with a per-user (cluster) bootstrap
     rows = synthetic_units(random.Random(5), "A", 400, 0.25)
     n, x = [r[2] for r in rows], [r[3] for r in rows]

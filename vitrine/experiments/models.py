@@ -21,6 +21,8 @@ from vitrine.settings import DEFAULT_FUSION_WEIGHTS
 CACHE_TTL_S = 1.0
 ALPHA = 0.05
 MIN_UNITS = 20  # no verdict before each variant has this many users (or sessions)
+BUCKETS = 1000  # assignment buckets (0.1% of traffic each): a split change moves whole buckets
+SRM_ALPHA = 0.001  # a sample-ratio mismatch is flagged below this chi-square p-value (the field's usual bar)
 METRICS = ("ctr", "add_to_cart_rate", "conversion", "mrr")
 VERDICT_METRICS = ("ctr", "conversion", "mrr")
 INTERLEAVED = "interleaved"
@@ -69,6 +71,10 @@ class ExperimentCreate(BaseModel):
     variants: dict[str, VariantSettings] = Field(description="Variant name -> ranking; the first is the control")
     split: list[float] | None = Field(None, description="Percent of users per variant, in order (default: equal)")
     interleave: bool = Field(False, description="Team-draft interleaving of exactly two variants in every search")
+    alpha: float = Field(ALPHA, gt=0, lt=0.5, description=(
+        "False-positive rate the verdict keeps over every look, variant and verdict metric together"))
+    min_units: int = Field(MIN_UNITS, ge=2, le=10_000_000, description=(
+        "No verdict before each variant has this many users (or sessions)"))
 
     @field_validator("name")
     @classmethod
@@ -91,6 +97,11 @@ class Experiment(BaseModel):
     variants: dict[str, VariantSettings]
     split: list[float]
     interleave: bool = False
+    alpha: float = ALPHA
+    min_units: int = MIN_UNITS
+    buckets: list[int] | None = Field(None, description=(
+        "The variant (its index) owning each of the 1,000 assignment buckets; a split change moves "
+        "buckets only out of variants that shrink, so no variant that keeps or grows its share loses shoppers"))
     status: Literal["running", "stopped"] = "running"
     created: float
     stopped: float | None = None
@@ -123,8 +134,22 @@ class Comparison(BaseModel):
     metric: str
     difference: Interval = Field(description="variant - control, with its 95% interval")
     relative: float | None = Field(description="difference / control value")
+    p_value: float | None = Field(description=(
+        "Always-valid p-value (mSPRT, a normal mixture): valid however often the report is read"))
+    p_adjusted: float | None = Field(None, description=(
+        "p_value after Holm's correction over every variant x verdict metric (CTR, conversion, MRR)"))
+    p_fixed_horizon: float | None = Field(None, description=(
+        "The classical two-sided z-test p-value, for reference only: valid for one look at a horizon fixed in advance"))
+    significant: bool = Field(description="p_adjusted below alpha, on a verdict metric, with min_units in every variant")
+
+
+class SampleRatio(BaseModel):
+    """Sample-ratio mismatch check: units per variant against the split (chi-square)."""
+
+    observed: dict[str, int]
+    expected: dict[str, float]
     p_value: float | None
-    significant: bool = Field(description="p below alpha / 3 (Bonferroni over CTR, conversion, MRR)")
+    mismatch: bool = Field(description="p below 0.001: the assignment or logging is broken; no verdict is given")
 
 
 class InterleavingReport(BaseModel):
@@ -132,7 +157,8 @@ class InterleavingReport(BaseModel):
     wins: dict[str, int] = Field(description="Searches whose clicks went more to this team")
     ties: int
     preference: float | None = Field(description="Share of decided searches the second variant won (0.5: none)")
-    p_value: float | None = Field(description="Two-sided sign test (exact binomial) of the wins")
+    p_value: float | None = Field(description="Two-sided sign test (exact binomial) of the wins: one look only")
+    p_always_valid: float | None = Field(None, description="Always-valid p-value (mSPRT): the verdict's")
 
 
 class ExperimentReport(BaseModel):
@@ -142,6 +168,7 @@ class ExperimentReport(BaseModel):
     variants: list[VariantReport]
     comparisons: list[Comparison]
     interleaving: InterleavingReport | None = None
+    sample_ratio: SampleRatio | None = Field(None, description="The SRM check (A/B experiments)")
     verdict: str
     winner: str | None
 

@@ -47,13 +47,12 @@ from vitrine.search import variants
 from vitrine.search.calibration import Calibration, floor
 from vitrine.search.models import SearchRequest, SearchResponse
 from vitrine.experiments.models import (
-    ALPHA,
+    BUCKETS,
     CACHE_TTL_S,
     Experiment,
     ExperimentCreate,
     ExperimentReport,
     INTERLEAVED,
-    MIN_UNITS,
     NAME_PATTERN,
     VariantSettings,
     normalise_split,
@@ -88,6 +87,49 @@ def pick(split: Sequence[float], u: float) -> int:
         if u < edge:
             return i
     return len(split) - 1
+
+
+def bucket_counts(split: Sequence[float], n: int = BUCKETS) -> list[int]:
+    """Buckets per variant for a split (percent), by largest remainder: they sum to ``n``."""
+    total = float(sum(split))
+    raw = [n * s / total for s in split]
+    counts = [int(r) for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))[:n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def first_buckets(split: Sequence[float], n: int = BUCKETS) -> list[int]:
+    """The buckets of a new experiment: consecutive ranges in variant order."""
+    out: list[int] = []
+    for i, c in enumerate(bucket_counts(split, n)):
+        out += [i] * c
+    return out
+
+
+def rebucket(buckets: Sequence[int], split: Sequence[float]) -> list[int]:
+    """``buckets`` moved to a new split: each variant that shrinks gives up its highest buckets;
+    the freed ones go, lowest first, to the variants that grow, in variant order. A variant that
+    keeps or grows its share keeps every bucket it had, so none of its shoppers move out (a
+    staged rollout with any number of variants)."""
+    want = bucket_counts(split, len(buckets))
+    out = list(buckets)
+    have = [0] * len(want)
+    for b in out:
+        have[b] += 1
+    freed: list[int] = []
+    for i in range(len(want)):
+        extra = have[i] - want[i]
+        if extra > 0:
+            mine = [j for j, b in enumerate(out) if b == i]
+            freed += mine[-extra:]
+    freed.sort()
+    k = 0
+    for i in range(len(want)):
+        for _ in range(max(0, want[i] - have[i])):
+            out[freed[k]] = i
+            k += 1
+    return out
 
 
 def team_draft(a: Sequence[str], b: Sequence[str], k: int, rng: random.Random,
@@ -203,7 +245,9 @@ class Experiments:
                 raise InvalidInput(f"experiment {run.name!r} is running; stop it first (one at a time)")
             now = time.time()
             return self._save(Experiment(name=spec.name, variants=spec.variants, split=split,
-                                         interleave=spec.interleave, created=now,
+                                         interleave=spec.interleave, created=now, alpha=spec.alpha,
+                                         min_units=spec.min_units,
+                                         buckets=None if spec.interleave else first_buckets(split),
                                          history=[{"ts": now, "split": split}]))
 
     def set_split(self, name: str, split: Sequence[float]) -> Experiment:
@@ -215,7 +259,9 @@ class Experiments:
             if exp.interleave:
                 raise InvalidInput("split: an interleaved experiment shows both variants in every search")
             new = normalise_split(split, len(exp.variants))
-            exp = exp.model_copy(update={"split": new, "history": [*exp.history, {"ts": time.time(), "split": new}]})
+            buckets = rebucket(exp.buckets if exp.buckets is not None else first_buckets(exp.split), new)
+            exp = exp.model_copy(update={"split": new, "buckets": buckets,
+                                         "history": [*exp.history, {"ts": time.time(), "split": new}]})
             return self._save(exp)
 
     def stop(self, name: str) -> Experiment:
@@ -225,7 +271,8 @@ class Experiments:
                 return exp
             return self._save(exp.model_copy(update={"status": "stopped", "stopped": time.time()}))
 
-    def status(self, name: str, *, alpha: float = ALPHA, min_units: int = MIN_UNITS) -> ExperimentReport:
+    def status(self, name: str, *, alpha: float | None = None, min_units: int | None = None) -> ExperimentReport:
+        """The report; ``alpha`` and ``min_units``: the experiment's own unless given."""
         exp = self.get(name)
         units = self.log.experiment_units(name, exp.created - 1.0)
         clicks = self.log.interleaved_clicks(name, exp.created - 1.0) if exp.interleave else ()
@@ -267,7 +314,10 @@ class Experiments:
         names = list(exp.variants)
         if exp.interleave:
             return Assignment(exp, INTERLEAVED, unit)
-        return Assignment(exp, names[pick(exp.split, point(exp.name, unit))], unit)
+        u = point(exp.name, unit)
+        if exp.buckets:
+            return Assignment(exp, names[exp.buckets[min(int(u * len(exp.buckets)), len(exp.buckets) - 1)]], unit)
+        return Assignment(exp, names[pick(exp.split, u)], unit)  # stored before buckets
 
     def search(self, req: SearchRequest, run: Callable[[SearchRequest], SearchResponse]
                ) -> tuple[SearchResponse, Assignment | None]:
@@ -284,8 +334,14 @@ class Experiments:
         (na, va), (nb, vb) = exp.variants.items()
         with variants.ranking(self.override(exp.name, na, va)):
             ra = run(req)
+        # the session's turn is taken once (by A's run); B ranks the very query the session made of
+        # it (its standing words and filters), so both teams rank with the same session state
+        b_req = req.model_copy(update={"session": None, "session_drop": None})
+        if req.session and ra.session:
+            b_req = b_req.model_copy(update={"text": ra.session.get("text") or req.text,
+                                             "filters": ra.session.get("filters") or None, "offset": req.offset})
         with variants.ranking(self.override(exp.name, nb, vb)):
-            rb = run(req.model_copy(update={"session": None}))  # the session's turn is taken once
+            rb = run(SearchRequest.model_validate(b_req.model_dump(exclude_none=True)))
         rng = random.Random(f"{exp.name}\x00{a.unit}\x00{req.text}\x00{time.time_ns()}")
         hits = {h.id: h for h in (*rb.results, *ra.results)}
         merged, teams = team_draft([h.id for h in ra.results], [h.id for h in rb.results], req.k, rng, (na, nb))

@@ -1,6 +1,8 @@
-"""The statistics of a ranking experiment's report (docs/experiments.md): ratio metrics over units
-with 95% intervals by the delta method, the verdict against the control (Bonferroni over the
-verdict metrics), and team-draft interleaving's sign test.
+"""The statistics of a ranking experiment's report (docs/experiments.md), on scipy.stats: ratio
+metrics over units with 95% intervals by the delta method; the verdict against the control by an
+always-valid mixture SPRT (the report may be read at any time), Holm-corrected over every variant
+and verdict metric; a sample-ratio-mismatch check (chi-square) that withholds the verdict; and
+team-draft interleaving's always-valid test (with the exact sign test for reference).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scipy import stats
 
 from vitrine.experiments.models import (
-    ALPHA,
     Comparison,
     Experiment,
     ExperimentReport,
@@ -20,28 +22,62 @@ from vitrine.experiments.models import (
     InterleavingReport,
     Interval,
     METRICS,
-    MIN_UNITS,
+    SRM_ALPHA,
+    SampleRatio,
     VERDICT_METRICS,
     VariantReport,
 )
 
 
 # -- statistics ------------------------------------------------------------------------------------
-Z95 = 1.959963984540054
+Z95 = float(stats.norm.isf(0.025))
+MSPRT_TAU = 0.1  # the mixing spread of the effect, relative to the control's value (a 10% lift is typical)
 
 
 def normal_p(z: float) -> float:
     """Two-sided p-value of a standard normal statistic."""
-    return math.erfc(abs(z) / math.sqrt(2.0))
+    return float(2.0 * stats.norm.sf(abs(z)))
 
 
 def z_for(alpha: float) -> float:
-    """The two-sided critical value of a standard normal at ``alpha`` (bisection on erfc)."""
-    lo, hi = 0.0, 10.0
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if normal_p(mid) > alpha else (lo, mid)
-    return (lo + hi) / 2
+    """The two-sided critical value of a standard normal at ``alpha``."""
+    return float(stats.norm.isf(alpha / 2.0))
+
+
+def msprt_p(d: float, se: float, tau: float) -> float:
+    """Always-valid p-value of a difference ``d`` with standard error ``se`` (mixture sequential
+    probability ratio test, normal mixture N(0, tau^2) over the effect: Johari, Pekelis and Walsh,
+    "Always valid inference", 2017). 1 / the mixture likelihood ratio is a p-value at every look
+    at once (Ville's inequality): reading the report after every search keeps the false-positive
+    rate at most alpha, where a fixed-horizon z-test recomputed at each look does not."""
+    v, t2 = se * se, tau * tau
+    if v <= 0 or t2 <= 0:
+        return 1.0 if d == 0 else 0.0
+    log_lr = 0.5 * math.log(v / (v + t2)) + d * d * t2 / (2.0 * v * (v + t2))
+    return float(min(1.0, math.exp(-log_lr))) if log_lr < 700 else 0.0
+
+
+def holm(ps: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error at most alpha over all of ``ps``)."""
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def sample_ratio(observed: Sequence[int], split: Sequence[float]) -> float | None:
+    """Chi-square p-value of units per variant against the split (None: nothing to test)."""
+    total = sum(observed)
+    live = [(o, s) for o, s in zip(observed, split) if s > 0]
+    if total == 0 or len(live) < 2 or sum(o for o, _ in live) != total:
+        return None if total == 0 or len(live) < 2 else 0.0  # units in a variant given no share: broken
+    share = sum(s for _, s in live)
+    exp = [total * s / share for _, s in live]
+    return float(stats.chisquare([o for o, _ in live], exp).pvalue)
 
 
 def ratio_delta(x: Sequence[float], n: Sequence[float]) -> tuple[float | None, float | None]:
@@ -67,11 +103,7 @@ def sign_test(wins: int, losses: int) -> float | None:
     n = wins + losses
     if n == 0:
         return None
-    k = min(wins, losses)
-    if n > 2000:  # normal approximation with continuity correction
-        return min(1.0, normal_p((abs(wins - losses) - 1) / math.sqrt(n)))
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
-    return min(1.0, 2 * tail)
+    return float(stats.binomtest(wins, n, 0.5).pvalue)
 
 
 @dataclass
@@ -97,9 +129,12 @@ def _interval(r: float | None, se: float | None, z: float = Z95) -> Interval:
 
 
 def analyse(exp: Experiment, units: Sequence[tuple], clicks: Sequence[tuple[str, str, str]] = (), *,
-            alpha: float = ALPHA, min_units: int = MIN_UNITS) -> ExperimentReport:
+            alpha: float | None = None, min_units: int | None = None) -> ExperimentReport:
     """The report of ``exp`` from its per-unit rows (the store's ``experiment_units``) and, when
-    interleaved, its clicked searches' teams (``interleaved_clicks``)."""
+    interleaved, its clicked searches' teams (``interleaved_clicks``). ``alpha`` and ``min_units``:
+    the experiment's own unless given."""
+    alpha = exp.alpha if alpha is None else alpha
+    min_units = exp.min_units if min_units is None else min_units
     names = list(exp.variants)
     by: dict[str, UnitRows] = {}
     for v, _unit, n, c, a, b, rr in units:
@@ -118,24 +153,24 @@ def analyse(exp: Experiment, units: Sequence[tuple], clicks: Sequence[tuple[str,
             variant=v, share=share, units=len(u.n), searches=int(sum(u.n)), clicked=int(sum(u.clicked)),
             added_to_cart=int(sum(u.carted)), purchased=int(sum(u.bought)),
             **{m: _interval(*ratio_delta(u.metric(m), u.n)) for m in METRICS}))
-    comparisons: list[Comparison] = []
     verdict, winner = "not significant", None
     if exp.interleave:
         inter = interleaving(names, clicks)
-        if inter.p_value is None or sum(inter.wins.values()) < min_units:
-            verdict = f"not yet significant: {sum(inter.wins.values())} decided searches (at least {min_units})"
-        elif inter.p_value < alpha:
+        decided = sum(inter.wins.values())
+        if inter.p_always_valid is None or decided < min_units:
+            verdict = f"not yet significant: {decided} decided searches (at least {min_units})"
+        elif inter.p_always_valid < alpha:
             winner = max(inter.wins, key=lambda t: inter.wins[t])
-            verdict = f"{winner} wins (interleaving: {inter.wins[winner]} of {sum(inter.wins.values())} decided " \
-                      f"searches, p={inter.p_value:.3g})"
+            verdict = f"{winner} wins (interleaving: {inter.wins[winner]} of {decided} decided " \
+                      f"searches, always-valid p={inter.p_always_valid:.3g})"
         return ExperimentReport(experiment=exp, method=METHOD_INTERLEAVE, alpha=alpha, variants=reports,
                                 comparisons=[], interleaving=inter, verdict=verdict, winner=winner)
+    srm = _srm(exp, names, by)
     control = names[0]
     cu = by.get(control, UnitRows())
-    z_verdict = z_for(alpha / len(VERDICT_METRICS))
     small = [v for v in names if len(by.get(v, UnitRows()).n) < min_units]
-    wins: dict[str, list[str]] = {}
-    losses: dict[str, list[str]] = {}
+    comparisons: list[Comparison] = []
+    diffs: dict[int, float] = {}
     for v in names[1:]:
         vu = by.get(v, UnitRows())
         for m in METRICS:
@@ -146,14 +181,27 @@ def analyse(exp: Experiment, units: Sequence[tuple], clicks: Sequence[tuple[str,
                                               relative=None, p_value=None, significant=False))
                 continue
             d, se = rv - rc, math.sqrt(sc * sc + sv * sv)
-            p = normal_p(d / se) if se > 0 else (1.0 if d == 0 else 0.0)
-            sig = m in VERDICT_METRICS and not small and abs(d) > z_verdict * se
+            fixed = normal_p(d / se) if se > 0 else (1.0 if d == 0 else 0.0)
+            tau = MSPRT_TAU * max(abs(rc), 1e-9)
+            diffs[len(comparisons)] = d
             comparisons.append(Comparison(variant=v, control=control, metric=m, difference=_interval(d, se),
-                                          relative=round(d / rc, 6) if rc else None, p_value=round(p, 6),
-                                          significant=sig))
-            if sig:
-                (wins if d > 0 else losses).setdefault(v, []).append(m)
-    if small:
+                                          relative=round(d / rc, 6) if rc else None,
+                                          p_value=round(msprt_p(d, se, tau), 6), p_fixed_horizon=round(fixed, 6),
+                                          significant=False))
+    family = [j for j, c in enumerate(comparisons) if c.metric in VERDICT_METRICS and c.p_value is not None]
+    adjusted = holm([p if (p := comparisons[j].p_value) is not None else 1.0 for j in family])
+    wins: dict[str, list[str]] = {}
+    losses: dict[str, list[str]] = {}
+    for j, pa in zip(family, adjusted):
+        c = comparisons[j]
+        c.p_adjusted = round(pa, 6)
+        c.significant = not small and pa < alpha
+        if c.significant:
+            (wins if diffs[j] > 0 else losses).setdefault(c.variant, []).append(c.metric)
+    if srm is not None and srm.mismatch:
+        verdict = (f"no verdict: sample ratio mismatch (units {srm.observed} against the split, chi-square "
+                   f"p={srm.p_value:.2g}): the assignment or the logging is broken")
+    elif small:
         verdict = f"not yet significant: too few users in {', '.join(small)} (at least {min_units} each)"
     elif wins or losses:
         better = [v for v in wins if v not in losses]
@@ -172,14 +220,29 @@ def analyse(exp: Experiment, units: Sequence[tuple], clicks: Sequence[tuple[str,
             verdict = "mixed: " + "; ".join(f"{v} better on {', '.join(wins.get(v, []))}, worse on "
                                             f"{', '.join(losses.get(v, []))}" for v in set(wins) | set(losses))
     return ExperimentReport(experiment=exp, method=METHOD_AB, alpha=alpha, variants=reports, comparisons=comparisons,
-                            verdict=verdict, winner=winner)
+                            sample_ratio=srm, verdict=verdict, winner=winner)
+
+
+def _srm(exp: Experiment, names: Sequence[str], by: dict[str, UnitRows]) -> SampleRatio | None:
+    """The SRM check against the split, while the split has not changed (after a staged rollout
+    step, units were assigned under several splits and no one ratio is expected)."""
+    if len(exp.history) > 1:
+        return None
+    observed = {v: len(by.get(v, UnitRows()).n) for v in names}
+    total = sum(observed.values())
+    p = sample_ratio(list(observed.values()), exp.split)
+    expected = {v: round(total * s / 100.0, 3) for v, s in zip(names, exp.split)}
+    return SampleRatio(observed=observed, expected=expected, p_value=None if p is None else float(f"{p:.6g}"),
+                       mismatch=p is not None and p < SRM_ALPHA)
 
 
 METHOD_AB = ("ratio metrics over units (users, else sessions); 95% intervals by the delta method over units; "
-             "verdict: each variant vs the control on ctr, conversion and mrr, two-sided z-test at alpha/3 "
-             "(Bonferroni over the three)")
+             "verdict: each variant vs the control on ctr, conversion and mrr by an always-valid mixture SPRT "
+             "(readable at any time), Holm-corrected over every variant and those three metrics; "
+             "no verdict under a sample ratio mismatch (chi-square p < 0.001)")
 METHOD_INTERLEAVE = ("team-draft interleaving; a search's clicks are credited to the teams of the clicked products; "
-                     "the team with more clicks wins the search; two-sided exact sign test over decided searches")
+                     "the team with more clicks wins the search; an always-valid mixture SPRT over decided "
+                     "searches (and the exact sign test for reference)")
 
 
 def interleaving(names: Sequence[str], clicks: Sequence[tuple[str, str, str]]) -> InterleavingReport:
@@ -200,6 +263,10 @@ def interleaving(names: Sequence[str], clicks: Sequence[tuple[str, str, str]]) -
         else:
             wins[names[0] if a > b else names[1]] += 1
     decided = wins[names[0]] + wins[names[1]]
+    p_av = None
+    if decided:  # each decided search is +1 (second team) or -1: the mean under no preference is 0
+        mean = (wins[names[1]] - wins[names[0]]) / decided
+        p_av = round(msprt_p(mean, 1.0 / math.sqrt(decided), MSPRT_TAU), 6)
     return InterleavingReport(searches=len(per), wins=wins, ties=ties,
                               preference=round(wins[names[1]] / decided, 6) if decided else None,
-                              p_value=sign_test(wins[names[1]], wins[names[0]]))
+                              p_value=sign_test(wins[names[1]], wins[names[0]]), p_always_valid=p_av)

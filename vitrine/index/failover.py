@@ -9,6 +9,13 @@ numbers are the last ones seen (so caches keyed on them stay valid), BM25 raises
 ``StorageError`` without waiting (the search drops that signal and says so), and every write
 raises ``StorageError`` at once (the API answers 503: nothing is acknowledged that was not
 stored). Searches say ``degraded: ["store"]`` with the seconds since the store last answered.
+
+The mirror serves only once it finished its first full copy (before that, a read it would serve
+raises ``StorageError``: 503, never a wrong "not found"). A product the mirror does not hold is
+never "not found" while the store is down (it may have been acknowledged just before the crash,
+after the mirror's last copy): ``StorageError`` (503 with ``Retry-After``); a product the mirror
+holds as deleted is. Every row served by the mirror says so (``StoredRow.from_mirror``), also when
+the store is "up" but one read failed, so the response that used it says ``degraded: ["store"]``.
 """
 
 from __future__ import annotations
@@ -140,11 +147,23 @@ class FailoverRecordStore:
                 self._failed(e)
                 if only_primary:
                     raise
+        if not self.mirror.ready:
+            raise StorageError("the record store is unavailable and this replica's mirror has not finished "
+                               "its first copy: retry shortly")
         return mirror()
+
+    def _mirror_get(self, pid: str, include_deleted: bool) -> StoredRow | None:
+        """A product from the mirror while the store is down: deleted there is gone; missing there
+        may be a product acknowledged after the mirror's last copy, so it is no 404 but a 503."""
+        row = self.mirror.get(pid, include_deleted=True)
+        if row is None:
+            raise StorageError(f"product {pid!r} is not in this replica's mirror and the record store is "
+                               "unavailable, so whether it exists cannot be said: retry shortly")
+        return None if row.deleted and not include_deleted else row
 
     def get(self, pid: str, *, include_deleted: bool = False, with_vectors: bool = False) -> StoredRow | None:
         return self._read(lambda s: s.get(pid, include_deleted=include_deleted, with_vectors=with_vectors),
-                          lambda: self.mirror.get(pid, include_deleted=include_deleted), only_primary=with_vectors)
+                          lambda: self._mirror_get(pid, include_deleted), only_primary=with_vectors)
 
     def get_many(self, pids: Sequence[str], *, with_vectors: bool = False,
                  include_deleted: bool = False) -> dict[str, StoredRow]:

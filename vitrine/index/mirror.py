@@ -61,6 +61,17 @@ class DocMirror:
         row = self._conn().execute("SELECT value FROM meta WHERE key='seq'").fetchone()
         return int(row[0]) if row else 0
 
+    @property
+    def ready(self) -> bool:
+        """Whether the mirror finished its first full copy of the store (only then may it serve:
+        a half-copied mirror would answer "no such product" for products that exist)."""
+        row = self._conn().execute("SELECT value FROM meta WHERE key='complete'").fetchone()
+        return row is not None or self.seq > 0
+
+    def mark_complete(self) -> None:
+        with self._conn() as c:
+            c.execute("INSERT OR IGNORE INTO meta VALUES ('complete', '1')")
+
     def apply(self, rows: Iterable[StoredRow], seq: int) -> int:
         """Copy ``rows`` (documents as stored, tombstones included) and record that the mirror
         holds every change up to ``seq``; returns the rows copied."""
@@ -76,7 +87,7 @@ class DocMirror:
     def _select(self, where: str, args: Sequence[object]) -> list[StoredRow]:
         rows = self._conn().execute(f"SELECT {_COLS} FROM docs WHERE {where}", tuple(args)).fetchall()
         return [StoredRow(id=pid, doc=json.loads(doc), content_hash=h, version=ver, image_key=img, model_key=mk,
-                          iid=iid, seq=seq, deleted=bool(deleted))
+                          iid=iid, seq=seq, deleted=bool(deleted), from_mirror=True)
                 for iid, pid, doc, h, ver, img, seq, deleted, mk in rows]
 
     def get(self, pid: str, *, include_deleted: bool = False) -> StoredRow | None:
@@ -156,6 +167,8 @@ class MirrorFollower:
         """Copy the changes the mirror lacks; returns the rows copied."""
         have, head = self.mirror.seq, self.store.recent_seq(self.interval_s / 2)
         if head <= have:
+            if not self.mirror.ready:  # an empty store, copied in full
+                self.mirror.mark_complete()
             return 0
         copied, batch = 0, []
         for row in self.store.iter_rows(since_seq=have, with_vectors=False, include_deleted=True):
@@ -163,7 +176,9 @@ class MirrorFollower:
             if len(batch) >= 2000:
                 copied += self.mirror.apply(batch, have)
                 batch = []
-        return copied + self.mirror.apply(batch, head)
+        copied += self.mirror.apply(batch, head)
+        self.mirror.mark_complete()
+        return copied
 
     def _run(self) -> None:
         while not self._stop.is_set():

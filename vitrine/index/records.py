@@ -85,6 +85,7 @@ class StoredRow(RecordRow):
     iid: int
     seq: int
     deleted: bool = False
+    from_mirror: bool = False  # read from a replica's local mirror, not the store (vitrine/index/failover.py)
 
     @classmethod
     def written(cls, row: RecordRow, iid: int, seq: int) -> StoredRow:

@@ -157,6 +157,10 @@ class Rule(BaseModel):
     conditions: Conditions = Field(default_factory=Conditions)
     consequences: Consequences
     enabled: bool = True
+    priority: int = Field(0, ge=-1_000_000, le=1_000_000, description=(
+        "Precedence among the rules that hold for a search: higher wins a contested pin position, "
+        "banner, redirect or out_of_stock; equal priorities: an exact query before contains before "
+        "the rest, then by id"))
     description: str | None = Field(None, max_length=1000)
 
     def body(self) -> dict[str, Any]:
@@ -168,6 +172,9 @@ class RuleOut(Rule):
     id: str
     updated: datetime = Field(description="Last written")
     active: bool = Field(description="Enabled and within its campaign window now")
+    warnings: list[str] | None = Field(None, description=(
+        "On a write: what in the rule matches nothing now (a filter no product matches, such as a "
+        "brand no product has); the rule is stored all the same"))
 
 
 def check_rule(rule: Rule, records: RecordStoreAPI, max_k: int) -> None:
@@ -188,7 +195,8 @@ def check_rule(rule: Rule, records: RecordStoreAPI, max_k: int) -> None:
 def dump_rules(rules: Iterable[RuleOut]) -> list[dict[str, Any]]:
     """Rules as `vitrine rules export` writes them (one JSON object per line: id + rule)."""
     return [{"id": r.id, **Rule.model_validate(r.model_dump(by_alias=True, include={
-        "conditions", "consequences", "enabled", "description"})).body(), "enabled": r.enabled} for r in rules]
+        "conditions", "consequences", "enabled", "priority", "description"})).body(), "enabled": r.enabled}
+        for r in rules]
 
 
 def parse_rules(items: Iterable[Mapping[str, Any]]) -> list[tuple[str, Rule]]:

@@ -40,13 +40,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from vitrine.errors import InvalidInput, NotFound
+from vitrine.lang import segment
 from vitrine.merchandising.types import RuleStoreAPI, StoredRule
-from vitrine.search import storefront
+from vitrine.search import brand_index, storefront
 from vitrine.index import stock
 from vitrine.search.models import Filters, Hit, Ranked, SearchRequest
 from vitrine.merchandising.models import Rule, RuleOut, check_rule, has_cjk, normalise
@@ -73,6 +72,8 @@ class Compiled:
     kind: int
     pattern: str = ""
     cjk: bool = False
+    words: tuple[str, ...] = ()  # a CJK pattern's words (segmented)
+    priority: int = 0
     categories: frozenset[str] = frozenset()
     intents: frozenset[str] = frozenset()
     variant: str | None = None
@@ -86,8 +87,10 @@ class Compiled:
         if c.query is not None:
             kind = EXACT if c.query.is_ is not None else CONTAINS
             pattern = normalise(c.query.is_ if c.query.is_ is not None else c.query.contains)
+        cjk = has_cjk(pattern)
         return cls(
-            id=rule_id, rule=rule, kind=kind, pattern=pattern, cjk=has_cjk(pattern),
+            id=rule_id, rule=rule, kind=kind, pattern=pattern, cjk=cjk, priority=rule.priority,
+            words=tuple(segment.words(pattern)) if cjk and kind == CONTAINS else (),
             categories=frozenset(x.casefold() for x in _listed(c.category)),
             intents=frozenset(_listed(c.intent)), variant=c.variant,
             start=c.from_.timestamp() if c.from_ else None, end=c.until.timestamp() if c.until else None)
@@ -98,7 +101,7 @@ class Compiled:
     def holds(self, q: QueryFacts) -> bool:
         if self.kind == EXACT and q.norm != self.pattern:
             return False
-        if self.kind == CONTAINS and not (self.pattern in q.norm if self.cjk else f" {self.pattern} " in q.padded):
+        if self.kind == CONTAINS and not (q.holds_words(self.words) if self.cjk else f" {self.pattern} " in q.padded):
             return False
         if self.categories and not (self.categories & q.categories):
             return False
@@ -128,6 +131,18 @@ class QueryFacts:
     @property
     def padded(self) -> str:
         return f" {self.norm} "
+
+    def holds_words(self, words: Sequence[str]) -> bool:
+        """Whether the query's segmented words hold ``words`` (a CJK pattern's), in this order and
+        side by side; a one-word pattern may also be a shorter dictionary word of a longer query
+        word ("连衣裙" in "红色连衣裙", but not "包" in "面包")."""
+        if not words:
+            return False
+        got = segment.words(self.norm)
+        n = len(words)
+        if any(tuple(got[j:j + n]) == tuple(words) for j in range(len(got) - n + 1)):
+            return True
+        return n == 1 and words[0] in segment.words(self.norm, search_mode=True)
 
     @classmethod
     def of(cls, text: str | None, req: SearchRequest, plan: Plan | None, variant: str | None) -> QueryFacts:
@@ -165,8 +180,9 @@ class RuleSet:
         self.size = n
 
     def matching(self, q: QueryFacts) -> list[Compiled]:
-        """The rules whose conditions hold for ``q``: exact query first, then contains, then the
-        rest; by rule id within each (the first rule wins a contested pin, banner or redirect)."""
+        """The rules whose conditions hold for ``q``, in precedence order: higher ``priority``
+        first; equal priorities: exact query, then contains, then the rest, by rule id within each
+        (the first rule wins a contested pin position, banner, redirect or out_of_stock)."""
         if not self.size:
             return []
         cands: dict[str, Compiled] = {}
@@ -186,7 +202,7 @@ class RuleSet:
                 cands[c.id] = c
         for c in self.anywhere:
             cands[c.id] = c
-        return sorted((c for c in cands.values() if c.holds(q)), key=lambda c: (c.kind, c.id))
+        return sorted((c for c in cands.values() if c.holds(q)), key=lambda c: (-c.priority, c.kind, c.id))
 
 
 def _isin(a: np.ndarray, b: np.ndarray | Sequence[int]) -> np.ndarray:
@@ -211,6 +227,7 @@ class Outcome:
     banner: dict[str, Any] | None = None
     redirect: str | None = None
     matching: int | None = None  # how many of ``ranked``'s head match (None: the storefront's floor says)
+    changed: set[str] = field(default_factory=set)  # rules that changed the results (only these are ``fired``)
 
     def note(self, iid: int, effect: dict[str, Any]) -> None:
         self.effects.setdefault(int(iid), []).append(effect)
@@ -238,7 +255,7 @@ class Outcome:
 class _Actions:
     """The consequences of the fired rules, resolved to product iids and id sets."""
 
-    hide: set[int] = field(default_factory=set)
+    hide: dict[int, str] = field(default_factory=dict)  # iid -> the first rule hiding it
     only: list[tuple[str, np.ndarray]] = field(default_factory=list)  # (rule, allowed iids)
     moves: list[tuple[str, str, float, np.ndarray]] = field(default_factory=list)  # (rule, action, weight, iids)
     pins: dict[int, tuple[int, str]] = field(default_factory=dict)  # iid -> (position, rule)
@@ -314,11 +331,36 @@ class RuleBook:
         """The checks a rule's shape cannot say (:func:`check_rule`)."""
         check_rule(rule, self.state.records, self.settings.max_k)
 
+    def warnings(self, rule: Rule) -> list[str]:
+        """What in ``rule`` matches nothing in the catalogue now: each filter of a boost, bury or
+        ``filters`` that allows no product, naming a brand (or other value) no product has."""
+        cons = rule.consequences
+        parts = [(f"consequences.boost[{j}].filter", b.filter) for j, b in enumerate(cons.boost)]
+        parts += [(f"consequences.bury[{j}].filter", b.filter) for j, b in enumerate(cons.bury)]
+        if cons.filters is not None and not cons.filters.is_empty():
+            parts.append(("consequences.filters", cons.filters))
+        out = []
+        for where, flt in parts:
+            if len(self._allowed(flt)):
+                continue
+            why = [f"no product has the brand {b!r}" for b in flt.terms().get("brand", [])
+                   if not len(brand_index.brand_ids(self.state.graph, self.state.filters, [b]))]
+            shown = flt.model_dump(exclude_none=True, mode="json")
+            out.append(f"{where}: no product matches {shown}" + (f" ({'; '.join(why)})" if why else "")
+                       + ": the rule is stored, but this part changes nothing")
+        return out
+
     def put(self, rule_id: str, rule: Rule) -> RuleOut:
         self.validate(rule)
+        warned = self.warnings(rule)
         stored = self.store.put(rule_id, rule.body(), rule.enabled, max_rules=self.settings.max_rules)
         self.refresh()
-        return self.out(stored)
+        out = self.out(stored)
+        if warned:
+            for w in warned:
+                log.warning("rule %r: %s", rule_id, w)
+            out.warnings = warned
+        return out
 
     def put_many(self, rules: Sequence[tuple[str, Rule]]) -> int:
         """Create or replace many rules at once (an import), each checked first."""
@@ -372,10 +414,11 @@ class RuleBook:
             log.warning("rules skipped for this search: %s", e)
             fired = []
         acts = _Actions()
+        resolved = []
         for c in fired:
             try:
                 self._resolve(c, acts)
-                out.fired.append(c.id)
+                resolved.append(c.id)
             except Exception as e:  # noqa: BLE001 - one failing rule is skipped
                 log.warning("rule %r skipped for this search: %s", c.id, e)
         try:
@@ -385,8 +428,14 @@ class RuleBook:
             return Outcome(ranked=ranked)
         if acts.banner is not None:
             out.banner = acts.banner[0]
+            out.changed.add(acts.banner[1])
         if acts.redirect is not None:
             out.redirect = acts.redirect[0]
+            out.changed.add(acts.redirect[1])
+        # ``fired``: the rules that held *and* changed what the shopper gets (a hide of a product
+        # the search never found, a boost of a brand absent from the pool, a pin already in place
+        # change nothing and are not listed)
+        out.fired = [rid for rid in resolved if rid in out.changed]
         return out
 
     def iids_of(self, ids: Sequence[str]) -> dict[str, int]:
@@ -402,24 +451,14 @@ class RuleBook:
         return {i: self._iids[i] for i in ids if i in self._iids}
 
     def _allowed(self, flt: Filters) -> np.ndarray:
-        """The iids ``flt`` allows. A brand is the record's brand, or one the product graph learned
-        from titles (catalogues without a brand field: as the query's brand slot reads it)."""
-        terms = flt.terms()
-        brands = terms.pop("brand", None)
-        got = self.state.filters.allowed(terms, flt.price_min, flt.price_max) \
-            if terms or flt.price_min is not None or flt.price_max is not None else None
-        if brands:
-            graph = self.state.graph
-            learned = graph.product_set(("rules:brand", tuple(sorted(b.casefold() for b in brands))),
-                                        lambda: graph.products_with("brand", brands))
-            own = self.state.filters.allowed({"brand": brands})
-            ids = np.union1d(own, learned) if own is not None and len(own) else learned
-            got = ids if got is None else np.intersect1d(got, ids, assume_unique=True)
+        """The iids ``flt`` allows, as a search's own filters read it (vitrine/search/state.py): a
+        brand is the record's brand, or the one the product graph learned from its title."""
+        got = self.state.allowed(flt)
         return np.zeros(0, dtype=np.int64) if got is None else got
 
     def _resolve(self, c: Compiled, acts: _Actions) -> None:
         cons = c.rule.consequences
-        hide = set(self.iids_of(cons.hide).values()) if cons.hide else set()
+        hide = {iid: c.id for iid in self.iids_of(cons.hide).values()} if cons.hide else {}
         only = (c.id, self._allowed(cons.filters)) if cons.filters is not None and not cons.filters.is_empty() else None
         moves = [(c.id, "boost", b.weight, self._allowed(b.filter)) for b in cons.boost] + \
                 [(c.id, "bury", -b.weight, self._allowed(b.filter)) for b in cons.bury]
@@ -433,7 +472,8 @@ class RuleBook:
                     pins[iid] = (p.position, c.id)
                     taken.add(p.position)
         # all of this rule or none of it
-        acts.hide |= hide
+        for iid, rid in hide.items():
+            acts.hide.setdefault(iid, rid)
         if only is not None:
             acts.only.append(only)
         acts.moves += moves
@@ -479,15 +519,23 @@ class RuleBook:
             if allowed is not None:  # a product outside the search's own filters stays out
                 pin_ids = pin_ids[_isin(pin_ids, allowed) | _isin(pin_ids, list(pinned_parts))]
         keep_pin = np.ones(len(pin_ids), dtype=bool)
-        for _, ok in acts.only:
-            keep &= _isin(iids, ok)
+        for rid, ok in acts.only:
+            inside = _isin(iids, ok)
+            if (keep & ~inside).any():
+                out.changed.add(rid)
+            keep &= inside
             keep_pin &= _isin(pin_ids, ok)
         if acts.hide:
             gone = np.fromiter(acts.hide, dtype=np.int64, count=len(acts.hide))
-            keep &= ~_isin(iids, gone)
+            hidden = keep & _isin(iids, gone)
+            out.changed.update(acts.hide[int(i)] for i in iids[hidden].tolist())
+            keep &= ~hidden
             keep_pin &= ~_isin(pin_ids, gone)
         if has_oos and mode == "hide":
-            keep &= ~_isin(iids, oos)
+            gone_oos = keep & _isin(iids, oos)
+            if gone_oos.any() and stock_rule is not None:
+                out.changed.add(stock_rule)
+            keep &= ~gone_oos
             keep_pin &= ~_isin(pin_ids, oos)
         pin_ids = pin_ids[keep_pin]
         rows = np.flatnonzero(keep)
@@ -506,6 +554,7 @@ class RuleBook:
                 hit = _isin(iids, ids)
                 if hit.any():
                     adj[hit] += w * scale
+                    out.changed.add(rid)
                     for iid in iids[hit].tolist():
                         out.note(iid, {"rule": rid, "action": action, "weight": w})
             moved = adj != 0
@@ -522,13 +571,23 @@ class RuleBook:
                 rank = np.empty(len(order), dtype=np.int64)
                 rank[order] = np.arange(len(order))
                 order = np.lexsort((rank, lasts, ~head))
+                if stock_rule is not None:
+                    out.changed.add(stock_rule)
                 for iid in iids[lasts].tolist():
                     out.note(iid, {"rule": stock_rule, "action": "stock", "out_of_stock": "last"})
         result: Ranked = [(int(iids[j]), float(scores[j]), pool[rows[j]][2]) for j in order.tolist()]
         n_match = int(head.sum())
-        for iid in sorted(pin_ids.tolist(), key=lambda i: acts.pins[i][0]):
+        # where a pinned product would be without its pin (the pool's order, less what left it),
+        # when nothing re-ordered the pool: a pin already at its place changes nothing
+        was_at = {int(e[0]): j for j, e in enumerate(pool) if int(e[0]) in acts.pins} if len(pin_ids) else {}
+        in_order = bool(np.all(order[1:] > order[:-1])) if len(order) > 1 else True
+        for n_in, iid in enumerate(sorted(pin_ids.tolist(), key=lambda i: acts.pins[i][0])):
             pos, rid = acts.pins[iid]
             at = min(pos, n_match)  # a pin past the matching products sits right after them
+            was = was_at.get(int(iid))
+            natural = int(np.searchsorted(rows, was)) + n_in if was is not None and in_order else None
+            if natural != at:
+                out.changed.add(rid)
             if at < len(result):
                 score = result[at][1]
             else:

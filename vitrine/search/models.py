@@ -466,6 +466,8 @@ class ProductOut(BaseModel):
     description: str | None = None
     image_url: str | None = None
     version: int | None = None
+    degraded: list[str] | None = Field(None, description=(
+        '["store"]: read from this replica\'s copy because the shared store did not answer (may be stale)'))
 
 
 class ItemError(BaseModel):

@@ -65,7 +65,10 @@ class ReadPath:
             row = self.state.records.get(pid)
         if row is None:
             raise NotFound("product", pid)
-        return product_out(row)
+        out = product_out(row)
+        if row.from_mirror:  # the shared store could not answer: this replica's copy, said so
+            out.degraded = ["store"]
+        return out
 
     def vector_of(self, pid: str, field: str = "fused") -> np.ndarray:
         with self.state.lock.read():
@@ -140,6 +143,8 @@ class ReadPath:
         view = storefront.arrange(rd, req, scored, matching=now.matching,
                                   exhaustive=allowed is not None and len(allowed) <= depth and not plan.backfill)
         rows = self.state.records.get_by_iids([iid for iid, _, _ in view.page])
+        if any(r.from_mirror for r in rows.values()) and "store" not in degraded:  # documents from the mirror
+            degraded = [*degraded, "store"]
         hits: list[Hit] = []
         applied = plan.filters.model_dump(exclude_none=True) if plan.filters else {}
         marks = storefront.Highlighter(text) if req.highlight else None

@@ -43,7 +43,7 @@ from vitrine.index.records import SCHEMA_VERSION, RecordRow, StoredRow
 from vitrine.index.snapshots import SnapshotStore
 from vitrine.index.store import open_stores
 from vitrine.index.vectors import VectorIndex, VectorIndexAPI
-from vitrine.search import native
+from vitrine.search import brand_index, native
 from vitrine.index import stock
 from vitrine.search.artifacts import ModelSpec, served_artifacts
 from vitrine.search.concurrency import StateLock
@@ -450,7 +450,11 @@ class IndexState:
         if filters is None or filters.is_empty():
             return None
         excl = filters.excluded()
-        ids = self.filters.allowed(filters.terms(), filters.price_min, filters.price_max, exclude=excl)
+        brands = (terms := filters.terms()).pop("brand", None)
+        ids = self.filters.allowed(terms, filters.price_min, filters.price_max, exclude=excl)
+        if brands:  # the record's brand or the one the graph learned from its title (one notion of brand)
+            have = brand_index.brand_ids(self.graph, self.filters, brands)
+            ids = have if ids is None else np.intersect1d(ids, have, assume_unique=True)
         if excl.get("brand") and ids is not None:  # brands the graph learned from titles are left out too
             gone = self.graph.products_with("brand", excl["brand"])
             if gone:
@@ -473,7 +477,8 @@ class IndexState:
             raise InvalidInput("limit must be between 1 and 1000")
         out = {}
         for f in fields:
-            counts = sorted(self.filters.facet(f).items(), key=lambda kv: (-kv[1], kv[0].casefold()))
+            got = brand_index.live_counts(self.graph, self.filters) if f == "brand" else self.filters.facet(f)
+            counts = sorted(got.items(), key=lambda kv: (-kv[1], kv[0].casefold()))
             out[f] = [FacetValue(value=v, count=n) for v, n in counts[:limit]]
         return FacetsResponse(facets=out, products=len(self))
 

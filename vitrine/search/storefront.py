@@ -33,6 +33,7 @@ from vitrine.index import fuzzy
 from vitrine.index.bm25 import word_terms
 from vitrine.index.symbolic import query_words
 from vitrine.lang import segment
+from vitrine.search import brand_index
 from vitrine.search.models import FacetValue, Ranked, SearchRequest, Span
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -142,7 +143,7 @@ def facet_counts(reader: "ReadContext", iids: Sequence[int], fields: Sequence[st
         if f == "price":
             out[f] = price_ranges(reader.state.filters.prices(iids), reader.state.filters.price_edges())
             continue
-        counts = reader.state.filters.counts(iids, f)
+        counts = brand_index.brand_counts(reader.state.graph, reader.state.filters, iids) if f == "brand" else reader.state.filters.counts(iids, f)
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))[:FACET_LIMIT]
         out[f] = [FacetValue(value=v, count=n) for v, n in top]
     return out

@@ -116,7 +116,8 @@ async def _domain(_: Request, e: VitrineError) -> JSONResponse:
         log.error("%s: %s", code, e)
     report: Any = getattr(e, "report", None)  # a pydantic model where the error carries one
     detail = report.model_dump() if hasattr(report, "model_dump") else None
-    return JSONResponse(error_body(status, code, str(e), detail), status_code=status)
+    headers = {"Retry-After": "1"} if status == 503 else None  # a store or model that is down: back soon
+    return JSONResponse(error_body(status, code, str(e), detail), status_code=status, headers=headers)
 
 
 async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:

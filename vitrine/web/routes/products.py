@@ -19,13 +19,15 @@ router = APIRouter(tags=["products"])
 
 
 @router.get("/products/{pid}", response_model=ProductOut, response_model_exclude_none=True,
-            responses=errors_for(404))
+            responses=errors_for(404, 503))
 def get_product(pid: str, engine: EngineDep, response: Response) -> ProductOut:
     """One product by id. While the shared store is down it comes from this replica's own copy,
-    said by the headers ``X-Vitrine-Degraded: store`` and ``X-Vitrine-Stale-S`` (seconds)."""
+    said by ``degraded: ["store"]`` and the headers ``X-Vitrine-Degraded: store`` and
+    ``X-Vitrine-Stale-S`` (seconds). A product this copy lacks while the store is down is a 503
+    with ``Retry-After`` (it may exist), never a 404."""
     out = engine.get(pid)
     down, stale = engine.store_status()
-    if down:
+    if down or out.degraded:  # the store is down, or this one read fell back to the mirror
         response.headers["X-Vitrine-Degraded"] = "store"
         response.headers["X-Vitrine-Stale-S"] = f"{stale:.1f}"
     return out

@@ -3,7 +3,7 @@ learns about what a ten-result page never shows (docs/learning.md, "Exploration"
 
 A shopper can only click what was shown; a re-ranking learned from clicks never hears about a
 relevant product at rank 30. On a share ``explore_share`` of a shopper's first pages (a search with a ``user`` or
-``session``: where events come back; an anonymous API call is never explored, so scripted and
+``session``: where events come back; an anonymous API call, and a search in an A/B experiment (it would blur the comparison), are never explored, so scripted and
 evaluation searches stay deterministic) of head queries (a query the served learned table holds,
 or one this process has answered ``explore_head_searches`` times),
 the stage moves one product, drawn uniformly from ranks 11-50 of the pool, into a slot of the page
@@ -16,6 +16,7 @@ and facets do not move. ``explore_share`` 0 turns it off (per catalogue: its set
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 from collections import Counter
@@ -27,6 +28,7 @@ from vitrine.feedback.types import EventLogAPI
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Hit, Ranked
 from vitrine.search.read_context import ReadContext
+from vitrine.search import variants
 from vitrine.search.stages import Stage, Underway
 
 if TYPE_CHECKING:
@@ -91,6 +93,8 @@ class ExploreStage(Stage):
     def __init__(self, reader: ReadContext, learned: LearnedQueries, rng: random.Random | None = None) -> None:
         self.reader, self.learned = reader, learned
         self.rng = rng or random.Random()
+        # every replica draws the same for one shopper and query (a test may pass its own rng to vary it)
+        self.salt = rng.getrandbits(64) if rng is not None else 0
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -111,10 +115,14 @@ class ExploreStage(Stage):
     def after(self, underway: Underway, ranked: Ranked) -> Ranked:
         req, fs = underway.req, self.reader.settings.feedback
         if (fs.explore_share <= 0 or not underway.text or underway.image is not None or req.offset != 0
-                or req.sort != "relevance" or not (req.user or req.session)
+                or req.sort != "relevance" or not (req.user or req.session) or variants.current() is not None
                 or not self.head(normalise_query(underway.text))):
             return ranked
-        got = draw(self.rng, fs.explore_share, len(ranked), req.k)
+        # the draw is a function of the shopper and the words: the same shopper repeating a search sees
+        # the same page (sticky, like an experiment's assignment), and the propensity holds over shoppers
+        seed = hashlib.sha256(f"{req.user or ''}\x1f{req.session or ''}\x1f{normalise_query(underway.text)}"
+                              f"\x1f{self.salt}".encode()).digest()
+        got = draw(random.Random(seed), fs.explore_share, len(ranked), req.k)
         if got is None:
             return ranked
         src, slot, p = got

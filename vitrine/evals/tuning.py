@@ -404,6 +404,47 @@ def hurting_signals(pools: Pools, w: np.ndarray, *, seed: int = 0) -> dict[str, 
     return out
 
 
+def signal_ablation(ho: Pools, fitted: np.ndarray, ho_fitted: float) -> dict[str, float]:
+    """What each signal of the fitted mix gains on held-out: the objective without it."""
+    ablation = {}
+    for j in np.flatnonzero(fitted):
+        w = fitted.copy()
+        w[j] = 0.0
+        if w[:2].any():
+            ablation[SIGNALS[j]] = round(ho_fitted - objective(ho, w), 4)
+    return ablation
+
+
+def slots_and_floor(engine: Engine, cal: calibration.Calibration, queries: list[pq.PseudoQuery],
+                    ho_rows: np.ndarray, *, slot_queries: int, floor_queries: int,
+                    kind_weights: dict[str, float] | None, margin: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """With the chosen mix in place: whether slot filters help (on held-out pseudo-queries) and the
+    relevance floor this catalogue's scores support; both set on ``cal``."""
+    slots: dict[str, Any] = {"tested": False}
+    if engine.understanding is not None and engine.settings.intent.intent_slot_filters and slot_queries:
+        sq = slot_sample(queries, ho_rows, slot_queries)
+        engine.set_calibration(cal)
+        try:
+            (off, off_k) = _search_ndcg(engine, sq, False, kind_weights)
+            (on, on_k) = _search_ndcg(engine, sq, True, kind_weights)
+        finally:
+            engine.reload_calibration()
+        cal.slot_filters = on > off + margin
+        slots = {"tested": True, "queries": len(sq), "nDCG@10_off": round(off, 4), "nDCG@10_on": round(on, 4),
+                 "on": cal.slot_filters, "by_kind_off": off_k, "by_kind_on": on_k}
+    floor_fit: dict[str, Any] = {"fitted": None}
+    if floor_queries:  # the share of a query's top score that counts as matching, on this catalogue
+        from vitrine.evals import relevance_floor
+
+        engine.set_calibration(cal)
+        try:
+            floor_fit = relevance_floor.fit(engine, queries, floor_queries)
+        finally:
+            engine.reload_calibration()
+        cal.relevance_floor = floor_fit["fitted"]
+    return slots, floor_fit
+
+
 def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[str, int] | None = None,
          margin: float = 0.005, slot_queries: int = 150, save: bool = True,
          labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
@@ -425,9 +466,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
         taxonomy_queries = engine.settings.search.tune_taxonomy_queries
     docs = catalogue_docs(engine)
     version = calibration.catalogue_version(engine.records, engine.store_id)
-    if samples is None:
-        samples = engine.settings.search.tune_samples
-    samples = max(1, samples)
+    samples = max(1, engine.settings.search.tune_samples if samples is None else samples)
     counts = {**(counts or {}), "taxonomy": taxonomy_queries} if taxonomy_queries else counts
     taxonomy = category_taxonomy(engine) if taxonomy_queries else None
     phrasings = engine.graph.phrasings()
@@ -492,38 +531,13 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
             accepted = accepted and objective(shop_ho, fitted) >= objective(shop_ho, floor_w)
     chosen = fitted if accepted else floor_w
     # what each choice gained on held-out: the fitted mix without each of its signals
-    ablation = {}
-    for j in np.flatnonzero(fitted):
-        w = fitted.copy()
-        w[j] = 0.0
-        if w[:2].any():
-            ablation[SIGNALS[j]] = round(ho_fitted - objective(ho, w), 4)
+    ablation = signal_ablation(ho, fitted, ho_fitted)
     weights = weights_dict(chosen)
     cal = calibration.Calibration(text_weights=weights, slot_filters=False, accepted=accepted,
                                   catalogue=version, model_key=engine.model_key, source="tuned",
                                   created=time.time())
-    slots: dict[str, Any] = {"tested": False}
-    if engine.understanding is not None and engine.settings.intent.intent_slot_filters and slot_queries:
-        sq = slot_sample(queries, ho_rows, slot_queries)
-        engine.set_calibration(cal)
-        try:
-            (off, off_k) = _search_ndcg(engine, sq, False, kind_weights)
-            (on, on_k) = _search_ndcg(engine, sq, True, kind_weights)
-        finally:
-            engine.reload_calibration()
-        cal.slot_filters = on > off + margin
-        slots = {"tested": True, "queries": len(sq), "nDCG@10_off": round(off, 4), "nDCG@10_on": round(on, 4),
-                 "on": cal.slot_filters, "by_kind_off": off_k, "by_kind_on": on_k}
-    floor_fit: dict[str, Any] = {"fitted": None}
-    if floor_queries:  # the share of a query's top score that counts as matching, on this catalogue
-        from vitrine.evals import relevance_floor
-
-        engine.set_calibration(cal)
-        try:
-            floor_fit = relevance_floor.fit(engine, queries, floor_queries)
-        finally:
-            engine.reload_calibration()
-        cal.relevance_floor = floor_fit["fitted"]
+    slots, floor_fit = slots_and_floor(engine, cal, queries, ho_rows, slot_queries=slot_queries,
+                                       floor_queries=floor_queries, kind_weights=kind_weights, margin=margin)
     report = {
         "catalogue": version, "model_key": engine.model_key, "products": len(docs),
         "queries": {"total": len(queries), "fit": len(fit_rows), "heldout": len(ho_rows),

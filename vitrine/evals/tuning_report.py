@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vitrine.evals.tuning import TuneResult
+from typing import Any
 
 
 def rounded(weights: dict[str, float]) -> dict[str, float]:
@@ -15,7 +12,7 @@ def rounded(weights: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 4) for k, v in weights.items()}
 
 
-def write_report(result: "TuneResult", out_dir: Path, name: str = "tuning") -> list[Path]:
+def write_report(result: Any, out_dir: Path, name: str = "tuning") -> list[Path]:
     """``name``.md, .json and .png in ``out_dir``: what was chosen and what each choice gained."""
     out_dir.mkdir(parents=True, exist_ok=True)
     r = result.report

@@ -151,7 +151,7 @@ def test_search_concurrency_lets_that_many_searches_run_at_once(fresh_engine):
     state = {"now": 0, "most": 0}
     lock = threading.Lock()
 
-    def search(req, image=None, log_search=False):  # a slow stand-in that counts who is inside
+    def search(req, image=None, log_search=False, client=None):  # a slow stand-in that counts who is inside
         with lock:
             state["now"] += 1
             state["most"] = max(state["most"], state["now"])

@@ -376,12 +376,14 @@ class WebSettings(_Section):
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")
-    rate_search_per_minute: float = Field(600.0, ge=0, description="Searches (POST /v1/search, /v1/search/image) "
+    rate_search_per_minute: float = Field(12000.0, ge=0, description="Searches (POST /v1/search, /v1/search/image) "
                                           "one client (address and user agent) or one key may make a minute; "
-                                          "past it: 429 with Retry-After (0: no limit).")
-    rate_events_per_minute: float = Field(600.0, ge=0, description="POST /v1/events calls one client or key may "
+                                          "past it: 429 with Retry-After (0: no limit). The default stops a "
+                                          "flood, not a load test at 100/s; calls with the write key are never "
+                                          "limited per client (a shop's own server speaks for many shoppers).")
+    rate_events_per_minute: float = Field(6000.0, ge=0, description="POST /v1/events calls one client or key may "
                                           "make a minute (0: no limit).")
-    rate_suggest_per_minute: float = Field(1200.0, ge=0, description="GET /v1/suggest calls one client or key "
+    rate_suggest_per_minute: float = Field(12000.0, ge=0, description="GET /v1/suggest calls one client or key "
                                            "may make a minute (0: no limit).")
     rate_key_per_minute: float = Field(0.0, ge=0, description="Calls to those routes one key (the write key, the "
                                        "events key) may make a minute, over all its clients; 0 (default): no "

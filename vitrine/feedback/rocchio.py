@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitrine.feedback import clicks
 from vitrine.feedback.intake import LearnedTable
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked
@@ -49,6 +50,9 @@ class Profile:
 
     centroid: np.ndarray
     affinity: dict[str, float]
+    # how far the evidence reaches the clip (its strongest product's score / the clip, at most 1):
+    # a few clients' shrunk scores (vitrine/feedback/clicks.py) move the profile as little as the table
+    confidence: float = 1.0
 
 
 def leaf(doc: Mapping[str, object]) -> str:
@@ -81,7 +85,7 @@ def profile(reader: ReadContext, chosen: Mapping[str, float]) -> Profile | None:
         c = leaf(r.doc)
         if c:
             affinity[c] = affinity.get(c, 0.0) + chosen[p] / total
-    return Profile(centroid, affinity)
+    return Profile(centroid, affinity, min(1.0, max(chosen.values()) / clicks.Z_RANGE[1]))
 
 
 class Generaliser:
@@ -143,7 +147,7 @@ class Generaliser:
         prof = self.profile_of(table, source)
         if prof is None or strength <= 0:
             return ranked
-        return shift(self.reader, ranked, prof, allowed, strength * table.decay(),
+        return shift(self.reader, ranked, prof, allowed, strength * prof.confidence * table.decay(),
                      rocchio_weight=rocchio_weight, category_weight=category_weight)
 
 

@@ -18,6 +18,7 @@ without reaching into its buckets. Per process: with several workers each holds 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import threading
 import time
@@ -34,6 +35,20 @@ MAX_BUCKETS = 100_000
 def fingerprint(host: str | None, user_agent: str | None) -> str:
     """The client of a request: its address and user agent, hashed."""
     return hashlib.sha256(f"{host or ''}\n{user_agent or ''}".encode()).hexdigest()[:32]
+
+
+def trusted(settings: Settings, key: str | None) -> bool:
+    """Whether a request carries the write key (``VITRINE_API_KEY``): a shop's own server, which
+    speaks for many shoppers from one address (a storefront backend, a replay of logs, a simulator).
+    Its calls are not rate limited per client and its shoppers are told apart by their ``user`` or
+    ``session``, not by the server's address; the public events key handed to browsers never is."""
+    write = settings.web.api_key
+    return bool(key) and write is not None and hmac.compare_digest(str(key).encode(), write.get_secret_value().encode())
+
+
+def client_of(settings: Settings, host: str | None, user_agent: str | None, key: str | None) -> str | None:
+    """The fingerprint the engine counts evidence by: None for a trusted server (see :func:`trusted`)."""
+    return None if trusted(settings, key) else fingerprint(host, user_agent)
 
 
 class TokenBuckets:
@@ -102,7 +117,7 @@ class RateLimit:
         client = fingerprint(host, headers.get(b"user-agent", b"").decode("latin-1"))
         waits = []
         rate = self._rate(group)
-        if rate > 0:
+        if rate > 0 and not trusted(self.settings, key):
             waits.append(self.buckets.take(f"c:{group}:{client}", rate))
         if scoped is not None and scoped.rate_per_minute:
             waits.append(self.buckets.take(f"k:{scoped.id}", scoped.rate_per_minute))

@@ -15,7 +15,7 @@ from vitrine.errors import Unauthorized
 from vitrine.feedback.intake import EventsAccepted, EventsRequest
 from vitrine.web.deps import EngineDep, SettingsDep
 from vitrine.web.errors import errors_for
-from vitrine.web.limits import fingerprint
+from vitrine.web.limits import client_of
 
 router = APIRouter(tags=["feedback"])
 
@@ -41,6 +41,7 @@ async def post_events(body: EventsRequest, engine: EngineDep, request: Request) 
     """A batch of shopper events (up to 1,000) on logged searches, each naming its search's
     `query_id`. All or nothing: a bad event is a 422 naming its field, and nothing of the batch is
     stored. An event sent twice (same `event_id`) is stored once."""
-    client = fingerprint(request.client.host if request.client else None, request.headers.get("user-agent"))
+    client = client_of(request.app.state.settings, request.client.host if request.client else None,
+                       request.headers.get("user-agent"), request.headers.get("x-api-key"))
     accepted, new = await anyio.to_thread.run_sync(functools.partial(engine.record_events, client=client), body.events)
     return JSONResponse(EventsAccepted(accepted=accepted, new=new).model_dump(), status_code=202)

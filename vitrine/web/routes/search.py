@@ -16,7 +16,7 @@ from vitrine.errors import InvalidImage, InvalidInput, TooLarge
 from vitrine.search.models import FacetField, FacetsResponse, Filters, SearchRequest, SearchResponse, SortOrder
 from vitrine.web.deps import EngineDep, MetricsDep, SettingsDep, json_response
 from vitrine.web.errors import errors_for
-from vitrine.web.limits import fingerprint
+from vitrine.web.limits import client_of
 
 router = APIRouter(tags=["search"])
 
@@ -25,7 +25,8 @@ async def _searching(request: Request, fn: Callable[..., SearchResponse], req: S
     """``fn(req)`` in a worker thread; with ``search_concurrency`` set, at most that many at once
     in this process, the rest waiting in line (first come, first served) instead of all of them
     interleaving on the interpreter lock. Off by default: no clear gain measured at 3."""
-    client = fingerprint(request.client.host if request.client else None, request.headers.get("user-agent"))
+    client = client_of(request.app.state.settings, request.client.host if request.client else None,
+                       request.headers.get("user-agent"), request.headers.get("x-api-key"))
     return await anyio.to_thread.run_sync(functools.partial(fn, client=client), req,
                                           limiter=getattr(request.app.state, "search_slots", None))
 

@@ -126,7 +126,9 @@ def test_facet_counts_are_the_counts_of_the_matching_products(priced):
         dict(Counter(d.attributes["gender"] for d in docs if d.attributes.get("gender")))
     assert {f["value"]: f["count"] for f in facets["category"]} == \
         dict(Counter(c for d in docs for c in dict.fromkeys(d.category)))
-    assert sum(f["count"] for f in facets["brand"]) == sum(1 for d in docs if d.brand)
+    # brands are the record's own or the one learned from its title (filters, facets and rules share
+    # that notion): at least every product with a brand field, and learned brands on top
+    assert sum(f["count"] for f in facets["brand"]) >= sum(1 for d in docs if d.brand)
     prices = [d.price for d in docs if d.price is not None]
     assert len(facets["price"]) >= 3
     for rng in facets["price"]:
@@ -182,7 +184,10 @@ def test_openapi_lists_every_error_and_an_example_for_every_body(client):
                 if code.startswith(("4", "5")):
                     assert resp["content"]["application/json"]["example"]["error"]["status"] == int(code)
     search_op = paths["/v1/search"]["post"]
-    assert {"401", "404"}.isdisjoint(search_op["responses"])
+    assert "404" not in search_op["responses"]
+    # a search needs no key, but a scoped key may have expired (401) or not cover it (403), and a
+    # client past its rate gets 429 (vitrine/web/limits.py)
+    assert {"401", "403", "429"} <= set(search_op["responses"])
     assert "404" in paths["/v1/products/{pid}"]["get"]["responses"]
     comps = schema["components"]["schemas"]
     for name in ("SearchRequest", "SearchResponse", "ProductOut", "Product", "CompareRequest", "CompareResponse",

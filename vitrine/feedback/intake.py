@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vitrine.watched import WatchedFile
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
 from vitrine.feedback.blocklist import Blocklist, blocked
@@ -279,9 +280,8 @@ class LearnedQueries:
         self.data_dir = Path(data_dir)
         self.settings = settings
         self._lock = threading.Lock()
-        self._table: LearnedTable | None = None
-        self._stamp: tuple[float, int] | None = None
-        self._checked = 0.0
+        self._file: WatchedFile[LearnedTable | None] = WatchedFile(self.path, lambda: load_learned(self.data_dir), None)
+        self._resolved_for: LearnedTable | None = None  # the file's table that _resolved belongs to
         self._resolved: dict[str, dict[int, float]] = {}  # the file's table, resolved per query
         self._local = threading.local()  # .pinned: (table,) while this thread judges one
 
@@ -294,29 +294,14 @@ class LearnedQueries:
 
     def reload(self) -> None:
         """Read the file again at the next search (after writing it)."""
-        with self._lock:
-            self._stamp, self._checked = None, 0.0
+        self._file.invalidate()
 
     def table(self) -> LearnedTable | None:
         """The table this thread's searches use: its pinned one, else the file's."""
         pinned = getattr(self._local, "pinned", None)
         if pinned is not None:
             return pinned[0]
-        now = time.monotonic()
-        if now - self._checked < 1.0:
-            return self._table
-        with self._lock:
-            self._checked = now
-            try:
-                st = self.path.stat()
-                stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
-            except OSError:
-                stamp = None
-            if stamp != self._stamp:
-                self._stamp = stamp
-                self._table = load_learned(self.data_dir) if stamp else None
-                self._resolved = {}
-        return self._table
+        return self._file.get()
 
     def boosts_for(self, text: str | None, resolve: Resolver) -> dict[int, float]:
         """Index id -> evidence for this query's products (empty: not a learned head query)."""
@@ -333,13 +318,15 @@ class LearnedQueries:
         cached = None
         if not pinned:
             with self._lock:
-                cached = self._resolved.get(norm) if table is self._table else None
+                if table is not self._resolved_for:  # the file changed: resolve its table afresh
+                    self._resolved_for, self._resolved = table, {}
+                cached = self._resolved.get(norm)
         if cached is None:
             iids = resolve(list(got))
             cached = {iids[p]: v for p, v in got.items() if p in iids}
             if not pinned:
                 with self._lock:
-                    if table is self._table:
+                    if table is self._resolved_for:
                         self._resolved[norm] = cached
         fade = table.decay()
         return {i: v * fade for i, v in cached.items()}

@@ -14,12 +14,12 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitrine.watched import WatchedFile
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput, NotFound
 
@@ -59,26 +59,10 @@ class ScopedKeys:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = Path(data_dir) / FILE
-        self._lock = threading.Lock()
-        self._keys: dict[str, ScopedKey] = {}  # by sha256
-        self._stamp: tuple[float, int] | None = None
-        self._checked = 0.0
+        self._file: WatchedFile[dict[str, ScopedKey]] = WatchedFile(self.path, self._read, {})  # by sha256
 
     def _load(self) -> dict[str, ScopedKey]:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._checked < 1.0:
-                return self._keys
-            self._checked = now
-            try:
-                st = self.path.stat()
-                stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
-            except OSError:
-                stamp = None
-            if stamp != self._stamp:
-                self._stamp = stamp
-                self._keys = self._read() if stamp else {}
-            return self._keys
+        return self._file.get()
 
     def _read(self) -> dict[str, ScopedKey]:
         try:
@@ -93,8 +77,7 @@ class ScopedKeys:
     def _write(self, keys: dict[str, ScopedKey]) -> None:
         body = {"format": FORMAT, "keys": [asdict(k) for k in sorted(keys.values(), key=lambda k: k.id)]}
         atomic_write_bytes(self.path, json.dumps(body, indent=1, sort_keys=True).encode())
-        with self._lock:
-            self._stamp, self._checked = None, 0.0
+        self._file.invalidate()
 
     def find(self, key: str | None) -> ScopedKey | None:
         """The scoped key ``key`` is (None: not one)."""

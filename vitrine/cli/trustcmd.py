@@ -6,11 +6,17 @@ Neither opens the models: both run beside a serving API, which sees the change w
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from vitrine.cli.base import data_option, main, make_settings, store_option
+
+if TYPE_CHECKING:
+    from vitrine.feedback.blocklist import Blocklist
 
 
 @main.group("keys")
@@ -66,13 +72,18 @@ def suggest_group() -> None:
     """Search-box suggestions from the search log: terms never suggested."""
 
 
-def _blocklist(data_dir: Path, store: str | None):  # -> (Blocklist, the log to close)
+@contextmanager
+def _blocklist(data_dir: Path, store: str | None) -> Iterator[Blocklist]:
+    """The data dir's (or store's) blocklist, its event log closed after use."""
     from vitrine.feedback.blocklist import Blocklist
     from vitrine.feedback.eventlog import open_event_log
 
     settings = make_settings(data_dir=data_dir, store=store)
     log = open_event_log(settings.storage.store, settings.storage.data_dir)
-    return Blocklist(log), log
+    try:
+        yield Blocklist(log)
+    finally:
+        log.close()
 
 
 @suggest_group.command("block")
@@ -81,11 +92,8 @@ def _blocklist(data_dir: Path, store: str | None):  # -> (Blocklist, the log to 
 @click.argument("term")
 def block_cmd(data_dir: Path, store: str | None, term: str) -> None:
     """Never suggest a logged query that holds TERM (whole words; anywhere for Chinese)."""
-    bl, log = _blocklist(data_dir, store)
-    try:
+    with _blocklist(data_dir, store) as bl:
         click.echo(f"blocked {bl.block(term)!r}")
-    finally:
-        log.close()
 
 
 @suggest_group.command("unblock")
@@ -94,11 +102,8 @@ def block_cmd(data_dir: Path, store: str | None, term: str) -> None:
 @click.argument("term")
 def unblock_cmd(data_dir: Path, store: str | None, term: str) -> None:
     """Suggest logged queries with TERM again."""
-    bl, log = _blocklist(data_dir, store)
-    try:
+    with _blocklist(data_dir, store) as bl:
         click.echo(f"unblocked {term!r}" if bl.unblock(term) else f"{term!r} was not blocked")
-    finally:
-        log.close()
 
 
 @suggest_group.command("list")
@@ -106,9 +111,6 @@ def unblock_cmd(data_dir: Path, store: str | None, term: str) -> None:
 @store_option
 def blocked_cmd(data_dir: Path, store: str | None) -> None:
     """The blocked terms, one a line."""
-    bl, log = _blocklist(data_dir, store)
-    try:
+    with _blocklist(data_dir, store) as bl:
         for t in bl.terms():
             click.echo(t)
-    finally:
-        log.close()

@@ -13,7 +13,7 @@ from vitrine.cli.base import emit_json, main, make_settings, model_options, stor
 log = logging.getLogger("vitrine")
 
 PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation",
-             "domain-shift", "composed", "degraded", "sessions", "zh"]
+             "domain-shift", "composed", "degraded", "sessions", "session-lookalikes", "zh"]
 
 
 @main.command("eval")
@@ -79,6 +79,13 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         from vitrine.cli.sessionscmd import sessions_eval
 
         sessions_eval(settings, data_dir, n_queries or 120, json_out, report_dir)
+        return
+    if protocol == "session-lookalikes":  # follow-ups that only look like cues, mid-session (issue 53)
+        from vitrine.cli.sessionscmd import lookalikes_eval
+
+        if data_dir is None:
+            raise click.UsageError("--protocol session-lookalikes needs --data (a data dir of the bundled catalogue)")
+        lookalikes_eval(settings, data_dir, json_out, report_dir)
         return
     if protocol == "ablation":  # every adapter kind on the same split (no data dir needed)
         _ablation(settings, _adapter_list(adapters or "linear,mlp"), split, n_queries or 500, json_out, report_dir)

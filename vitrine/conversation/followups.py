@@ -111,6 +111,24 @@ def mask_lookalikes(text: str) -> str:
     return rx.sub(lambda m: _MASK * len(m.group(0)), text)
 
 
+_ZH_FUNCTION = re.compile(r"[的吗呢了啊吧么呀点些款个一]")
+
+
+def _lookalike_heads(extractor: SlotExtractor | None, text: str, masked: str) -> bool:
+    """Whether a look-alike phrase in ``text`` is followed by a word of its own ("不粘锅": 锅 after 不粘,
+    "first aid kit"): the phrase then describes a thing sought, not a property of the standing query."""
+    for m in re.finditer(f"{re.escape(_MASK)}+", masked):
+        if text[m.start():m.end()] == masked[m.start():m.end()]:
+            continue  # an underscore typed as such
+        after = text[m.end():m.end() + 1]
+        if after and _cjk(after):
+            if not _ZH_FUNCTION.match(after):
+                return True
+        elif _content_word(extractor, next(iter(_next_words(text, m.end(), 1)), None)):
+            return True
+    return False
+
+
 def _next_words(text: str, end: int, n: int = 2) -> list[str]:
     return re.findall(r"[^\W_]+|_+", text[end:].casefold())[:n]
 
@@ -140,21 +158,24 @@ def _is_reference(extractor: SlotExtractor | None, text: str, end: int) -> bool:
     return not _content_word(extractor, nxt[0])
 
 
-def _price_rel(extractor: SlotExtractor | None, masked: str) -> tuple[str | None, list[tuple[int, int]]]:
+def _price_rel(extractor: SlotExtractor | None, masked: str) -> tuple[str | None, list[tuple[int, int]], bool]:
     """"lower" / "higher" when ``masked`` asks for a price relative to what was shown (and the cue's
     span); a plain price word before a content word ("budget backpacks", "高端手表") is part of the
-    query instead."""
+    query instead (the third value says one was)."""
+    modifier = False
     for rx, rel in ((_CHEAPER, "lower"), (_PRICIER, "higher")):
         for m in rx.finditer(masked):
             word = " ".join(m.group(0).casefold().split())
             if _cjk(word):
                 after = masked[m.end():m.end() + 1]
                 if after and _cjk(after) and not _PRICE_ADJ_ZH_NEXT.match(after):
+                    modifier = True
                     continue
-            elif word in _PRICE_ADJ and _content_word(extractor, (_next_words(masked, m.end(), 1) or [None])[0]):
+            elif word in _PRICE_ADJ and _content_word(extractor, next(iter(_next_words(masked, m.end(), 1)), None)):
+                modifier = True
                 continue
-            return rel, [m.span()]
-    return None, []
+            return rel, [m.span()], modifier
+    return None, [], modifier
 
 
 def _blank(text: str, spans: list[tuple[int, int]]) -> str:
@@ -187,14 +208,18 @@ class Parsed:
     anaphora: bool = False
     reset: bool = False
     cjk: bool = False
+    modifier: bool = False  # a cue word read as a modifier of a word after it ("budget backpacks", "不粘锅")
 
 
-def _refs(text: str, extractor: SlotExtractor | None = None) -> tuple[list[int], list[tuple[int, int]]]:
-    """References to shown products in ``text`` (look-alikes masked) and their spans."""
+def _refs(text: str, extractor: SlotExtractor | None = None) -> tuple[list[int], list[tuple[int, int]], bool]:
+    """References to shown products in ``text`` (look-alikes masked), their spans, and whether an
+    ordinal was read as a modifier of the word after it ("first aid kit")."""
     out: list[int] = []
     spans: list[tuple[int, int]] = []
+    modifier = False
     for m in _ORD_RE.finditer(text):
         if not _is_reference(extractor, text, m.end()):
+            modifier = True
             continue  # "first aid", "last season", "no. 5 perfume", "top 5 watches"
         spans.append(m.span())
         if m.group(1):
@@ -213,7 +238,7 @@ def _refs(text: str, extractor: SlotExtractor | None = None) -> tuple[list[int],
             out.extend(range(_ZH_DIGITS[m.group(2)]))
         else:
             out.append(-1)
-    return list(dict.fromkeys(out)), spans
+    return list(dict.fromkeys(out)), spans, modifier
 
 
 def _compound(extractor: SlotExtractor, cue: str, seg: str) -> tuple[bool, str]:
@@ -229,8 +254,8 @@ def _compound(extractor: SlotExtractor, cue: str, seg: str) -> tuple[bool, str]:
     if cue.casefold() in ("no", "non"):
         words = _fold(seg).split()
         vals = extractor.extract(seg).values()
-        if vals.get("category") and words and _content_word(extractor, words[0]) and \
-                not any(extractor.extract(words[0]).values().get(f) for f in FIELDS):
+        in_phrase = {w for ph in extractor.find_phrases(_fold(seg)) for w in ph.split()}
+        if vals.get("category") and words and _content_word(extractor, words[0]) and words[0] not in in_phrase:
             return True, ""
     return False, seg
 
@@ -284,12 +309,13 @@ def parse(extractor: SlotExtractor, text: str | None) -> Parsed:
             seg = text[m.start(1):m.end(1)]
             compound, left_out = _compound(extractor, masked[m.start():m.start(1)].strip(), seg)
             if compound and not left_out:
+                p.modifier = True
                 continue  # the whole phrase is a property of the thing sought
             negs.append(left_out)
             # a compound keeps its head ("没有logo的T恤": T恤 stays wanted)
             neg_spans.append((m.start(), m.start(1) + len(left_out) + 1) if compound else m.span())
     p.positive = " ".join(_blank(text, neg_spans).split())
-    p.refs, ref_spans = _refs(masked, extractor)
+    p.refs, ref_spans, ord_modifier = _refs(masked, extractor)
     slots = extractor.extract(_blank(text, neg_spans + ref_spans))  # "the top two" names no category
     p.include = slot_lists(slots.values())
     p.price_min, p.price_max = slots.price_min, slots.price_max
@@ -298,7 +324,8 @@ def parse(extractor: SlotExtractor, text: str | None) -> Parsed:
             p.exclude.setdefault(f, [])
             p.exclude[f].extend(v for v in vals if v not in p.exclude[f])
         p.negated_words.extend(_residual(extractor, seg))
-    p.price_rel, rel_spans = _price_rel(extractor, masked)
+    p.price_rel, rel_spans, price_modifier = _price_rel(extractor, masked)
+    p.modifier = p.modifier or ord_modifier or price_modifier or _lookalike_heads(extractor, text, masked)
     cue_spans = neg_spans + ref_spans + rel_spans
     for rx, name in ((_LIKE, "like"), (_COMPARE, "compare"), (_RESET, "reset")):
         found = [m.span() for m in rx.finditer(masked)]
@@ -393,6 +420,18 @@ class Decider:
             w -= lr * (X.T @ g / n + l2 * w)
             b -= lr * float(g.mean())
         return cls(dict(zip(FEATURES, w.tolist())), b, meta)
+
+
+def names_new_thing(p: Parsed, standing: Mapping[str, Any]) -> bool:
+    """A follow-up that names something of its own through a cue-like modifier ("first aid kit",
+    "budget laptops", "不粘锅", "无线耳机") and carries no cue of a refinement (no reference, relative
+    price, exclusion, connector, pronoun, catalogue value, nor a word of the standing query) is a new
+    search, whatever the decider makes of words it has no vocabulary for."""
+    if not p.modifier or p.refs or p.price_rel or p.exclude or p.negated_words or p.connector or p.anaphora \
+            or p.include or p.like or p.compare:
+        return False
+    st_words = set(_fold(standing.get("text") or "").split()) | set(standing.get("words") or [])
+    return not any(w in st_words for w in p.words)
 
 
 @lru_cache(maxsize=2)

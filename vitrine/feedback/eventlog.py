@@ -35,6 +35,8 @@ from pathlib import Path
 
 from vitrine.errors import StorageError
 from vitrine.feedback.event_sql import (
+    BOTS_SQL,
+    bot_params,
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
@@ -78,6 +80,7 @@ class SqliteAnalytics:
 
     _SQL = analytics_sql(p="?", bucket="CAST(ts / ? AS INTEGER)", c="")
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="?", c="", searches="searches", events="events")
+    _BOTS = BOTS_SQL.format(p="?", minute="CAST(ts / ? AS INTEGER)", events="events")
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="?", teams="experiment_teams", events="events")
     # set by EventLog.__init__
     path: Path
@@ -95,6 +98,16 @@ class SqliteAnalytics:
             conn.executescript(EXPERIMENTS_SCHEMA.format(experiments="experiments", teams="experiment_teams",
                                                           searches="searches", real="REAL"))
         self._exp_ready = True
+
+    def bots(self, since: float, until: float, per_minute: int) -> tuple[int, int]:
+        """The clients the bot filter catches between two times, and their events there."""
+        conn, lock = self._read_conn()
+        try:
+            with lock:
+                row = conn.execute(self._BOTS, bot_params(since, until, per_minute)).fetchone()
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot read analytics from {self.path}: {e}") from e
+        return int(row[0] or 0), int(row[1] or 0)
 
     def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
         """Analytics counts between two times (see :func:`analytics_sql`)."""

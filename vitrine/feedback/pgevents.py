@@ -11,6 +11,8 @@ from contextlib import AbstractContextManager
 
 from vitrine.errors import StorageError
 from vitrine.feedback.event_sql import (
+    BOTS_SQL,
+    bot_params,
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
@@ -144,6 +146,7 @@ class PgEventLog:
 
     # -- analytics and experiments (the same queries as SQLite's: vitrine/feedback/event_sql.py) --------
     _SQL = analytics_sql(p="%s", bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', searches=S, events=E)
+    _BOTS = BOTS_SQL.format(p="%s", minute="CAST(FLOOR(ts / %s) AS BIGINT)", events=E)
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="%s", c='COLLATE "C"', searches=S, events=E)
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="%s", teams=T, events=E)
 
@@ -156,6 +159,12 @@ class PgEventLog:
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                     c.execute(EXPERIMENTS_SCHEMA.format(experiments=X, teams=T, searches=S, real="DOUBLE PRECISION"))
         self._exp_ready = True
+
+    def bots(self, since: float, until: float, per_minute: int) -> tuple[int, int]:
+        """The clients the bot filter catches between two times, and their events there."""
+        with self._conn() as c:
+            row = c.execute(self._BOTS, bot_params(since, until, per_minute)).fetchone()
+        return int(row[0] or 0), int(row[1] or 0)
 
     def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
         with self._conn() as c:

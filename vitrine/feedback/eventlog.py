@@ -86,9 +86,13 @@ class SqliteAnalytics:
     path: Path
     _searches: sqlite3.Connection
     _search_lock: threading.Lock
+    _reads: sqlite3.Connection
+    _read_lock: threading.Lock
 
     def _read_conn(self) -> tuple[sqlite3.Connection, threading.Lock]:
-        return self._searches, self._search_lock
+        """Reads (analytics, learning, experiments, validation) have a connection of their own: a
+        long scan never holds the lock that logging a search takes (WAL: readers never block the writer)."""
+        return self._reads, self._read_lock
 
     def _ensure_experiment_tables(self) -> None:
         if getattr(self, "_exp_ready", False):
@@ -188,6 +192,11 @@ class EventLog(SqliteAnalytics):
         except sqlite3.DatabaseError as e:
             raise StorageError(f"cannot open the event log {self.path}: {e}") from e
         self._search_lock = threading.Lock()
+        try:
+            self._reads = connect_wal(self.path, synchronous="NORMAL", check_same_thread=False, isolation_level=None)
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"cannot open the event log {self.path}: {e}") from e
+        self._read_lock = threading.Lock()
         self.hash_user = UserHasher(self._user_key())
 
     def _user_key(self) -> bytes:
@@ -207,9 +216,10 @@ class EventLog(SqliteAnalytics):
                                  (key, value))
 
     def close(self) -> None:
-        with self._lock, self._search_lock:
+        with self._lock, self._search_lock, self._read_lock:
             self._events.close()
             self._searches.close()
+            self._reads.close()
 
     def log_search(self, s: SearchLog) -> None:
         try:
@@ -219,13 +229,29 @@ class EventLog(SqliteAnalytics):
         except sqlite3.Error as e:
             raise StorageError(f"cannot log a search in {self.path}: {e}") from e
 
+    def log_searches(self, batch: Sequence[SearchLog]) -> None:
+        """Log ``batch`` in one transaction (vitrine/feedback/logwriter.py writes this way)."""
+        try:
+            with self._search_lock:
+                self._searches.execute("BEGIN")
+                try:
+                    self._searches.executemany(f"INSERT OR REPLACE INTO searches ({SEARCH_COLUMNS}) VALUES "
+                                               "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [search_row(s) for s in batch])
+                except BaseException:
+                    self._searches.execute("ROLLBACK")
+                    raise
+                self._searches.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot log searches in {self.path}: {e}") from e
+
     def searches(self, query_ids: Sequence[str]) -> dict[str, SearchLog]:
         out: dict[str, SearchLog] = {}
         ids = list(dict.fromkeys(query_ids))
-        with self._search_lock:
+        conn, lock = self._read_conn()
+        with lock:
             for i in range(0, len(ids), 500):
                 part = ids[i:i + 500]
-                rows = self._searches.execute(f"SELECT {SEARCH_COLUMNS} FROM searches WHERE query_id IN "
+                rows = conn.execute(f"SELECT {SEARCH_COLUMNS} FROM searches WHERE query_id IN "
                                               f"({','.join('?' * len(part))})", part).fetchall()
                 out.update((r[0], search_from_row(r)) for r in rows)
         return out
@@ -252,10 +278,11 @@ class EventLog(SqliteAnalytics):
 
     def read(self, since: float = 0.0, until: float | None = None) -> FeedbackSlice:
         until = time.time() + 1e9 if until is None else until
-        with self._search_lock:
-            s = [search_from_row(r) for r in self._searches.execute(
+        conn, lock = self._read_conn()
+        with lock:
+            s = [search_from_row(r) for r in conn.execute(
                 f"SELECT {SEARCH_COLUMNS} FROM searches WHERE ts >= ? AND ts < ? ORDER BY ts", (since, until))]
-            e = [event_from_row(r) for r in self._searches.execute(
+            e = [event_from_row(r) for r in conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE ts >= ? AND ts < ? ORDER BY ts", (since, until))]
         return FeedbackSlice(s, e)
 
@@ -269,17 +296,19 @@ class EventLog(SqliteAnalytics):
         return n
 
     def counts(self) -> dict[str, int]:
-        with self._search_lock:
-            return {"searches": self._searches.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
-                    "events": self._searches.execute("SELECT COUNT(*) FROM events").fetchone()[0]}
+        conn, lock = self._read_conn()
+        with lock:
+            return {"searches": conn.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
+                    "events": conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]}
 
     def popular_queries(self, since: float, min_users: int, limit: int,
                         bot_per_minute: int = 0) -> list[tuple[str, float]]:
         """Queries (as first typed) that shoppers clicked, added or bought from, by how many
         distinct users did; only queries with at least ``min_users`` such users (one shopper's
         searches are never suggested to others) and never one whose searches found nothing."""
-        with self._search_lock:
-            rows = self._searches.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
+        conn, lock = self._read_conn()
+        with lock:
+            rows = conn.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
                                           (since, since, bot_per_minute or 10**9, min_users, limit)).fetchall()
         return [(str(t), float(n)) for t, n in rows]
 

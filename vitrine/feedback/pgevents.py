@@ -164,7 +164,7 @@ class PgEventLog:
         """The clients the bot filter catches between two times, and their events there."""
         with self._conn() as c:
             row = c.execute(self._BOTS, bot_params(since, until, per_minute)).fetchone()
-        return int(row[0] or 0), int(row[1] or 0)
+        return (int(row[0] or 0), int(row[1] or 0)) if row is not None else (0, 0)
 
     def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
         with self._conn() as c:

@@ -114,6 +114,17 @@ def report_markdown(r: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | {g['cases']} | {g['read_right']} | {g['new_searches_read_right']} "
                      f"({g['new_searches']}) | {g['cues_read_right']} ({g['cues']}) | {g['scored']} | "
                      f"**{g['p10_mid_session']}** | {g['p10_alone']} |")
+    before = r.get("before")
+    if before:
+        lines += ["", f"**Before** (the same set and data dir, the session code of {before['code']}: no look-alike "
+                  "list, no structural rules, no modifier rule):", "",
+                  "| group | read right | new searches read right | cues read right | P@10 mid-session | P@10 alone |",
+                  "|---|---|---|---|---|---|"]
+        for name, g in before["groups"].items():
+            lines.append(f"| {name} | {g['read_right']} | {g['new_searches_read_right']} | {g['cues_read_right']} | "
+                         f"{g['p10_mid_session']} | {g['p10_alone']} |")
+        wrong = [x["follow"] for x in before["rows"] if not x["read_right"]]
+        lines += ["", "Read wrong before: " + ", ".join(f"`{w}`" for w in wrong) + "."]
     lines += ["", "Per follow-up:", "", "| standing | follow-up | lang | lexicon | read right | decided by | P@10 "
               "| alone |", "|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:

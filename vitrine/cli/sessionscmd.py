@@ -47,7 +47,13 @@ def build_test_engine(settings: Any, work: Path, limit: int | None = None) -> An
     return eng
 
 
-def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path | None, report_dir: Path | None) -> None:
+def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path | None, report_dir: Path | None,
+                  *, lookalikes: bool = False) -> None:
+    if lookalikes:  # follow-ups that only look like cues, mid-session (issue 53)
+        if data_dir is None:
+            raise click.UsageError("--protocol session-lookalikes needs --data (a data dir of the bundled catalogue)")
+        lookalikes_eval(settings, data_dir, json_out, report_dir)
+        return
     from vitrine.bundled import bundled_dir
     from vitrine.evals import sessions as S
     from vitrine.search.models import SearchRequest

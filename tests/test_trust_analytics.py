@@ -66,8 +66,9 @@ def test_a_page_or_a_re_sort_is_not_a_new_search_and_bots_are_counted(client, ow
     assert rep["bots"] == {"per_minute": 60, "clients": 1, "events": 70}
     # the CLI says the same
     from click.testing import CliRunner
-    from vitrine.cli import main
+    from vitrine.cli.app import main
 
-    out = CliRunner().invoke(main, ["analytics", "--data", str(own_engine.settings.storage.data_dir)])
+    out = CliRunner().invoke(main, ["analytics", "--data", str(own_engine.data_dir)])
     assert out.exit_code == 0, out.output
-    assert "3 searches (5 pages)" in out.output and "bot filter: 1 clients, 70 events" in out.output
+    assert "3 searches by" in out.output and "(5 pages)" in out.output
+    assert "bot filter: 1 clients, 70 events" in out.output

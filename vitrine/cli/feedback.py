@@ -66,7 +66,7 @@ def analytics_cmd(data_dir: Path, store: str | None, since: str | None, until: s
         click.echo(rep.model_dump_json(indent=2))
         return
     t = rep.totals
-    click.echo(f"{t.searches} searches ({t.pages} pages) by {t.users} users, {rep.distinct_queries} distinct queries; "
+    click.echo(f"{t.searches} searches by {t.users} users ({t.pages} pages), {rep.distinct_queries} distinct queries; "
                f"bot filter: {rep.bots.get('clients', 0)} clients, {rep.bots.get('events', 0)} events; "
                f"CTR {_pct(t.ctr)}, add-to-cart {_pct(t.add_to_cart_rate)}, conversion {_pct(t.conversion)}, "
                f"no results {_pct(t.no_result_rate)}, mean click position "

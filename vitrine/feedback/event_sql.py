@@ -147,6 +147,14 @@ SELECT (SELECT COUNT(*) FROM b),
 """
 
 
+# the searches of one experiment in a window (query_id, ids, variant) and the clicks on them (query_id,
+# product_id): what the exploration figures of analytics need, without reading the whole log
+EXPERIMENT_SEARCHES_SQL = ("SELECT query_id, ids, variant FROM {searches} WHERE experiment = {p} AND ts >= {p} "
+                           "AND ts < {p}")
+EXPERIMENT_SEARCH_CLICKS_SQL = ("SELECT e.query_id, e.product_id FROM {events} e JOIN {searches} s ON s.query_id = "
+                                "e.query_id WHERE s.experiment = {p} AND s.ts >= {p} AND s.ts < {p} AND e.type = 'click'")
+
+
 def bot_params(since: float, until: float, per_minute: int) -> tuple:
     return (since, until, 60.0, per_minute, since, until)
 

@@ -24,6 +24,7 @@ table), so one token is one user in analytics and experiments and cannot be read
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -36,6 +37,8 @@ from pathlib import Path
 from vitrine.errors import StorageError
 from vitrine.feedback.event_sql import (
     BOTS_SQL,
+    EXPERIMENT_SEARCH_CLICKS_SQL,
+    EXPERIMENT_SEARCHES_SQL,
     bot_params,
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
@@ -102,6 +105,17 @@ class SqliteAnalytics:
             conn.executescript(EXPERIMENTS_SCHEMA.format(experiments="experiments", teams="experiment_teams",
                                                           searches="searches", real="REAL"))
         self._exp_ready = True
+
+    def experiment_searches(self, experiment: str, since: float, until: float
+                            ) -> tuple[list[tuple[str, list[str], str | None]], list[tuple[str, str]]]:
+        """An experiment's searches in a window (query_id, ids, variant) and the clicks on them."""
+        conn, lock = self._read_conn()
+        args = (experiment, since, until)
+        with lock:
+            rows = conn.execute(EXPERIMENT_SEARCHES_SQL.format(p="?", searches="searches"), args).fetchall()
+            clicks = conn.execute(EXPERIMENT_SEARCH_CLICKS_SQL.format(p="?", searches="searches", events="events"),
+                                  args).fetchall()
+        return [(q, json.loads(ids), v) for q, ids, v in rows], [(q, p) for q, p in clicks]
 
     def bots(self, since: float, until: float, per_minute: int) -> tuple[int, int]:
         """The clients the bot filter catches between two times, and their events there."""

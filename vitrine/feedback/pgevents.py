@@ -3,6 +3,7 @@ API replicas on many hosts (same contract as :class:`~vitrine.feedback.eventlog.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -12,6 +13,8 @@ from contextlib import AbstractContextManager
 from vitrine.errors import StorageError
 from vitrine.feedback.event_sql import (
     BOTS_SQL,
+    EXPERIMENT_SEARCH_CLICKS_SQL,
+    EXPERIMENT_SEARCHES_SQL,
     bot_params,
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
@@ -159,6 +162,16 @@ class PgEventLog:
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                     c.execute(EXPERIMENTS_SCHEMA.format(experiments=X, teams=T, searches=S, real="DOUBLE PRECISION"))
         self._exp_ready = True
+
+    def experiment_searches(self, experiment: str, since: float, until: float
+                            ) -> tuple[list[tuple[str, list[str], str | None]], list[tuple[str, str]]]:
+        """An experiment's searches in a window (query_id, ids, variant) and the clicks on them."""
+        args = (experiment, since, until)
+        with self._conn() as c:
+            rows = c.execute(EXPERIMENT_SEARCHES_SQL.format(p="%s", searches=S), args).fetchall()
+            clicks = c.execute(EXPERIMENT_SEARCH_CLICKS_SQL.format(p="%s", searches=S, events=E), args).fetchall()
+        return [(q, ids if isinstance(ids, list) else json.loads(ids), v) for q, ids, v in rows], \
+            [(q, p) for q, p in clicks]
 
     def bots(self, since: float, until: float, per_minute: int) -> tuple[int, int]:
         """The clients the bot filter catches between two times, and their events there."""

@@ -68,25 +68,23 @@ s2 AS (
                       ELSE 0 END AS new
     FROM s1),
 s AS (
-    SELECT query_id, norm, user_hash, bucket, nores, new, who, fl,
-           SUM(new) OVER (PARTITION BY who, norm, fl ORDER BY ts, query_id ROWS UNBOUNDED PRECEDING) AS grp
+    SELECT query_id, norm, user_hash, bucket, nores, new,
+           who || '|' || norm || '|' || fl || '|' || CAST(SUM(new) OVER (PARTITION BY who, norm, fl ORDER BY ts, query_id
+                                                                     ROWS UNBOUNDED PRECEDING) AS TEXT) AS gid
     FROM s2),
-f AS (
-    SELECT s.who, s.norm, s.fl, s.grp,
+j AS (
+    SELECT s.gid, MAX(s.norm) AS norm,
+           MAX(CASE WHEN s.new = 1 THEN s.user_hash END) AS user_hash,
+           MAX(CASE WHEN s.new = 1 THEN s.bucket END) AS bucket,
+           MAX(CASE WHEN s.new = 1 THEN s.nores ELSE 0 END) AS nores,
            MAX(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicked,
            MAX(CASE WHEN e.type = 'add_to_cart' THEN 1 ELSE 0 END) AS carted,
            MAX(CASE WHEN e.type = 'purchase' THEN 1 ELSE 0 END) AS bought,
            SUM(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicks,
-           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos
-    FROM {events} e JOIN s ON s.query_id = e.query_id GROUP BY s.who, s.norm, s.fl, s.grp),
-g AS (SELECT who, norm, fl, grp, COUNT(*) AS pages FROM s GROUP BY who, norm, fl, grp),
-j AS (
-    SELECT s.query_id, s.norm, s.user_hash, s.bucket, s.nores, COALESCE(f.clicked, 0) AS clicked,
-           COALESCE(f.carted, 0) AS carted, COALESCE(f.bought, 0) AS bought, COALESCE(f.clicks, 0) AS clicks,
-           COALESCE(f.click_pos, 0) AS click_pos, g.pages
-    FROM s JOIN g ON g.who = s.who AND g.norm = s.norm AND g.fl = s.fl AND g.grp = s.grp
-    LEFT JOIN f ON f.who = s.who AND f.norm = s.norm AND f.fl = s.fl AND f.grp = s.grp
-    WHERE s.new = 1)
+           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos,
+           COUNT(DISTINCT s.query_id) AS pages
+    FROM s LEFT JOIN {events} e ON e.query_id = s.query_id
+    GROUP BY s.gid)
 """ % {"continue_s": CONTINUE_S}
 ANALYTICS_FIELDS = ("searches", "users", "no_results", "clicked", "carted", "bought", "clicks", "click_pos", "pages")
 _AGG = ("COUNT(*), COUNT(DISTINCT user_hash), SUM(nores), SUM(clicked), SUM(carted), SUM(bought), SUM(clicks), "

@@ -43,7 +43,8 @@ def brute(searches, events, since, until, bucket_s=DAY, top=20):
         nores = sum(1 for s in group if s.total == 0 or not s.ids)
         def r(a: int) -> float | None:
             return round(a / n, 6) if n else None
-        return {"searches": n, "users": len({s.user for s in group if s.user}), "no_results": nores,
+        # the synthetic logs hold first pages only, each a search of its own (pages: tests/test_trust_analytics.py)
+        return {"searches": n, "pages": n, "users": len({s.user for s in group if s.user}), "no_results": nores,
                 "clicked": clicked, "added_to_cart": carted, "purchased": bought, "clicks": len(clicks),
                 "ctr": r(clicked), "add_to_cart_rate": r(carted), "conversion": r(bought), "no_result_rate": r(nores),
                 "mean_click_position": round(1 + sum(clicks) / len(clicks), 6) if clicks else None}

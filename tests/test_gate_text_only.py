@@ -76,7 +76,13 @@ def test_text_only_catalogue_trains_the_text_side_and_installs(settings_factory,
             hit = [r for r, j in enumerate(top) if val.group[j] == val.group[i]]
             rr.append(1.0 / (hit[0] + 1) if hit else 0.0)
         assert float(np.mean(rr)) == pytest.approx(max(scores), abs=0.03)  # float16 on disk
+        assert summary["heldout_MRR@10_new"] == pytest.approx(max(scores), abs=1e-6)
+        if summary["heldout_MRR@10_new"] <= summary["heldout_MRR@10_served_before"]:  # no better: never installed
+            assert not summary["installed"] and "swap" not in summary and "not installed" in summary["decision"]
+            assert eng.calibration.text_weights == floor_before.text_weights
+            return
         swap = summary["swap"]
+        assert summary["installed"] == swap["switched"]
         if swap["switched"]:
             # installed: the engine indexes each product as the trained vector, its text token alone
             rows = list(eng.records.iter_rows(with_vectors=False))[:20]

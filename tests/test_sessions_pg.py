@@ -30,3 +30,25 @@ def test_pg_sessions_shared_expiring_bounded(pg_url):
     finally:
         a.close()
         b.close()
+
+
+def test_pg_session_writes_name_the_version_they_read(pg_url):
+    """Two replicas' turns of one session: the write that read a stale version fails (compare-and-swap),
+    so the session layer applies that turn again on what the other wrote (tests/test_sessions_trust.py)."""
+    from vitrine.conversation.pgstore import PgSessionStore
+
+    a = PgSessionStore(pg_url, ttl_s=60, max_sessions=100)
+    b = PgSessionStore(pg_url, ttl_s=60, max_sessions=100)
+    try:
+        assert a.put("cas", {"turn": 1}, None, expected=0)
+        seen_a, seen_b = a.get("cas"), b.get("cas")
+        assert seen_a.version == seen_b.version == 1
+        assert b.put("cas", {"turn": 2, "by": "b"}, None, expected=seen_b.version)
+        assert not a.put("cas", {"turn": 2, "by": "a"}, None, expected=seen_a.version)  # lost the race
+        got = a.get("cas")
+        assert got.state == {"turn": 2, "by": "b"} and got.version == 2
+        assert a.put("cas", {"turn": 3}, None, expected=got.version) and b.get("cas").version == 3
+        assert a.put("gone", {"turn": 4}, None, expected=3) and a.get("gone").version == 4  # purged meanwhile: written afresh
+    finally:
+        a.close()
+        b.close()

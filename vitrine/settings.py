@@ -401,6 +401,8 @@ class FeedbackSettings(_Section):
                                                  "can name it; off: responses carry no query_id.")
     events_retention_days: float = Field(90.0, gt=0, description="Searches and events older than this are "
                                          "forgotten; events on them are refused.")
+    events_purge_interval_s: float = Field(3600.0, ge=0, description="How often a serving process forgets what is "
+                                           "older than events_retention_days (0: only `vitrine events purge`).")
     events_max_batch: int = Field(1000, ge=1, le=100_000, description="Most events one POST /v1/events takes.")
     learn_min_users: int = Field(3, ge=1, description="A query needs clicks from this many distinct users before "
                                  "it gets a learned re-ranking; a product needs them too before it is boosted.")

@@ -87,9 +87,25 @@ def _session(url: str, limit: int) -> aiohttp.ClientSession:
 
 
 async def _cell(url: str, texts: list[str], start: int, duration: float, search_rate: float,
-                flood: Flood | None, event_calls: float) -> tuple[list[float], int]:
+                flood: Flood | None, event_calls: float, analytics: list[float] | None = None
+                ) -> tuple[list[float], int]:
+    """Paced searches for ``duration`` s, with the ``flood`` beside them when given, and (``analytics``
+    a list: each read's seconds go there) GET /v1/analytics read in a loop, one read after another."""
     lat: list[float] = []
     errors = 0
+
+    async def read_analytics(session: aiohttp.ClientSession) -> None:
+        assert analytics is not None
+        end = time.perf_counter() + duration
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            try:
+                async with session.get("/v1/analytics", headers={"X-API-Key": KEY}) as r:
+                    await r.read()
+                    if r.status == 200:
+                        analytics.append(time.perf_counter() - t0)
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
 
     async def search(session: aiohttp.ClientSession, j: int, due: float) -> None:
         nonlocal errors
@@ -121,10 +137,12 @@ async def _cell(url: str, texts: list[str], start: int, duration: float, search_
         else:
             flood.errors += 1
 
-    async with _session(url, 16) as s1, _session(url, 8) as s2:
+    async with _session(url, 16) as s1, _session(url, 8) as s2, _session(url, 1) as s3:
         jobs = [_paced(s1, 16, search_rate, duration, search)]
         if flood is not None:
             jobs.append(_paced(s2, 8, event_calls, duration, events))
+        if flood is not None and analytics is not None:
+            jobs.append(read_analytics(s3))
         await asyncio.gather(*jobs)
     return lat, errors
 
@@ -147,11 +165,15 @@ def stored_ids(data_dir: Path) -> set[str]:
 
 def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repeats: int = 3,
         search_rate: float = 100.0, event_calls: float = 20.0, batch: int = 50, kill_after: float = 6.0,
-        name: str = "events-load") -> Path:
+        name: str = "events-load", analytics: bool = False) -> Path:
+    """``analytics``: the flood cells also read GET /v1/analytics in a loop (issue 53: search never
+    waits for side work). ``kill_after`` <= 0: no kill -9 part."""
     texts, _ = query_pool(source, n=2000)
+    reads: list[float] | None = [] if analytics else None
     env = {"VITRINE_API_KEY": KEY, "VITRINE_QUERY_CACHE_SIZE": "0"}
     rep = Report(name, out, "An events flood beside paced searches (POST /v1/events at "
-                            f"{event_calls * batch:,.0f} events/s, {search_rate:g} searches/s)")
+                            f"{event_calls * batch:,.0f} events/s, {search_rate:g} searches/s"
+                            + (", GET /v1/analytics read in a loop" if analytics else "") + ")")
     before = stored_ids(data_dir) if (Path(data_dir) / "events.sqlite").is_file() else set()
     srv: Server = start_server(data_dir, env=env)
     rows: list[dict[str, Any]] = []
@@ -166,15 +188,19 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
                 gflops = matmul_flops(1, min_time=1.0) / 1e9
                 cpu0 = srv.cpu_s()
                 acked0, lat0, err0 = len(flood.acked), len(flood.lat), flood.errors
+                reads0 = len(reads) if reads is not None else 0
                 lat, errors = asyncio.run(_cell(srv.url, texts, n_cell * 1009, duration, search_rate,
-                                                flood if mode == "flood" else None, event_calls))
+                                                flood if mode == "flood" else None, event_calls, reads))
                 ev_lat = flood.lat[lat0:]
                 row = {"repeat": r + 1, "mode": mode, "searches": len(lat), "search_errors": errors,
                        **{f"search_{k}": v for k, v in summary_ms(lat).items() if k != "n"},
                        "events_202": len(flood.acked) - acked0, "event_call_errors": flood.errors - err0,
                        "events_per_s": (len(flood.acked) - acked0) / duration,
                        "event_call_p99_ms": summary_ms(ev_lat)["p99_ms"] if ev_lat else None,
-                       "server_cpu_s_per_s": (srv.cpu_s() - cpu0) / duration, "gflops_core": gflops}
+                       "server_cpu_s_per_s": (srv.cpu_s() - cpu0) / duration, "gflops_core": gflops,
+                       "analytics_reads": (len(reads) - reads0) if reads is not None else None,
+                       "analytics_read_p50_ms": (summary_ms(reads[reads0:])["p50_ms"]
+                                                 if reads is not None and len(reads) > reads0 else None)}
                 rows.append(row)
                 print(f"{mode:5s} #{r + 1} search p50={row['search_p50_ms']:.1f} p99={row['search_p99_ms']:.1f}ms "
                       f"errors={errors} events 202={row['events_202']} ({row['events_per_s']:.0f}/s, call p99="
@@ -185,6 +211,9 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
                  "acked_missing": len(flood.acked - stored), "stored_not_acked": len(stored - flood.acked)}
         print("count after the cells:", count, flush=True)
 
+        crash_row: dict[str, Any] = {}
+        if kill_after <= 0:
+            srv.stop()
         # the crash: flood + searches, SIGKILL in the middle, restart, count
         crash = Flood(pages, batch, seed=1)
 
@@ -195,21 +224,22 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
             os.kill(srv.proc.pid, signal.SIGKILL)
             return await task
 
-        t_kill = time.time()
-        asyncio.run(flood_then_kill())
-        srv.proc.wait(30)
-        srv2 = start_server(data_dir, env=env)
-        restart_s = time.time() - t_kill
-        try:
-            after = stored_ids(data_dir)
-            lost = crash.acked - after
-            crash_row = {"events_sent": crash.sent, "events_202_before_kill": len(crash.acked),
-                         "lost": len(lost), "calls_failed_by_the_kill": crash.errors,
-                         "stored_from_unanswered_calls": len((after - before - stored) - crash.acked),
-                         "kill_after_s": kill_after, "restart_s": round(restart_s, 1)}
-            print("kill -9:", crash_row, flush=True)
-        finally:
-            srv2.stop()
+        if kill_after > 0:
+            t_kill = time.time()
+            asyncio.run(flood_then_kill())
+            srv.proc.wait(30)
+            srv2 = start_server(data_dir, env=env)
+            restart_s = time.time() - t_kill
+            try:
+                after = stored_ids(data_dir)
+                lost = crash.acked - after
+                crash_row = {"events_sent": crash.sent, "events_202_before_kill": len(crash.acked),
+                             "lost": len(lost), "calls_failed_by_the_kill": crash.errors,
+                             "stored_from_unanswered_calls": len((after - before - stored) - crash.acked),
+                             "kill_after_s": kill_after, "restart_s": round(restart_s, 1)}
+                print("kill -9:", crash_row, flush=True)
+            finally:
+                srv2.stop()
     finally:
         if srv.proc.poll() is None:
             srv.stop()
@@ -223,20 +253,25 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
                         "search_p50_median_ms": statistics.median(r["search_p50_ms"] for r in same),
                         "events_per_s_median": statistics.median(r["events_per_s"] for r in same),
                         "server_cpu_median": statistics.median(r["server_cpu_s_per_s"] for r in same)})
+    base = summary[0]["search_p99_median_ms"]
+    for s in summary:
+        s["p99_vs_alone"] = round(s["search_p99_median_ms"] / base, 3) if base else None
     rep.add("config", {"data_dir": str(data_dir), "duration_s": duration, "repeats": repeats,
                        "search_rate": search_rate, "event_calls_per_s": event_calls, "batch": batch})
     rep.add("cells", rows)
     rep.add("summary", summary)
     rep.add("count", count)
     rep.add("kill9", crash_row)
-    rep.table(summary, ["mode", "runs", "search_p99_median_ms", "search_p99_min_ms", "search_p99_max_ms",
+    rep.table(summary, ["mode", "runs", "search_p99_median_ms", "p99_vs_alone", "search_p99_min_ms", "search_p99_max_ms",
                         "search_p50_median_ms", "events_per_s_median", "server_cpu_median"],
               "Search latency with and without the flood (medians over the runs)")
     rep.table(rows, ["repeat", "mode", "searches", "search_errors", "search_p50_ms", "search_p95_ms",
                      "search_p99_ms", "events_202", "events_per_s", "event_call_p99_ms", "event_call_errors",
-                     "server_cpu_s_per_s", "gflops_core"], "Every cell, in the order run")
+                     "server_cpu_s_per_s", "gflops_core", "analytics_reads", "analytics_read_p50_ms"],
+              "Every cell, in the order run")
     rep.table([count], list(count), "Events answered 202 against events stored (after the cells)")
-    rep.table([crash_row], list(crash_row), "kill -9 in the middle of the flood, restart, count")
+    if crash_row:
+        rep.table([crash_row], list(crash_row), "kill -9 in the middle of the flood, restart, count")
 
     def draw(ax) -> None:
         for mode, colour in (("alone", "tab:blue"), ("flood", "tab:red")):

@@ -69,11 +69,13 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
 @click.option("--event-calls", type=float, default=20.0, show_default=True, help="POST /v1/events calls/s (paced)")
 @click.option("--batch", type=click.IntRange(1, 1000), default=50, show_default=True, help="Events per call")
 @click.option("--kill-after", type=float, default=6.0, show_default=True,
-              help="Seconds into the last flood before the server gets SIGKILL (then restarted, events counted)")
+              help="Seconds into the last flood before the server gets SIGKILL (then restarted, events counted); "
+                   "0: no kill")
+@click.option("--analytics", is_flag=True, help="The flood cells also read GET /v1/analytics in a loop (side work)")
 @click.option("--name", default="events-load", show_default=True, help="Report name")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
 def bench_events(data_dir: Path, duration: float, repeats: int, search_rate: float, event_calls: float, batch: int,
-                 kill_after: float, name: str, out: Path) -> None:
+                 kill_after: float, analytics: bool, name: str, out: Path) -> None:
     """An events flood (POST /v1/events) beside paced searches: search p50/p99 with and without it,
     events answered 202 against events stored, and after a kill -9 of the server."""
     _bench()
@@ -82,7 +84,7 @@ def bench_events(data_dir: Path, duration: float, repeats: int, search_rate: flo
 
     path = events_load.run(data_dir, out, source=bundled_dir(), duration=duration, repeats=repeats,
                            search_rate=search_rate, event_calls=event_calls, batch=batch, kill_after=kill_after,
-                           name=name)
+                           name=name, analytics=analytics)
     click.echo(f"report: {path}")
 
 

@@ -13,7 +13,7 @@ from vitrine.cli.base import emit_json, main, make_settings, model_options, stor
 log = logging.getLogger("vitrine")
 
 PROTOCOLS = ["kagl-t2i", "kagl-subcat", "photo-self", "qrels", "attr", "complements", "intent", "ablation",
-             "domain-shift", "composed", "degraded", "sessions", "zh"]
+             "domain-shift", "composed", "degraded", "sessions", "session-lookalikes", "zh"]
 
 
 @main.command("eval")
@@ -75,10 +75,10 @@ def eval_cmd(data_dir: Path | None, queries: Path | None, protocol: str | None, 
         _intent_eval(json_out)
         return
     settings = make_settings(data_dir=data_dir, fusion=fusion, fusion_signals=signals, intent=use_intent, **model)
-    if protocol == "sessions":  # scripted shopping sessions over the test split (docs/sessions.md)
+    if protocol in ("sessions", "session-lookalikes"):  # scripted sessions; look-alike cues (docs/sessions.md)
         from vitrine.cli.sessionscmd import sessions_eval
 
-        sessions_eval(settings, data_dir, n_queries or 120, json_out, report_dir)
+        sessions_eval(settings, data_dir, n_queries or 120, json_out, report_dir, lookalikes=protocol != "sessions")
         return
     if protocol == "ablation":  # every adapter kind on the same split (no data dir needed)
         _ablation(settings, _adapter_list(adapters or "linear,mlp"), split, n_queries or 500, json_out, report_dir)

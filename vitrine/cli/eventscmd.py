@@ -35,7 +35,7 @@ def purge_cmd(data_dir: Path, store: str | None, events_retention_days: float | 
     log = open_event_log(settings.storage.store, settings.storage.data_dir)
     try:
         before = log.counts()
-        removed = Feedback(log, settings.feedback).purge()
+        removed = Feedback(log, settings.feedback, batched=False).purge()
         after = log.counts()
     finally:
         log.close()

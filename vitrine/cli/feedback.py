@@ -59,13 +59,15 @@ def analytics_cmd(data_dir: Path, store: str | None, since: str | None, until: s
     from vitrine.feedback import analytics
 
     with _event_log(data_dir, store) as log:
+        per_minute = make_settings(data_dir=data_dir, store=store).feedback.bot_events_per_minute
         rep = analytics.report(log, since=analytics.parse_time(since), until=analytics.parse_time(until),
-                               granularity=granularity, top=top)
+                               granularity=granularity, top=top, bot_per_minute=per_minute)
     if as_json:
         click.echo(rep.model_dump_json(indent=2))
         return
     t = rep.totals
-    click.echo(f"{t.searches} searches by {t.users} users, {rep.distinct_queries} distinct queries; "
+    click.echo(f"{t.searches} searches by {t.users} users ({t.pages} pages), {rep.distinct_queries} distinct queries; "
+               f"bot filter: {rep.bots.get('clients', 0)} clients, {rep.bots.get('events', 0)} events; "
                f"CTR {_pct(t.ctr)}, add-to-cart {_pct(t.add_to_cart_rate)}, conversion {_pct(t.conversion)}, "
                f"no results {_pct(t.no_result_rate)}, mean click position "
                f"{'-' if t.mean_click_position is None else f'{t.mean_click_position:.2f}'}")

@@ -47,7 +47,13 @@ def build_test_engine(settings: Any, work: Path, limit: int | None = None) -> An
     return eng
 
 
-def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path | None, report_dir: Path | None) -> None:
+def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path | None, report_dir: Path | None,
+                  *, lookalikes: bool = False) -> None:
+    if lookalikes:  # follow-ups that only look like cues, mid-session (issue 53)
+        if data_dir is None:
+            raise click.UsageError("--protocol session-lookalikes needs --data (a data dir of the bundled catalogue)")
+        lookalikes_eval(settings, data_dir, json_out, report_dir)
+        return
     from vitrine.bundled import bundled_dir
     from vitrine.evals import sessions as S
     from vitrine.search.models import SearchRequest
@@ -82,3 +88,36 @@ def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path |
         report_dir.mkdir(parents=True, exist_ok=True)
         (report_dir / "sessions.json").write_text(text + "\n")
         (report_dir / "sessions.md").write_text(S.report_markdown(result))
+
+
+def lookalikes_eval(settings: Any, data_dir: Path, json_out: Path | None, report_dir: Path | None) -> None:
+    """The look-alike follow-ups of vitrine/evals/data/session_lookalikes.jsonl over ``data_dir`` (a data
+    dir of the bundled catalogue, or of a part of it), sessions in memory (the data dir is not written)."""
+    from vitrine.bundled import bundled_dir, read_styles
+    from vitrine.evals import session_lookalikes as L
+    from vitrine.search.engine import Engine
+    from vitrine.search.models import SearchRequest
+
+    engine = Engine.open(settings.updated(data_dir=data_dir, session_store="memory"))
+    try:
+        ids = set(engine.records.ids())
+        rows = [r for r in read_styles(bundled_dir()) if r["id"] in ids]
+
+        def search(body: dict[str, Any]) -> dict[str, Any]:
+            return engine.search(SearchRequest(**body)).model_dump(exclude_none=True)
+
+        result = L.run(search, rows)
+        result.update(machine=f"{platform.platform()}, Python {platform.python_version()}",
+                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), data_dir=str(data_dir),
+                      products=len(engine))
+    finally:
+        engine.close()
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    click.echo(json.dumps(result["groups"], indent=1, ensure_ascii=False))
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+    if report_dir:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        (report_dir / "session-lookalikes.json").write_text(text + "\n")
+        (report_dir / "session-lookalikes.md").write_text(L.report_markdown(result))

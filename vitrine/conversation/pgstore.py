@@ -22,8 +22,10 @@ CREATE TABLE IF NOT EXISTS {T} (
     id TEXT PRIMARY KEY,
     state TEXT NOT NULL,
     vec BYTEA,
-    touched DOUBLE PRECISION NOT NULL
+    touched DOUBLE PRECISION NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0
 );
+ALTER TABLE {T} ADD COLUMN IF NOT EXISTS version INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS {T}_touched ON {T} (touched);
 """
 
@@ -48,24 +50,31 @@ class PgSessionStore:
 
     def get(self, sid: str) -> StoredSession | None:
         with self._conn() as c:
-            row = c.execute(f"SELECT state, vec, touched FROM {T} WHERE id=%s", (sid,)).fetchone()
+            row = c.execute(f"SELECT state, vec, touched, version FROM {T} WHERE id=%s", (sid,)).fetchone()
         if row is None:
             return None
         if time.time() - row[2] > self.ttl_s:
-            return StoredSession({}, None, row[2], expired=True)
-        return StoredSession(json.loads(row[0]), bytes(row[1]) if row[1] is not None else None, row[2])
+            return StoredSession({}, None, row[2], expired=True, version=row[3])
+        return StoredSession(json.loads(row[0]), bytes(row[1]) if row[1] is not None else None, row[2],
+                             version=row[3])
 
-    def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None:
+    def put(self, sid: str, state: dict[str, Any], vector: bytes | None, expected: int | None = None) -> bool:
+        """An upsert; with ``expected``, one that updates only where the version is still the one read."""
         doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+        sql = (f"INSERT INTO {T} (id, state, vec, touched, version) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) "
+               f"DO UPDATE SET state=excluded.state, vec=excluded.vec, touched=excluded.touched, "
+               f"version={T}.version + 1")
+        args: list[Any] = [sid, doc, vector, time.time(), (expected or 0) + 1]
+        if expected is not None:
+            sql, args = sql + f" WHERE {T}.version = %s", args + [expected]
         with self._conn() as c:
-            c.execute(f"INSERT INTO {T} (id, state, vec, touched) VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
-                      "SET state=excluded.state, vec=excluded.vec, touched=excluded.touched",
-                      (sid, doc, vector, time.time()))
+            done = c.execute(sql, args).rowcount > 0
         with self._lock:
             self._writes += 1
             due = self._writes % PURGE_EVERY == 0
         if due:
             self.purge()
+        return done
 
     def delete(self, sid: str) -> None:
         with self._conn() as c:

@@ -46,7 +46,16 @@ from vitrine.search.models import (
     SearchRequest,
     SearchResponse,
 )
-from vitrine.conversation.followups import FIELDS, DECIDER_PATH, Parsed, decider, features, parse, slot_lists
+from vitrine.conversation.followups import (
+    DECIDER_PATH,
+    FIELDS,
+    Parsed,
+    decider,
+    features,
+    names_new_thing,
+    parse,
+    slot_lists,
+)
 from vitrine.search.read_context import ReadContext
 
 if TYPE_CHECKING:
@@ -56,7 +65,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-SHOWN = 10  # ids of the first page kept for references ("the second one")
+SHOWN = 10  # ids of the page the shopper saw kept for references ("the second one")
+CAS_TRIES = 5  # a turn applied again on what a concurrent turn of the session wrote, at most this often
 PHOTO_VOTES = 5  # of a photo's 10 nearest products, how many must agree for a category or gender to be its own
 
 
@@ -231,7 +241,8 @@ class Turn:
     vector: np.ndarray | None = None  # the photo vector the session keeps after this turn
     info: dict[str, Any] = field(default_factory=dict)
     compare_ids: list[str] = field(default_factory=list)
-    record: bool = True  # False: a page or re-sort of the same query (the shown ids are kept)
+    version: int = 0  # the stored session's version this turn read (its write names it)
+    asked: tuple[SearchRequest, str | None, bytes | None] | None = None  # the request as the shopper sent it
 
 
 class Sessions:
@@ -295,7 +306,8 @@ class Sessions:
         if standing is not None and stored is not None and stored.vector is not None:
             vector = np.frombuffer(stored.vector, dtype=np.float32).copy()
         photo_vec = self._photo_vector(image) if image is not None else None
-        turn = Turn(sid, {}, req, text, image, info=info)
+        turn = Turn(sid, {}, req, text, image, info=info, version=stored.version if stored is not None else 0,
+                    asked=(req, text, image))
         if standing is None:
             info.update(new_search=True, decided_by="expired" if stored is not None and stored.expired else
                         "new_session", p_refine=None, p_new_search=None)
@@ -311,7 +323,6 @@ class Sessions:
                 {k: v for k, v in client.items() if k != "exclude"} == (standing.get("filters") or {}):
             state, changed = json.loads(json.dumps(standing)), []  # a page or a re-sort of the same query
             info.update(new_search=False, decided_by="same_query", p_refine=None, p_new_search=None)
-            turn.record = req.offset == 0
             photo_vec = None  # the standing photo vector serves
         else:
             feats = features(p, standing, photo=photo_vec is not None)
@@ -323,6 +334,9 @@ class Sessions:
             info.update(p_refine=round(pr, 4), p_new_search=round(1 - pr, 4))
             refining = pr >= 0.5 if req.new_search is None else not req.new_search
             info.update(new_search=not refining, decided_by="classifier" if req.new_search is None else "client")
+            if req.new_search is None and refining and photo_vec is None and names_new_thing(p, standing):
+                refining = False  # "first aid kit", "不粘锅": a thing of its own the vocabulary lacks
+                info.update(new_search=True, decided_by="modifier")
             if refining:
                 state = json.loads(json.dumps(standing))
                 if req.session_drop:
@@ -478,26 +492,48 @@ class Sessions:
         return changed
 
     # -- after the search --------------------------------------------------------------------------------
-    def finish(self, turn: Turn, resp: SearchResponse, compare: Callable[[list[str]], CompareResponse]) -> None:
-        """Keep the standing query (and the ids shown) and say it in the response."""
+    @staticmethod
+    def _keep(turn: Turn, resp: SearchResponse) -> None:
+        """What the response adds to the turn's state: a new search's slots, and the page the
+        shopper saw (whatever its offset: "the second one" on page 2 is page 2's second)."""
         state = turn.state
         if turn.info.get("new_search") and resp.slots:  # the plain search's slots are the standing ones
             for f, vals in slot_lists(resp.slots).items():
                 if f not in state["slots"] and not state.get("exclude", {}).get(f):
                     state["slots"][f] = vals
-        if turn.record:
-            state["shown"] = [h.id for h in resp.results[:SHOWN]]
+        state["shown"] = [h.id for h in resp.results[:SHOWN]]
+        state["shown_offset"] = turn.req.offset
+
+    def _save(self, turn: Turn, resp: SearchResponse) -> None:
+        """Write the turn's state if the session is still at the version the turn read; else another
+        turn of the session wrote in between: this turn is applied again on what that one wrote
+        (compare-and-swap), so neither update is lost."""
+        for _ in range(CAS_TRIES):
+            vec = None if turn.vector is None else np.asarray(turn.vector, dtype=np.float32).tobytes()
+            if self.store.put(turn.sid, turn.state, vec, expected=turn.version):
+                return
+            if turn.asked is None:
+                break
+            again = self.begin(*turn.asked)
+            self._keep(again, resp)
+            turn.state, turn.vector, turn.version = again.state, again.vector, again.version
+            turn.info["merged"] = True  # a concurrent turn of this session wrote first: this one applied on it
+        raise StorageError(f"session {turn.sid[:16]}: {CAS_TRIES} concurrent writes in a row")
+
+    def finish(self, turn: Turn, resp: SearchResponse, compare: Callable[[list[str]], CompareResponse]) -> None:
+        """Keep the standing query (and the ids shown) and say it in the response."""
+        self._keep(turn, resp)
         if turn.compare_ids:
             try:
                 resp.compare = compare(turn.compare_ids)
             except VitrineError as e:
                 turn.info.setdefault("notes", []).append(f"compare: {e}")
-        vec = None if turn.vector is None else np.asarray(turn.vector, dtype=np.float32).tobytes()
         try:
-            self.store.put(turn.sid, state, vec)
+            self._save(turn, resp)
         except VitrineError as e:  # the search stands; the session is not kept this time
             log.warning("session %s not saved: %s", turn.sid[:16], e)
             turn.info.setdefault("notes", []).append("session not saved")
+        state = turn.state
         eff = turn.req.filters.model_dump(exclude_none=True) if turn.req.filters else {}
         resp.session = {**turn.info, "turn": state["turn"], "text": turn.text, "image": bool(state.get("image")),
                         "filters": eff, "slots": {f: v for f, v in state["slots"].items()},

@@ -50,16 +50,21 @@ class MemorySessionStore:
             if s is None:
                 return None
             if time.time() - s.touched > self.ttl_s:
-                del self._items[sid]
-                return StoredSession({}, None, s.touched, expired=True)
+                return StoredSession({}, None, s.touched, expired=True, version=s.version)
             return s
 
-    def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None:
+    def put(self, sid: str, state: dict[str, Any], vector: bytes | None, expected: int | None = None) -> bool:
         with self._lock:
-            self._items.pop(sid, None)
-            self._items[sid] = StoredSession(state, vector, time.time())
+            old = self._items.pop(sid, None)
+            version = old.version if old is not None else 0
+            if expected is not None and expected != version:
+                if old is not None:
+                    self._items[sid] = old
+                return False
+            self._items[sid] = StoredSession(state, vector, time.time(), version=version + 1)
             while len(self._items) > self.max_sessions:
                 self._items.popitem(last=False)
+        return True
 
     def delete(self, sid: str) -> None:
         with self._lock:
@@ -85,10 +90,14 @@ CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     state TEXT NOT NULL,
     vec BLOB,
-    touched REAL NOT NULL
+    touched REAL NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sessions_touched ON sessions(touched);
 """
+# a session written with ``expected``: inserted, or updated only where its version is still the one read
+_PUT = ("INSERT INTO sessions (id, state, vec, touched, version) VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
+        "SET state=excluded.state, vec=excluded.vec, touched=excluded.touched, version=sessions.version + 1")
 
 
 class SqliteSessionStore:
@@ -103,33 +112,40 @@ class SqliteSessionStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = connect_wal(self.path, check_same_thread=False, isolation_level=None)
             self._conn.executescript(_SCHEMA)
+            cols = {r[1] for r in self._conn.execute("PRAGMA table_info(sessions)")}
+            if "version" not in cols:  # a store written before versions
+                self._conn.execute("ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
         except sqlite3.Error as e:
             raise StorageError(f"cannot open the session store {self.path}: {e}") from e
 
     def get(self, sid: str) -> StoredSession | None:
         try:
             with self._lock:
-                row = self._conn.execute("SELECT state, vec, touched FROM sessions WHERE id=?", (sid,)).fetchone()
+                row = self._conn.execute("SELECT state, vec, touched, version FROM sessions WHERE id=?",
+                                         (sid,)).fetchone()
         except sqlite3.Error as e:
             raise StorageError(f"session store: {e}") from e
         if row is None:
             return None
         if time.time() - row[2] > self.ttl_s:
-            return StoredSession({}, None, row[2], expired=True)
-        return StoredSession(json.loads(row[0]), row[1], row[2])
+            return StoredSession({}, None, row[2], expired=True, version=row[3])
+        return StoredSession(json.loads(row[0]), row[1], row[2], version=row[3])
 
-    def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None:
+    def put(self, sid: str, state: dict[str, Any], vector: bytes | None, expected: int | None = None) -> bool:
         doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+        sql, args = _PUT, [sid, doc, vector, time.time(), (expected or 0) + 1]
+        if expected is not None:
+            sql, args = sql + " WHERE sessions.version = ?", args + [expected]
         try:
             with self._lock:
-                self._conn.execute("INSERT OR REPLACE INTO sessions (id, state, vec, touched) VALUES (?, ?, ?, ?)",
-                                   (sid, doc, vector, time.time()))
+                done = self._conn.execute(sql, args).rowcount > 0
                 self._writes += 1
                 due = self._writes % PURGE_EVERY == 0
         except sqlite3.Error as e:
             raise StorageError(f"session store: {e}") from e
         if due:
             self.purge()
+        return done
 
     def delete(self, sid: str) -> None:
         with self._lock:

@@ -8,7 +8,10 @@ are divided here, so one host and many hosts sharing PostgreSQL give the same fi
 
 Definitions (docs/analytics.md):
 
-- ``searches``: logged searches; ``users``: distinct hashed user tokens among them;
+- ``searches``: logged searches, a page (``offset`` > 0) or a re-sort of a search counted with it,
+  not as a new one (vitrine/feedback/event_sql.py: the same shopper, words and filters, each within
+  30 minutes of the previous); ``pages``: the result pages logged, those included;
+  ``users``: distinct hashed user tokens among them;
 - ``no_results``: searches whose page was empty or whose total was 0;
 - ``ctr``: searches with at least one click / searches; ``add_to_cart_rate`` and ``conversion``:
   the same with an add-to-cart and a purchase;
@@ -37,7 +40,8 @@ BUCKET_S: dict[str, float] = {"hour": 3600.0, "day": 86400.0}
 class Figures(BaseModel):
     """The figures of a set of searches."""
 
-    searches: int
+    searches: int = Field(description="Searches: a page (offset > 0) or a re-sort of one counts with it")
+    pages: int = Field(description="Result pages logged (a search's later pages and re-sorts included)")
     users: int = Field(description="Distinct (hashed) user tokens")
     no_results: int = Field(description="Searches with an empty page or a total of 0")
     clicked: int = Field(description="Searches with at least one click")
@@ -76,6 +80,9 @@ class AnalyticsReport(BaseModel):
     top_queries: list[QueryFigures] = Field(description="The most searched queries with their figures")
     no_result_queries: list[QueryCount] = Field(description="Queries whose searches found nothing, most frequent first")
     no_click_queries: list[QueryCount] = Field(description="Queries with results but never a click, most frequent first")
+    bots: dict[str, int] = Field(default_factory=dict, description=(
+        "The bot filter in the window: clients with more than per_minute events in a minute (their events "
+        "are ignored by learning and suggestions) and those clients' events"))
     exploration: dict[str, Any] = Field(default_factory=dict, description=(
         "Explored pages (a product from ranks 11-50 shown on page one, docs/learning.md): impressions, clicks on "
         "the explored product, ctr"))
@@ -89,7 +96,7 @@ def figures(counts: Sequence[int]) -> dict[str, float | int | None]:
     """Figures from the store's counts (in the order of ``ANALYTICS_FIELDS``)."""
     c = dict(zip(ANALYTICS_FIELDS, (int(v) for v in counts)))
     n = c["searches"]
-    return {"searches": n, "users": c["users"], "no_results": c["no_results"], "clicked": c["clicked"],
+    return {"searches": n, "pages": c["pages"], "users": c["users"], "no_results": c["no_results"], "clicked": c["clicked"],
             "added_to_cart": c["carted"], "purchased": c["bought"], "clicks": c["clicks"],
             "ctr": _rate(c["clicked"], n), "add_to_cart_rate": _rate(c["carted"], n),
             "conversion": _rate(c["bought"], n), "no_result_rate": _rate(c["no_results"], n),
@@ -97,7 +104,7 @@ def figures(counts: Sequence[int]) -> dict[str, float | int | None]:
 
 
 def report(log: EventLogAPI, *, since: float | None = None, until: float | None = None,
-           granularity: str = "day", top: int = 20) -> AnalyticsReport:
+           granularity: str = "day", top: int = 20, bot_per_minute: int = 60) -> AnalyticsReport:
     """The analytics of the searches logged in [``since``, ``until``) (default: the last 30 days)."""
     if granularity not in BUCKET_S:
         raise InvalidInput(f"granularity: {granularity!r}; one of {', '.join(BUCKET_S)}")
@@ -113,6 +120,8 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
     bucket = BUCKET_S[granularity]
     rows = aggregate(since, until, bucket, top)
     total = rows["totals"][0] if rows["totals"] else (0,) * (len(ANALYTICS_FIELDS) + 1)
+    bots = getattr(log, "bots", None)
+    caught = bots(since, until, bot_per_minute) if bots is not None and bot_per_minute > 0 else (0, 0)
     series = [BucketFigures(start=b * bucket, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(b * bucket)),
                             **figures(r)) for b, *r in rows["buckets"]]
     return AnalyticsReport(
@@ -121,6 +130,7 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
         series=series, top_queries=[QueryFigures(query=q, **figures(r)) for q, *r in rows["queries"]],
         no_result_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_results"]],
         no_click_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_clicks"]],
+        bots={"per_minute": bot_per_minute, "clients": caught[0], "events": caught[1]},
         exploration=explore.figures(log, since, until))
 
 

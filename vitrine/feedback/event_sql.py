@@ -47,28 +47,48 @@ def event_from_row(r: Sequence) -> EventRecord:
 # SQLite and PostgreSQL give the same figures for the same log. ``{p}``: the placeholder, ``{bucket}``:
 # the time bucket of a search (whole ``bucket_s`` periods since the epoch, UTC), ``{c}``: a
 # byte-order collation for ties (PostgreSQL's default collation sorts by locale).
+# A page (``offset`` > 0) or a re-sort of a search is not a new search: the logged searches of one
+# shopper (session, else user, else client; a search without any is its own) with the same words and
+# filters form one search while each follows the previous within CONTINUE_S and is a later page or
+# another sort of it. The group's first search gives its query, user, time bucket and emptiness; the
+# events on any of its pages count with it; ``pages`` counts its logged pages.
+CONTINUE_S = 1800
 _ANALYTICS_BASE = """
-WITH s AS (
-    SELECT query_id, norm, user_hash, {bucket} AS bucket,
-           CASE WHEN total = 0 OR ids = '[]' THEN 1 ELSE 0 END AS nores
+WITH s0 AS (
+    SELECT query_id, norm, user_hash, ts, {bucket} AS bucket,
+           CASE WHEN total = 0 OR ids = '[]' THEN 1 ELSE 0 END AS nores,
+           COALESCE(session, user_hash, client, '~' || query_id) AS who, COALESCE(filters, '') AS fl,
+           COALESCE(sort, '') AS so, "offset" AS off
     FROM {searches} WHERE ts >= {p} AND ts < {p}),
-f AS (
-    SELECT e.query_id,
+s1 AS (
+    SELECT s0.*, LAG(ts) OVER w AS prev_ts, LAG(so) OVER w AS prev_so
+    FROM s0 WINDOW w AS (PARTITION BY who, norm, fl ORDER BY ts, query_id)),
+s2 AS (
+    SELECT s1.*, CASE WHEN prev_ts IS NULL OR ts - prev_ts >= %(continue_s)d OR (off = 0 AND so = prev_so) THEN 1
+                      ELSE 0 END AS new
+    FROM s1),
+s AS (
+    SELECT query_id, norm, user_hash, bucket, nores, new,
+           who || '|' || norm || '|' || fl || '|' || CAST(SUM(new) OVER (PARTITION BY who, norm, fl ORDER BY ts, query_id
+                                                                     ROWS UNBOUNDED PRECEDING) AS TEXT) AS gid
+    FROM s2),
+j AS (
+    SELECT s.gid, MAX(s.norm) AS norm,
+           MAX(CASE WHEN s.new = 1 THEN s.user_hash END) AS user_hash,
+           MAX(CASE WHEN s.new = 1 THEN s.bucket END) AS bucket,
+           MAX(CASE WHEN s.new = 1 THEN s.nores ELSE 0 END) AS nores,
            MAX(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicked,
            MAX(CASE WHEN e.type = 'add_to_cart' THEN 1 ELSE 0 END) AS carted,
            MAX(CASE WHEN e.type = 'purchase' THEN 1 ELSE 0 END) AS bought,
            SUM(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicks,
-           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos
-    FROM {events} e JOIN s ON s.query_id = e.query_id GROUP BY e.query_id),
-j AS (
-    SELECT s.query_id, s.norm, s.user_hash, s.bucket, s.nores, COALESCE(f.clicked, 0) AS clicked,
-           COALESCE(f.carted, 0) AS carted, COALESCE(f.bought, 0) AS bought, COALESCE(f.clicks, 0) AS clicks,
-           COALESCE(f.click_pos, 0) AS click_pos
-    FROM s LEFT JOIN f ON f.query_id = s.query_id)
-"""
-ANALYTICS_FIELDS = ("searches", "users", "no_results", "clicked", "carted", "bought", "clicks", "click_pos")
+           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos,
+           COUNT(DISTINCT s.query_id) AS pages
+    FROM s LEFT JOIN {events} e ON e.query_id = s.query_id
+    GROUP BY s.gid)
+""" % {"continue_s": CONTINUE_S}
+ANALYTICS_FIELDS = ("searches", "users", "no_results", "clicked", "carted", "bought", "clicks", "click_pos", "pages")
 _AGG = ("COUNT(*), COUNT(DISTINCT user_hash), SUM(nores), SUM(clicked), SUM(carted), SUM(bought), SUM(clicks), "
-        "SUM(click_pos)")
+        "SUM(click_pos), SUM(pages)")
 _ANALYTICS_QUERIES = {
     "totals": f"SELECT {_AGG}, COUNT(DISTINCT norm) FROM j",
     "buckets": f"SELECT bucket, {_AGG} FROM j GROUP BY bucket ORDER BY bucket",
@@ -113,6 +133,28 @@ def analytics_sql(*, p: str, bucket: str, c: str, searches: str = "searches", ev
     """The analytics queries in one SQL dialect (see the comment above ``_ANALYTICS_BASE``)."""
     base = _ANALYTICS_BASE.format(p=p, bucket=bucket, searches=searches, events=events)
     return {k: base + q.format(p=p, c=c) for k, q in _ANALYTICS_QUERIES.items()}
+
+
+# clients the bot filter catches in a window (more than {p} events in one minute: vitrine/feedback/clicks.py)
+# and all their events there; ``{minute}``: the minute of an event (the dialect's bucket of 60 s)
+BOTS_SQL = """
+WITH b AS (SELECT DISTINCT client FROM {events} WHERE client IS NOT NULL AND ts >= {p} AND ts < {p}
+           GROUP BY client, {minute} HAVING COUNT(*) > {p})
+SELECT (SELECT COUNT(*) FROM b),
+       (SELECT COUNT(*) FROM {events} WHERE ts >= {p} AND ts < {p} AND client IN (SELECT client FROM b))
+"""
+
+
+# the searches of one experiment in a window (query_id, ids, variant) and the clicks on them (query_id,
+# product_id): what the exploration figures of analytics need, without reading the whole log
+EXPERIMENT_SEARCHES_SQL = ("SELECT query_id, ids, variant FROM {searches} WHERE experiment = {p} AND ts >= {p} "
+                           "AND ts < {p}")
+EXPERIMENT_SEARCH_CLICKS_SQL = ("SELECT e.query_id, e.product_id FROM {events} e JOIN {searches} s ON s.query_id = "
+                                "e.query_id WHERE s.experiment = {p} AND s.ts >= {p} AND s.ts < {p} AND e.type = 'click'")
+
+
+def bot_params(since: float, until: float, per_minute: int) -> tuple:
+    return (since, until, 60.0, per_minute, since, until)
 
 
 def _ints(row: Sequence) -> tuple:

@@ -24,6 +24,7 @@ table), so one token is one user in analytics and experiments and cannot be read
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -35,6 +36,10 @@ from pathlib import Path
 
 from vitrine.errors import StorageError
 from vitrine.feedback.event_sql import (
+    BOTS_SQL,
+    EXPERIMENT_SEARCH_CLICKS_SQL,
+    EXPERIMENT_SEARCHES_SQL,
+    bot_params,
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
@@ -78,14 +83,19 @@ class SqliteAnalytics:
 
     _SQL = analytics_sql(p="?", bucket="CAST(ts / ? AS INTEGER)", c="")
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="?", c="", searches="searches", events="events")
+    _BOTS = BOTS_SQL.format(p="?", minute="CAST(ts / ? AS INTEGER)", events="events")
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="?", teams="experiment_teams", events="events")
     # set by EventLog.__init__
     path: Path
     _searches: sqlite3.Connection
     _search_lock: threading.Lock
+    _reads: sqlite3.Connection
+    _read_lock: threading.Lock
 
     def _read_conn(self) -> tuple[sqlite3.Connection, threading.Lock]:
-        return self._searches, self._search_lock
+        """Reads (analytics, learning, experiments, validation) have a connection of their own: a
+        long scan never holds the lock that logging a search takes (WAL: readers never block the writer)."""
+        return self._reads, self._read_lock
 
     def _ensure_experiment_tables(self) -> None:
         if getattr(self, "_exp_ready", False):
@@ -95,6 +105,27 @@ class SqliteAnalytics:
             conn.executescript(EXPERIMENTS_SCHEMA.format(experiments="experiments", teams="experiment_teams",
                                                           searches="searches", real="REAL"))
         self._exp_ready = True
+
+    def experiment_searches(self, experiment: str, since: float, until: float
+                            ) -> tuple[list[tuple[str, list[str], str | None]], list[tuple[str, str]]]:
+        """An experiment's searches in a window (query_id, ids, variant) and the clicks on them."""
+        conn, lock = self._read_conn()
+        args = (experiment, since, until)
+        with lock:
+            rows = conn.execute(EXPERIMENT_SEARCHES_SQL.format(p="?", searches="searches"), args).fetchall()
+            clicks = conn.execute(EXPERIMENT_SEARCH_CLICKS_SQL.format(p="?", searches="searches", events="events"),
+                                  args).fetchall()
+        return [(q, json.loads(ids), v) for q, ids, v in rows], [(q, p) for q, p in clicks]
+
+    def bots(self, since: float, until: float, per_minute: int) -> tuple[int, int]:
+        """The clients the bot filter catches between two times, and their events there."""
+        conn, lock = self._read_conn()
+        try:
+            with lock:
+                row = conn.execute(self._BOTS, bot_params(since, until, per_minute)).fetchone()
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot read analytics from {self.path}: {e}") from e
+        return int(row[0] or 0), int(row[1] or 0)
 
     def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
         """Analytics counts between two times (see :func:`analytics_sql`)."""
@@ -175,6 +206,11 @@ class EventLog(SqliteAnalytics):
         except sqlite3.DatabaseError as e:
             raise StorageError(f"cannot open the event log {self.path}: {e}") from e
         self._search_lock = threading.Lock()
+        try:
+            self._reads = connect_wal(self.path, synchronous="NORMAL", check_same_thread=False, isolation_level=None)
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"cannot open the event log {self.path}: {e}") from e
+        self._read_lock = threading.Lock()
         self.hash_user = UserHasher(self._user_key())
 
     def _user_key(self) -> bytes:
@@ -194,9 +230,10 @@ class EventLog(SqliteAnalytics):
                                  (key, value))
 
     def close(self) -> None:
-        with self._lock, self._search_lock:
+        with self._lock, self._search_lock, self._read_lock:
             self._events.close()
             self._searches.close()
+            self._reads.close()
 
     def log_search(self, s: SearchLog) -> None:
         try:
@@ -206,13 +243,29 @@ class EventLog(SqliteAnalytics):
         except sqlite3.Error as e:
             raise StorageError(f"cannot log a search in {self.path}: {e}") from e
 
+    def log_searches(self, batch: Sequence[SearchLog]) -> None:
+        """Log ``batch`` in one transaction (vitrine/feedback/logwriter.py writes this way)."""
+        try:
+            with self._search_lock:
+                self._searches.execute("BEGIN")
+                try:
+                    self._searches.executemany(f"INSERT OR REPLACE INTO searches ({SEARCH_COLUMNS}) VALUES "
+                                               "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [search_row(s) for s in batch])
+                except BaseException:
+                    self._searches.execute("ROLLBACK")
+                    raise
+                self._searches.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot log searches in {self.path}: {e}") from e
+
     def searches(self, query_ids: Sequence[str]) -> dict[str, SearchLog]:
         out: dict[str, SearchLog] = {}
         ids = list(dict.fromkeys(query_ids))
-        with self._search_lock:
+        conn, lock = self._read_conn()
+        with lock:
             for i in range(0, len(ids), 500):
                 part = ids[i:i + 500]
-                rows = self._searches.execute(f"SELECT {SEARCH_COLUMNS} FROM searches WHERE query_id IN "
+                rows = conn.execute(f"SELECT {SEARCH_COLUMNS} FROM searches WHERE query_id IN "
                                               f"({','.join('?' * len(part))})", part).fetchall()
                 out.update((r[0], search_from_row(r)) for r in rows)
         return out
@@ -239,10 +292,11 @@ class EventLog(SqliteAnalytics):
 
     def read(self, since: float = 0.0, until: float | None = None) -> FeedbackSlice:
         until = time.time() + 1e9 if until is None else until
-        with self._search_lock:
-            s = [search_from_row(r) for r in self._searches.execute(
+        conn, lock = self._read_conn()
+        with lock:
+            s = [search_from_row(r) for r in conn.execute(
                 f"SELECT {SEARCH_COLUMNS} FROM searches WHERE ts >= ? AND ts < ? ORDER BY ts", (since, until))]
-            e = [event_from_row(r) for r in self._searches.execute(
+            e = [event_from_row(r) for r in conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE ts >= ? AND ts < ? ORDER BY ts", (since, until))]
         return FeedbackSlice(s, e)
 
@@ -256,17 +310,19 @@ class EventLog(SqliteAnalytics):
         return n
 
     def counts(self) -> dict[str, int]:
-        with self._search_lock:
-            return {"searches": self._searches.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
-                    "events": self._searches.execute("SELECT COUNT(*) FROM events").fetchone()[0]}
+        conn, lock = self._read_conn()
+        with lock:
+            return {"searches": conn.execute("SELECT COUNT(*) FROM searches").fetchone()[0],
+                    "events": conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]}
 
     def popular_queries(self, since: float, min_users: int, limit: int,
                         bot_per_minute: int = 0) -> list[tuple[str, float]]:
         """Queries (as first typed) that shoppers clicked, added or bought from, by how many
         distinct users did; only queries with at least ``min_users`` such users (one shopper's
         searches are never suggested to others) and never one whose searches found nothing."""
-        with self._search_lock:
-            rows = self._searches.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
+        conn, lock = self._read_conn()
+        with lock:
+            rows = conn.execute(POPULAR_SQL.format(p="?", searches="searches", events="events"),
                                           (since, since, bot_per_minute or 10**9, min_users, limit)).fetchall()
         return [(str(t), float(n)) for t, n in rows]
 

@@ -137,15 +137,22 @@ class ExploreStage(Stage):
 
 
 def figures(log: EventLogAPI, since: float, until: float) -> dict[str, Any]:
-    """Explored pages in [since, until) and the clicks on their explored product (analytics)."""
-    fb = log.read(since=since, until=until)
+    """Explored pages in [since, until) and the clicks on their explored product (analytics). Only the
+    explored searches and their clicks are read (``experiment_searches``, in the store): an analytics
+    read never loads the whole log into this process (it would hold searches back while it did)."""
+    pick = getattr(log, "experiment_searches", None)
+    if pick is not None:
+        rows, clicks = pick(EXPERIMENT, since, until)
+    else:
+        fb = log.read(since=since, until=until)
+        rows = [(s.query_id, list(s.ids), s.variant) for s in fb.searches if s.experiment == EXPERIMENT]
+        clicks = [(e.query_id, e.product_id) for e in fb.events if e.type == "click"]
     shown: dict[str, Explored] = {}
-    for s in fb.searches:
-        if s.experiment == EXPERIMENT and s.variant:
-            tag = Explored.of_variant("", s.variant)
-            if tag is not None and 0 <= tag.position < len(s.ids):
-                shown[s.query_id] = Explored(s.ids[tag.position], tag.from_rank, tag.position, tag.propensity)
-    clicked = {e.query_id for e in fb.events
-               if e.type == "click" and e.query_id in shown and e.product_id == shown[e.query_id].product_id}
+    for qid, ids, variant in rows:
+        if variant:
+            tag = Explored.of_variant("", variant)
+            if tag is not None and 0 <= tag.position < len(ids):
+                shown[qid] = Explored(ids[tag.position], tag.from_rank, tag.position, tag.propensity)
+    clicked = {q for q, p in clicks if q in shown and p == shown[q].product_id}
     return {"impressions": len(shown), "clicks": len(clicked),
             "ctr": round(len(clicked) / len(shown), 6) if shown else None}

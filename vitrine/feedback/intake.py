@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +32,7 @@ from vitrine.watched import WatchedFile
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
 from vitrine.feedback.blocklist import Blocklist, blocked
+from vitrine.feedback.logwriter import BatchedSearchLog
 from vitrine.feedback.types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
 from vitrine.index.querytext import normalise_query
 from vitrine.search.models import Ranked, SearchRequest, SearchResponse
@@ -92,8 +93,10 @@ def filters_json(req: SearchRequest) -> str | None:
 class Feedback:
     """Search logging and event intake over one event log (see the module docstring)."""
 
-    def __init__(self, events: EventLogAPI, settings: FeedbackSettings) -> None:
-        self.log = events
+    def __init__(self, events: EventLogAPI, settings: FeedbackSettings, *, batched: bool = True) -> None:
+        # searches are logged by a background writer, in batches (vitrine/feedback/logwriter.py): a
+        # search never waits on the log; any read of the log waits for what was queued before it
+        self.log: EventLogAPI = cast(EventLogAPI, BatchedSearchLog(events)) if batched else events
         self.settings = settings
 
     @property
@@ -195,7 +198,8 @@ class Feedback:
         return [(q, n) for q, n in got if not blocked(normalise_query(q), terms)][:limit]
 
     def purge(self) -> int:
-        """Forget what is older than the retention."""
+        """Forget what is older than the retention (the server runs it on a schedule:
+        ``events_purge_interval_s``, vitrine/web/lifecycle.py; ``vitrine events purge`` by hand)."""
         return self.log.purge(time.time() - self.retention_s)
 
 

@@ -3,6 +3,7 @@ API replicas on many hosts (same contract as :class:`~vitrine.feedback.eventlog.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -11,6 +12,10 @@ from contextlib import AbstractContextManager
 
 from vitrine.errors import StorageError
 from vitrine.feedback.event_sql import (
+    BOTS_SQL,
+    EXPERIMENT_SEARCH_CLICKS_SQL,
+    EXPERIMENT_SEARCHES_SQL,
+    bot_params,
     EVENT_COLUMNS,
     EXPERIMENTS_SCHEMA,
     EXPERIMENT_CLICKS_SQL,
@@ -144,6 +149,7 @@ class PgEventLog:
 
     # -- analytics and experiments (the same queries as SQLite's: vitrine/feedback/event_sql.py) --------
     _SQL = analytics_sql(p="%s", bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', searches=S, events=E)
+    _BOTS = BOTS_SQL.format(p="%s", minute="CAST(FLOOR(ts / %s) AS BIGINT)", events=E)
     _UNITS = EXPERIMENT_UNITS_SQL.format(p="%s", c='COLLATE "C"', searches=S, events=E)
     _CLICKS = EXPERIMENT_CLICKS_SQL.format(p="%s", teams=T, events=E)
 
@@ -156,6 +162,22 @@ class PgEventLog:
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                     c.execute(EXPERIMENTS_SCHEMA.format(experiments=X, teams=T, searches=S, real="DOUBLE PRECISION"))
         self._exp_ready = True
+
+    def experiment_searches(self, experiment: str, since: float, until: float
+                            ) -> tuple[list[tuple[str, list[str], str | None]], list[tuple[str, str]]]:
+        """An experiment's searches in a window (query_id, ids, variant) and the clicks on them."""
+        args = (experiment, since, until)
+        with self._conn() as c:
+            rows = c.execute(EXPERIMENT_SEARCHES_SQL.format(p="%s", searches=S), args).fetchall()
+            clicks = c.execute(EXPERIMENT_SEARCH_CLICKS_SQL.format(p="%s", searches=S, events=E), args).fetchall()
+        return [(q, ids if isinstance(ids, list) else json.loads(ids), v) for q, ids, v in rows], \
+            [(q, p) for q, p in clicks]
+
+    def bots(self, since: float, until: float, per_minute: int) -> tuple[int, int]:
+        """The clients the bot filter catches between two times, and their events there."""
+        with self._conn() as c:
+            row = c.execute(self._BOTS, bot_params(since, until, per_minute)).fetchone()
+        return (int(row[0] or 0), int(row[1] or 0)) if row is not None else (0, 0)
 
     def aggregate(self, since: float, until: float, bucket_s: float, top: int) -> dict[str, list[tuple]]:
         with self._conn() as c:

@@ -10,8 +10,12 @@ serves, not only the bundled folder format. Training pairs:
 Products are split by a hash of their id: the held-out ones are never trained on, and their
 pseudo title queries -> photo MRR@10 early-stops training. The adapter is trained by the
 training loop (vitrine/training/adapter.py) on the pairs of vitrine/training/pairs.py. The
-result is installed through the canary-checked hot swap (vitrine/search/swap.py), and the
-catalogue is tuned again for the new shared space (vitrine/evals/tuning.py).
+result is installed only if its held-out MRR@10 beats the serving aligner's on the same held-out
+queries (``installed`` and ``decision`` in the summary say which and why), through the
+canary-checked hot swap (vitrine/search/swap.py), and the catalogue is tuned again for the new
+shared space (vitrine/evals/tuning.py). The held-out products also early-stop the training, so the
+new aligner's score there is its best epoch's: a slight edge in its favour, which the canary checks
+of the swap (on the catalogue's own queries) still guard.
 
 A catalogue without (enough) photos trains the aligner's text side alone: a product's vector is
 its text token routed without a photo, exactly as the engine indexes a product without one
@@ -83,8 +87,19 @@ def train_on_data(engine: Engine, out: Path, recipe: GateRecipe, *, install: boo
                                "best_epoch": result.best_epoch, "heldout_MRR@10": result.best_score,
                                "heldout_MRR@10_served_before": before, "epochs_run": len(result.history),
                                "train_seconds": round(result.seconds, 1)}
-    if install:
+    after = evaluate_pairs(adapter, val)["MRR@10"]  # the new one, measured as the served one was
+    summary["heldout_MRR@10_new"] = after
+    beats = after > before
+    summary["installed"] = False
+    if install and beats:
         summary |= install_and_retune(engine, out, seed=recipe.seed, retune=retune, counts=counts)
+        summary["installed"] = bool(summary["swap"]["switched"])
+    summary["decision"] = (
+        f"{'installed' if summary['installed'] else 'not installed'}: the new aligner's held-out MRR@10 "
+        f"{after:.4f} {'beats' if beats else 'does not beat'} the serving one's {before:.4f}"
+        + ("" if install else " (--no-install)")
+        + ("" if not (install and beats) or summary["installed"] else f"; the swap refused it: {summary['swap']['reason']}"))
+    log.info("%s", summary["decision"])
     summary["seconds"] = round(time.time() - t0, 1)
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

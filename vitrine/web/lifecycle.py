@@ -59,6 +59,8 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
             await asyncio.to_thread(eng.suggestions.set_popular, eng.feedback.popular_queries)
         learner = asyncio.create_task(_learn_loop(eng, fb.learn_interval_s)) \
             if fb.log_searches and fb.learn_interval_s > 0 else None
+        retention = asyncio.create_task(_retention_loop(eng, fb.events_purge_interval_s)) \
+            if fb.log_searches and fb.events_purge_interval_s > 0 else None
         try:
             yield
         finally:
@@ -66,6 +68,8 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
                 follower.cancel()
             if learner is not None:
                 learner.cancel()
+            if retention is not None:
+                retention.cancel()
             if snapshots is not None:
                 snapshots.cancel()
                 await asyncio.to_thread(eng.wait_for_writes)  # a snapshot in flight finishes first
@@ -113,6 +117,19 @@ async def _learn_loop(eng: Engine, every_s: float) -> None:
             log.error("learning from the search log failed (%s); trying again in %gs", e, every_s)
         except Exception:  # the loop must outlive one bad run
             log.exception("learning from the search log failed; trying again in %gs", every_s)
+
+
+async def _retention_loop(eng: Engine, every_s: float) -> None:
+    """Forget searches and events older than the retention every ``every_s`` (the first time right
+    away): retention holds without anyone running ``vitrine events purge``."""
+    while True:
+        try:
+            n = await asyncio.to_thread(eng.feedback.purge)
+            if n:
+                log.info("retention: forgot %d searches and events", n)
+        except (StorageError, OSError, VitrineError) as e:
+            log.error("retention purge failed (%s); trying again in %gs", e, every_s)
+        await asyncio.sleep(every_s)
 
 
 async def _snapshot_loop(eng: Engine, every_s: float) -> None:

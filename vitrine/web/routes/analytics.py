@@ -29,5 +29,6 @@ async def get_analytics(
     queries with no results and with no clicks, per time bucket and per query, over the logged
     API searches and their events."""
     fn = functools.partial(analytics.report, engine.feedback.log, since=analytics.parse_time(since),
-                           until=analytics.parse_time(until), granularity=granularity, top=top)
+                           until=analytics.parse_time(until), granularity=granularity, top=top,
+                           bot_per_minute=engine.feedback.settings.bot_events_per_minute)
     return await anyio.to_thread.run_sync(fn)

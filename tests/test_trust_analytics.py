@@ -1,0 +1,74 @@
+"""Analytics that count what shoppers did (issue 53, items 1 and 2), through the HTTP API over a copy of
+the small real subset: a page or a re-sort of a search is not a new search (its events count with it),
+and the clients the bot filter catches are counted and shown."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import engine_copy
+from fastapi.testclient import TestClient
+
+KEY = {"X-API-Key": "s3cret"}
+EV = "ev-key"
+
+
+@pytest.fixture(scope="module")
+def own_engine(engine, settings_factory, encoder, tmp_path_factory):
+    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("trust-analytics") / "data",
+                      api_key="s3cret", events_key=EV)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def client(own_engine):
+    from vitrine.web.app import create_app
+
+    with TestClient(create_app(engine=own_engine)) as c:
+        yield c
+
+
+def search(client, **body):
+    r = client.post("/v1/search", json={"k": 5, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_page_or_a_re_sort_is_not_a_new_search_and_bots_are_counted(client, own_engine):
+    first = search(client, text="casual shoes", session="an-1")
+    page2 = search(client, text="casual shoes", session="an-1", offset=5)
+    resort = search(client, text="casual shoes", session="an-1", sort="newest")
+    other = search(client, text="watches", session="an-1")
+    anon = search(client, text="casual shoes", user="someone-else")  # another shopper: a search of its own
+    assert all(r["results"] for r in (first, page2, resort, other, anon))
+    hit = page2["results"][1]
+    honest = {"X-API-Key": EV, "User-Agent": "honest-browser"}
+    click = {"type": "click", "query_id": page2["query_id"], "product_id": hit["id"], "position": 6}
+    assert client.post("/v1/events", json={"events": [click]}, headers=honest).status_code == 202
+    # one client posts 70 events in a minute: more than bot_events_per_minute (60)
+    bot = {"X-API-Key": EV, "User-Agent": "bot-9000"}
+    h0 = other["results"][0]
+    flood = [{"type": "click", "query_id": other["query_id"], "product_id": h0["id"], "position": 0,
+              "event_id": f"bot-{i}"} for i in range(70)]
+    assert client.post("/v1/events", json={"events": flood}, headers=bot).status_code == 202
+
+    r = client.get("/v1/analytics", params={"top": 50}, headers=KEY)
+    assert r.status_code == 200, r.text
+    rep = r.json()
+    raw = own_engine.feedback.log.read()
+    assert len(raw.searches) == 5  # five pages logged ...
+    t = rep["totals"]
+    assert t["pages"] == 5 and t["searches"] == 3  # ... three searches: casual shoes (3 pages), watches, the other's
+    shoes = next(q for q in rep["top_queries"] if q["query"] == "casual shoes")
+    assert shoes["searches"] == 2 and shoes["pages"] == 4
+    assert shoes["clicked"] == 1 and shoes["clicks"] == 1 and shoes["mean_click_position"] == 7.0
+    assert shoes["ctr"] == 0.5  # the click on page 2 counts with its search, once
+    assert rep["bots"] == {"per_minute": 60, "clients": 1, "events": 70}
+    # the CLI says the same
+    from click.testing import CliRunner
+    from vitrine.cli.app import main
+
+    out = CliRunner().invoke(main, ["analytics", "--data", str(own_engine.data_dir)])
+    assert out.exit_code == 0, out.output
+    assert "3 searches by" in out.output and "(5 pages)" in out.output
+    assert "bot filter: 1 clients, 70 events" in out.output

@@ -7,13 +7,12 @@ from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 
 
 def test_pg_sessions_shared_expiring_bounded(pg_url):
-    from vitrine.conversation.pgstore import PgSessionStore
-    from vitrine.conversation.store import open_session_store
+    from vitrine.conversation.store import SessionStore, open_session_store
 
     a = open_session_store("auto", data_dir="/nonexistent", database_url=pg_url, ttl_s=60, max_sessions=5)
-    b = PgSessionStore(pg_url, ttl_s=60, max_sessions=5)  # another replica
+    b = SessionStore(pg_url, ttl_s=60, max_sessions=5)  # another replica
     try:
-        assert isinstance(a, PgSessionStore)
+        assert isinstance(a, SessionStore)
         vec = np.arange(4, dtype=np.float32)
         a.put("s1", {"turn": 1, "slots": {"colour": ["Brown"]}}, vec.tobytes())
         got = b.get("s1")

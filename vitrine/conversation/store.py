@@ -2,14 +2,17 @@
 
 A session is one small JSON document (its words, slots, filters, the ids it last showed) plus,
 when the shopper searched with a photo, that photo's query vector (float32 bytes, never the
-photo). Three stores keep the same contract:
+photo). Two stores keep the same contract:
 
 - :class:`MemorySessionStore`: one process (tests, a single worker): a bounded LRU.
-- :class:`SqliteSessionStore`: ``sessions.sqlite`` in the data dir, its own file and table
+- :class:`SessionStore` on SQLite: ``sessions.sqlite`` in the data dir, its own file and table
   (``sessions``), so every worker process on the host sees the same sessions and a worker restart
   loses none; writes never wait on the record store's lock.
-- ``PgSessionStore`` (vitrine/conversation/pgstore.py): the ``vitrine_sessions`` table of the
-  PostgreSQL record store, shared by replicas on many hosts.
+- :class:`SessionStore` on PostgreSQL: the ``vitrine_sessions`` table of the PostgreSQL record
+  store, shared by replicas on many hosts.
+
+Both through SQLAlchemy Core (vitrine/sqldb.py); the table, its schema version and upgrades:
+vitrine/conversation/tables.py.
 
 Every store expires a session ``ttl_s`` after its last write (an expired one reads as absent,
 with ``expired`` said) and keeps at most ``max_sessions`` (the least recently written go first).
@@ -22,16 +25,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from vitrine.errors import StorageError
-from vitrine.sqlite import connect_wal
+import sqlalchemy as sa
+
+from vitrine.conversation import tables
 from vitrine.conversation.types import PURGE_EVERY, SessionStoreAPI, StoredSession
+from vitrine.errors import StorageError
+from vitrine.index.store import is_database_url
+from vitrine.sqldb import SqlDb
 
 log = logging.getLogger(__name__)
 
@@ -80,81 +86,69 @@ class MemorySessionStore:
         pass
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    vec BLOB,
-    touched REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_touched ON sessions(touched);
-"""
+class SessionStore:
+    """Sessions in ``target``: a SQLite file (WAL: every process on the host shares them) or a
+    PostgreSQL URL (every replica shares them)."""
 
-
-class SqliteSessionStore:
-    """Sessions in ``path`` (WAL): every process on the host shares them."""
-
-    def __init__(self, path: str | os.PathLike[str], ttl_s: float, max_sessions: int) -> None:
-        self.path = Path(path)
+    def __init__(self, target: str | os.PathLike[str], ttl_s: float, max_sessions: int, *,
+                 timeout_s: float = 3.0) -> None:
+        self.path = None if is_database_url(str(target)) else Path(target)
         self.ttl_s, self.max_sessions = ttl_s, max_sessions
         self._lock = threading.Lock()
         self._writes = 0
+        self._db = SqlDb(target, what="session store", timeout_s=timeout_s)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = connect_wal(self.path, check_same_thread=False, isolation_level=None)
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.Error as e:
-            raise StorageError(f"cannot open the session store {self.path}: {e}") from e
+            tables.ensure(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+        self.t = tables.sessions_for(self._db)
 
     def get(self, sid: str) -> StoredSession | None:
-        try:
-            with self._lock:
-                row = self._conn.execute("SELECT state, vec, touched FROM sessions WHERE id=?", (sid,)).fetchone()
-        except sqlite3.Error as e:
-            raise StorageError(f"session store: {e}") from e
+        t = self.t
+        with self._db.tx() as c:
+            row = c.execute(sa.select(t.c.state, t.c.vec, t.c.touched).where(t.c.id == sid)).first()
         if row is None:
             return None
         if time.time() - row[2] > self.ttl_s:
             return StoredSession({}, None, row[2], expired=True)
-        return StoredSession(json.loads(row[0]), row[1], row[2])
+        return StoredSession(json.loads(row[0]), bytes(row[1]) if row[1] is not None else None, row[2])
 
     def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None:
         doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-        try:
-            with self._lock:
-                self._conn.execute("INSERT OR REPLACE INTO sessions (id, state, vec, touched) VALUES (?, ?, ?, ?)",
-                                   (sid, doc, vector, time.time()))
-                self._writes += 1
-                due = self._writes % PURGE_EVERY == 0
-        except sqlite3.Error as e:
-            raise StorageError(f"session store: {e}") from e
+        row = {"id": sid, "state": doc, "vec": vector, "touched": time.time()}
+        with self._db.tx(write=True) as c:
+            c.execute(self._db.insert(self.t).values(row).on_conflict_do_update(
+                index_elements=["id"], set_={k: v for k, v in row.items() if k != "id"}))
+        with self._lock:
+            self._writes += 1
+            due = self._writes % PURGE_EVERY == 0
         if due:
             self.purge()
 
     def delete(self, sid: str) -> None:
-        with self._lock:
-            self._conn.execute("DELETE FROM sessions WHERE id=?", (sid,))
+        with self._db.tx(write=True) as c:
+            c.execute(sa.delete(self.t).where(self.t.c.id == sid))
 
     def count(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+        with self._db.tx() as c:
+            return int(c.execute(sa.select(sa.func.count()).select_from(self.t)).scalar_one())
 
     def purge(self) -> int:
         """Drop expired sessions, then the least recently written beyond ``max_sessions``."""
+        t = self.t
+        newest = sa.select(t.c.id).order_by(t.c.touched.desc()).offset(self.max_sessions)
         try:
-            with self._lock:
-                n = self._conn.execute("DELETE FROM sessions WHERE touched < ?", (time.time() - self.ttl_s,)).rowcount
-                n += self._conn.execute(
-                    "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions ORDER BY touched DESC LIMIT -1 OFFSET ?)",
-                    (self.max_sessions,)).rowcount
-        except sqlite3.Error as e:
+            with self._db.tx(write=True) as c:
+                n = c.execute(sa.delete(t).where(t.c.touched < time.time() - self.ttl_s)).rowcount
+                n += c.execute(sa.delete(t).where(t.c.id.in_(newest.scalar_subquery()))).rowcount
+        except StorageError as e:
             log.warning("session purge failed: %s", e)
             return 0
         return max(0, n)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
 
 def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_url: str | None,
@@ -164,7 +158,5 @@ def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_
     if kind == "memory":
         return MemorySessionStore(ttl_s, max_sessions)
     if database_url:
-        from vitrine.conversation.pgstore import PgSessionStore  # psycopg is an extra
-
-        return PgSessionStore(database_url, ttl_s, max_sessions)
-    return SqliteSessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)
+        return SessionStore(database_url, ttl_s, max_sessions)
+    return SessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)

@@ -200,7 +200,7 @@ class SqlDb:
         try:
             with self.engine.connect() as c, c.execution_options(write=True).begin():
                 if self.read_only(c):
-                    found = self._found(c, store, legacy_table)
+                    found, _ = self._found(c, store, legacy_table)
                     if found != version:
                         raise StorageError(
                             f"the {self.what} ({self.location}) is a read-only standby at schema version "
@@ -210,7 +210,7 @@ class SqlDb:
                 if self.postgres:
                     c.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (0x76736368,))  # "vsch"
                 schema_versions.create(c, checkfirst=True)
-                found = self._found(c, store, legacy_table)
+                found, stamped = self._found(c, store, legacy_table)
                 if found > version:
                     raise StorageError(
                         f"the {self.what} ({self.location}) was made by a newer Vitrine: schema {store!r} is at "
@@ -232,20 +232,21 @@ class SqlDb:
                             log.info("%s: schema %r upgraded to version %d (%s)", self.location, store, step.to,
                                      step.what)
                     metadata.create_all(c)  # tables and indexes added by this version
-                if found != version:
+                if found != version or not stamped:
                     self._stamp(c, store, version)
                 return found
         except sa.exc.DBAPIError as e:
             raise self._storage_error(e) from e
 
     @staticmethod
-    def _found(c: Connection, store: str, legacy_table: str) -> int:
+    def _found(c: Connection, store: str, legacy_table: str) -> tuple[int, bool]:
+        """The version ``store`` is at (0: none of its tables) and whether a row says so."""
         insp = sa.inspect(c)
         if insp.has_table(SCHEMA_TABLE):
             v = c.execute(sa.select(schema_versions.c.version).where(schema_versions.c.store == store)).scalar()
             if v is not None:
-                return int(v)
-        return 1 if insp.has_table(legacy_table) else 0
+                return int(v), True
+        return (1 if insp.has_table(legacy_table) else 0), False
 
     def _stamp(self, c: Connection, store: str, version: int) -> None:
         ins = self.insert(schema_versions).values(store=store, version=version)

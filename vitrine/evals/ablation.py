@@ -11,7 +11,7 @@ Columns, all exact search over cached backbone features (no index, no fusion):
 - the same attribute queries against a text-only catalogue (titles only, no photos): nDCG@10,
   beside the plain text tower's own embeddings (a merchant's text-only feed must not get worse).
 
-Metrics are the pure functions of :mod:`vitrine.evals.metrics`.
+Metrics are the pure functions of :mod:`vitrine.metrics`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from vitrine.encoders.moe import CrossModalMoE
 from vitrine.errors import MissingExtra, ModelError
 from vitrine.evals import attribute_queries as aq
 from vitrine.evals.datasets import Catalog
-from vitrine.evals.metrics import mean_metrics
+from vitrine.metrics import mean_metrics
 from vitrine.evals.plotting import pyplot
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,6 @@ through the HTTP API and on a large synthetic one; SQLite and PostgreSQL agree o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import time
@@ -13,13 +12,6 @@ from collections import defaultdict
 import pytest
 from conftest import engine_copy
 from fastapi.testclient import TestClient
-
-if importlib.util.find_spec("psycopg") is not None:
-    from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
-else:
-    @pytest.fixture()
-    def pg_url():
-        pytest.skip("the `postgres` extra (psycopg 3) is not installed")
 
 KEY = {"X-API-Key": "s3cret"}
 DAY = 86400.0

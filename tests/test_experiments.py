@@ -6,7 +6,6 @@ with a known answer (coverage of the intervals, A/A and A/B verdicts, delta meth
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import random
 import sqlite3
@@ -16,13 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import engine_copy
 from fastapi.testclient import TestClient
-
-if importlib.util.find_spec("psycopg") is not None:
-    from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
-else:
-    @pytest.fixture()
-    def pg_url():
-        pytest.skip("the `postgres` extra (psycopg 3) is not installed")
 
 KEY = {"X-API-Key": "s3cret"}
 BM25_ONLY = {"fusion_weights": {"bm25": 1.0}}

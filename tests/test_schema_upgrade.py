@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import importlib.util
 import json
 import sqlite3
 import time
@@ -19,8 +18,6 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-if importlib.util.find_spec("psycopg") is not None:
-    from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
 
 OLD = Path(__file__).parent / "data" / "previous-release"
 USER_KEY = "5f1d3a0c9b8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a392817060504"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 
 
 def test_pg_sessions_shared_expiring_bounded(pg_url):

@@ -74,7 +74,10 @@ def adapter_embedder(name: str, adapter: Adapter) -> Embedder:
     @torch.inference_mode()
     def run(img: np.ndarray | None, txt: np.ndarray | None) -> Any:
         outs = []
-        n = len(img) if img is not None else len(txt)  # type: ignore[arg-type]  # one of the two is given
+        given = img if img is not None else txt
+        if given is None:
+            raise ValueError("an embedder needs photos or texts")
+        n = len(given)
         for s in range(0, n, 4096):
             i = torch.from_numpy(img[s:s + 4096]) if img is not None else None
             t = torch.from_numpy(txt[s:s + 4096]) if txt is not None else None

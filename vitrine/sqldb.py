@@ -88,7 +88,9 @@ def _sqlite_engine(path: Path, synchronous: str) -> Engine:
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:  # pysqlite's own BEGIN is off (isolation_level=None)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+        opts = conn.get_execution_options()
+        if not opts.get("single"):  # one statement: SQLite runs it as its own transaction
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if opts.get("write") else "BEGIN")
 
     return engine
 
@@ -147,15 +149,17 @@ class SqlDb:
                 shared.engine.dispose()
 
     @contextmanager
-    def tx(self, *, write: bool = False) -> Iterator[Connection]:
+    def tx(self, *, write: bool = False, single: bool = False) -> Iterator[Connection]:
         """A connection in one transaction, committed when the block ends (rolled back on error).
-        ``write``: SQLite takes its write lock at the start (writers take turns)."""
+        ``write``: SQLite takes its write lock at the start (writers take turns). ``single``: the
+        block runs one statement (or independent ones), each its own transaction in SQLite (no
+        BEGIN and COMMIT round trips through SQLAlchemy: the hot paths)."""
         if self._shared is not None and self._shared.health is not None:
             self._shared.health.check(self.what)
         try:
             with self.engine.connect() as c:
-                if write:
-                    c = c.execution_options(write=True)
+                if write or single:
+                    c = c.execution_options(write=write, single=single)
                 with c.begin():
                     yield c
         except sa.exc.TimeoutError as e:
@@ -175,7 +179,7 @@ class SqlDb:
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Rows of a statement in the driver's own SQL (``placeholder`` marks the parameters)."""
-        with self.tx() as c:
+        with self.tx(single=True) as c:
             return [tuple(r) for r in c.exec_driver_sql(sql, tuple(params)).fetchall()]
 
     def insert(self, table: sa.Table) -> Any:

@@ -102,12 +102,16 @@ class SessionStore:
         except BaseException:
             self._db.close()
             raise
-        self.t = tables.sessions_for(self._db)
+        self.t = t = tables.sessions_for(self._db)
+        # the statements of every session search, built once (SQLAlchemy caches their compiled SQL)
+        self._get = sa.select(t.c.state, t.c.vec, t.c.touched).where(t.c.id == sa.bindparam("sid"))
+        ins = self._db.insert(t)
+        self._put = ins.on_conflict_do_update(index_elements=["id"], set_={
+            "state": ins.excluded.state, "vec": ins.excluded.vec, "touched": ins.excluded.touched})
 
     def get(self, sid: str) -> StoredSession | None:
-        t = self.t
-        with self._db.tx() as c:
-            row = c.execute(sa.select(t.c.state, t.c.vec, t.c.touched).where(t.c.id == sid)).first()
+        with self._db.tx(single=True) as c:
+            row = c.execute(self._get, {"sid": sid}).first()
         if row is None:
             return None
         if time.time() - row[2] > self.ttl_s:
@@ -116,10 +120,8 @@ class SessionStore:
 
     def put(self, sid: str, state: dict[str, Any], vector: bytes | None) -> None:
         doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-        row = {"id": sid, "state": doc, "vec": vector, "touched": time.time()}
-        with self._db.tx(write=True) as c:
-            c.execute(self._db.insert(self.t).values(row).on_conflict_do_update(
-                index_elements=["id"], set_={k: v for k, v in row.items() if k != "id"}))
+        with self._db.tx(write=True, single=True) as c:
+            c.execute(self._put, {"id": sid, "state": doc, "vec": vector, "touched": time.time()})
         with self._lock:
             self._writes += 1
             due = self._writes % PURGE_EVERY == 0
@@ -127,11 +129,11 @@ class SessionStore:
             self.purge()
 
     def delete(self, sid: str) -> None:
-        with self._db.tx(write=True) as c:
+        with self._db.tx(write=True, single=True) as c:
             c.execute(sa.delete(self.t).where(self.t.c.id == sid))
 
     def count(self) -> int:
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             return int(c.execute(sa.select(sa.func.count()).select_from(self.t)).scalar_one())
 
     def purge(self) -> int:

@@ -86,6 +86,15 @@ class EventLog:
             self._units = EXPERIMENT_UNITS_SQL.format(p=p, c="", **names)
         self._clicks = EXPERIMENT_CLICKS_SQL.format(p=p, teams=self.t.teams.name, events=self.t.events.name)
         self._popular = POPULAR_SQL.format(p=p, **names)
+        # the statements of the hot paths, built once (SQLAlchemy caches their compiled SQL)
+        s, e = self.t.searches, self.t.events
+        ins = self._db.insert(s)
+        # PostgreSQL replicas never overwrite each other's searches; SQLite keeps the latest
+        self._log_search = ins.on_conflict_do_nothing(index_elements=["query_id"]) if self.postgres \
+            else ins.prefix_with("OR REPLACE")
+        self._add_events = self._db.insert(e).on_conflict_do_nothing(index_elements=["event_id"]) \
+            .returning(e.c.event_id)  # RETURNING names the rows inserted, not those already there
+        self._by_ids = sa.select(s).where(s.c.query_id.in_(sa.bindparam("ids", expanding=True)))
 
     def _user_key(self) -> bytes:
         m = self.t.meta
@@ -100,7 +109,7 @@ class EventLog:
 
     def get_meta(self, key: str) -> str | None:
         m = self.t.meta
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             return c.execute(sa.select(m.c.value).where(m.c.key == key)).scalar()
 
     def set_meta(self, key: str, value: str) -> None:
@@ -114,21 +123,15 @@ class EventLog:
         self._search_db.close()
 
     def log_search(self, s: SearchLog) -> None:
-        ins = self._search_db.insert(self.t.searches).values(search_row(s))
-        if self.postgres:  # replicas never overwrite each other's searches
-            ins = ins.on_conflict_do_nothing(index_elements=["query_id"])
-        else:
-            ins = ins.prefix_with("OR REPLACE")
-        with self._search_db.tx(write=True) as c:
-            c.execute(ins)
+        with self._search_db.tx(write=True, single=True) as c:
+            c.execute(self._log_search, search_row(s))
 
     def searches(self, query_ids: Sequence[str]) -> dict[str, SearchLog]:
         out: dict[str, SearchLog] = {}
         ids = list(dict.fromkeys(query_ids))
-        t = self.t.searches
-        with self._search_db.tx() as c:
+        with self._search_db.tx(single=True) as c:
             for i in range(0, len(ids), 500):
-                rows = c.execute(sa.select(t).where(t.c.query_id.in_(ids[i:i + 500]))).all()
+                rows = c.execute(self._by_ids, {"ids": ids[i:i + 500]}).all()
                 out.update((r[0], search_from_row(r)) for r in rows)
         return out
 
@@ -137,10 +140,8 @@ class EventLog:
         stored: same ``event_id``)."""
         if not events:
             return 0
-        t = self.t.events
-        ins = self._db.insert(t).on_conflict_do_nothing(index_elements=["event_id"]).returning(t.c.event_id)
-        with self._db.tx(write=True) as c:  # RETURNING names the rows inserted, not those already there
-            return len(c.execute(ins, [event_row(e) for e in events]).all())
+        with self._db.tx(write=True) as c:
+            return len(c.execute(self._add_events, [event_row(e) for e in events]).all())
 
     def read(self, since: float = 0.0, until: float | None = None) -> FeedbackSlice:
         until = time.time() + 1e9 if until is None else until

@@ -76,12 +76,12 @@ class RuleStore:
         return c.execute(sa.select(t.c.id).where(t.c.id == rid, t.c.deleted == sa.false())).first() is not None
 
     def version(self) -> int:
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             return int(c.execute(self._max_seq).scalar_one())
 
     def changed_since(self, seq: int) -> list[StoredRule]:
         """Rules written or deleted after change ``seq`` (tombstones included), in change order."""
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             rows = c.execute(sa.select(*self._cols).where(self.t.c.seq > seq).order_by(self.t.c.seq)).all()
         return [stored_rule(r) for r in rows]
 
@@ -121,18 +121,18 @@ class RuleStore:
 
     def get(self, rule_id: str) -> StoredRule | None:
         t = self.t
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             row = c.execute(sa.select(*self._cols).where(t.c.id == rule_id, t.c.deleted == sa.false())).first()
         return stored_rule(row) if row else None
 
     def all(self) -> list[StoredRule]:
         t = self.t
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             rows = c.execute(sa.select(*self._cols).where(t.c.deleted == sa.false()).order_by(t.c.id)).all()
         return [stored_rule(r) for r in rows]
 
     def count(self) -> int:
-        with self._db.tx() as c:
+        with self._db.tx(single=True) as c:
             return int(c.execute(self._live).scalar_one())
 
 

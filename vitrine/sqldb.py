@@ -160,6 +160,8 @@ class SqlDb:
             with self.engine.connect() as c:
                 if write or single:
                     c = c.execution_options(write=write, single=single)
+                if single and self.postgres:  # no BEGIN and COMMIT round trips to the server
+                    c = c.execution_options(isolation_level="AUTOCOMMIT")
                 with c.begin():
                     yield c
         except sa.exc.TimeoutError as e:

@@ -80,6 +80,18 @@ _engines: dict[tuple[str, str], _Shared] = {}
 _engines_lock = threading.Lock()
 
 
+def _forget_pools_after_fork() -> None:
+    """A forked worker never uses its parent's pooled connections (SQLAlchemy's recipe: dispose
+    without closing them, the parent still owns them); it connects anew on first use."""
+    global _engines_lock
+    _engines_lock = threading.Lock()
+    for shared in _engines.values():
+        shared.engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
 def _sqlite_engine(path: Path, synchronous: str) -> Engine:
     engine = sa.create_engine(
         "sqlite://", creator=lambda: connect_wal(path, synchronous=synchronous, check_same_thread=False,
@@ -99,7 +111,7 @@ def _pg_engine(url: str, timeout_s: float) -> Engine:
     if importlib.util.find_spec("psycopg") is None:  # pragma: no cover - the `postgres` extra is not installed
         raise MissingExtra("a postgresql:// store needs psycopg 3: pip install 'vitrine[postgres]'")
     u = sa.engine.make_url(url).set(drivername="postgresql+psycopg")
-    return sa.create_engine(u, pool_size=4, max_overflow=8, pool_timeout=timeout_s, pool_pre_ping=True,
+    return sa.create_engine(u, pool_size=4, max_overflow=4, pool_timeout=timeout_s, pool_pre_ping=True,
                             connect_args={"connect_timeout": max(1, int(timeout_s))})
 
 

@@ -1,13 +1,11 @@
 """The ``vitrine`` command with every subcommand registered: the console script's entry point."""
 
-import importlib
-
 from vitrine.cli.base import main
+from vitrine.cli import (commands, kafka, eventscmd, storecmd, simulate, rulescmd, bench, evalcmd, train, graphcmd,
+                         tune, reliability, settingscmd, feedback, makecat, trustcmd)
 
-# each module registers its subcommands when imported (in this order: the order of ``vitrine --help``)
-COMMAND_MODULES = ("commands", "kafka", "eventscmd", "storecmd", "simulate", "rulescmd", "bench", "evalcmd",
-                   "train", "graphcmd", "tune", "reliability", "settingscmd", "feedback", "makecat", "trustcmd")
-for _module in COMMAND_MODULES:
-    importlib.import_module(f"vitrine.cli.{_module}")
+# each module registers its subcommands when imported, in this order (the order of ``vitrine --help``)
+COMMAND_MODULES = (commands, kafka, eventscmd, storecmd, simulate, rulescmd, bench, evalcmd, train, graphcmd, tune,
+                   reliability, settingscmd, feedback, makecat, trustcmd)
 
-__all__ = ["main"]
+__all__ = ["main", "COMMAND_MODULES"]

@@ -139,7 +139,7 @@ class SqlDb:
                     shared = _Shared(engine, health_for(str(target)))
                     shared.health.on_recover(engine.dispose)
                 else:
-                    shared = _Shared(_sqlite_engine(Path(target), synchronous), None)
+                    shared = _Shared(_sqlite_engine(Path(self._key[0]), synchronous), None)
                 _engines[self._key] = shared
             shared.users += 1
         self._shared: _Shared | None = shared

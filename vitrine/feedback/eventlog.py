@@ -10,10 +10,11 @@ Two tables, the same in both stores:
   or one made from the event's content), so a batch sent twice (an at-least-once Kafka consumer,
   a client retry) is stored once.
 
-What both logs share: vitrine/feedback/types.py (the records, the interface) and
-vitrine/feedback/event_sql.py (their columns and the SQL both run).
+What its users share: vitrine/feedback/types.py (the records, the interface);
+vitrine/feedback/event_sql.py holds the rows of a search and an event and the SQL of analytics,
+experiments and popular searches.
 
-SQLite (:class:`EventLog`): ``events.sqlite`` in the data dir (WAL; its own file, so a flood of
+SQLite: ``events.sqlite`` in the data dir (WAL; its own file, so a flood of
 events never waits on the record store's writer); events commit with ``synchronous=FULL``: a 202
 means on disk. PostgreSQL: the same tables (``vitrine_`` prefixed) in the record store's database,
 for API replicas on many hosts. One class, :class:`EventLog`, speaks to both through SQLAlchemy

@@ -13,6 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+pytest_plugins = ("pg_server", "kafka_broker")  # PostgreSQL (pg_server, pg_url) and Kafka (broker, stream) fixtures
 SOURCE = REPO / "data" / "fashion-small"
 SUBSET_SIZE = 240
 

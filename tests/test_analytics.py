@@ -4,7 +4,6 @@ through the HTTP API and on a large synthetic one; SQLite and PostgreSQL agree o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import time
@@ -13,13 +12,6 @@ from collections import defaultdict
 import pytest
 from conftest import engine_copy
 from fastapi.testclient import TestClient
-
-if importlib.util.find_spec("psycopg") is not None:
-    from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
-else:
-    @pytest.fixture()
-    def pg_url():
-        pytest.skip("the `postgres` extra (psycopg 3) is not installed")
 
 KEY = {"X-API-Key": "s3cret"}
 DAY = 86400.0
@@ -157,15 +149,14 @@ def test_synthetic_log_figures_match_a_brute_force_count(tmp_path):
 
 def test_postgres_and_sqlite_give_the_same_figures(tmp_path, pg_url):
     from vitrine.feedback.eventlog import EventLog
-    from vitrine.feedback.pgevents import PgEventLog
     from vitrine.feedback import analytics
 
     searches, events, t0 = synthetic_log(n_searches=1500, seed=3)
-    lite, pg, pg2 = EventLog(tmp_path / "events.sqlite"), PgEventLog(pg_url), None
+    lite, pg, pg2 = EventLog(tmp_path / "events.sqlite"), EventLog(pg_url), None
     try:
         fill(lite, searches[:750], events)  # events of searches not yet logged wait in the table
         fill(pg, searches[:750], [])
-        pg2 = PgEventLog(pg_url)  # a second host writes the other half of the log into the same database
+        pg2 = EventLog(pg_url)  # a second host writes the other half of the log into the same database
         fill(pg2, searches[750:], [])
         fill(lite, searches[750:], [])
         fill(pg2, [], events[: len(events) // 2])

@@ -5,22 +5,16 @@ with a known answer (coverage of the intervals, A/A and A/B verdicts, delta meth
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import json
 import random
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import engine_copy
 from fastapi.testclient import TestClient
-
-if importlib.util.find_spec("psycopg") is not None:
-    from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; skipped without PostgreSQL binaries)
-else:
-    @pytest.fixture()
-    def pg_url():
-        pytest.skip("the `postgres` extra (psycopg 3) is not installed")
 
 KEY = {"X-API-Key": "s3cret"}
 BM25_ONLY = {"fusion_weights": {"bm25": 1.0}}
@@ -300,9 +294,8 @@ def test_interleaving_credits_clicks_to_teams(client, own_engine):
 
 
 def _team_of(engine, query_id, pid):
-    conn = engine.feedback.log
-    with conn._search_lock:  # a test reads the table directly
-        row = conn._searches.execute("SELECT teams FROM experiment_teams WHERE query_id=?", (query_id,)).fetchone()
+    with contextlib.closing(sqlite3.connect(engine.feedback.log.path)) as conn:  # a test reads the table directly
+        row = conn.execute("SELECT teams FROM experiment_teams WHERE query_id=?", (query_id,)).fetchone()
     return json.loads(row[0]).get(pid) if row else None
 
 
@@ -333,11 +326,10 @@ def test_cli_start_split_status_stop(tmp_path):
 def test_postgres_and_sqlite_report_the_same_experiment(tmp_path, pg_url):
     from vitrine.feedback.types import EventRecord, SearchLog
     from vitrine.feedback.eventlog import EventLog
-    from vitrine.feedback.pgevents import PgEventLog
     from vitrine.experiments.models import ExperimentCreate, VariantSettings
     from vitrine.experiments.runner import Experiments
 
-    lite, pg = EventLog(tmp_path / "events.sqlite"), PgEventLog(pg_url)
+    lite, pg = EventLog(tmp_path / "events.sqlite"), EventLog(pg_url)
     try:
         spec = ExperimentCreate(name="e", variants={"A": VariantSettings(), "B": VariantSettings(learn_weight=0)})
         reps = []

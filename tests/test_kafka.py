@@ -16,17 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kafka_broker import (  # noqa: F401 - fixtures
+from kafka_broker import (
     FORK_LOCK,
     Expected,
-    broker,
     fork_worker,
     kafka_settings,
     lag_zero,
     records_from_catalog,
-    reap_workers,
     records_state,
-    stream,
     unique,
     wait_exit,
     wait_for,

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from kafka_broker import broker, kafka_settings, stream, unique  # noqa: F401 - fixtures
+from kafka_broker import kafka_settings, unique
 from vitrine.ingest import events as ev
 from vitrine.ingest.events import BadEvent, ShopperEvent, parse_event
 from vitrine.search.models import SearchRequest

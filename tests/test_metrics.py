@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitrine.evals import metrics as M
+from vitrine import metrics as M
 
 
 def brute_recall(ranked, rel, k):
@@ -112,3 +112,25 @@ def test_mean_metrics_keys_and_average():
     m = M.mean_metrics(runs, [1, 2], ("R", "MRR"))
     assert set(m) == {"R@1", "R@2", "MRR@1", "MRR@2"}
     assert m["R@1"] == 0.5 and m["R@2"] == 1.0 and m["MRR@2"] == pytest.approx(0.75)
+
+
+def brute_linear_ndcg(ranked, gains, k):
+    """nDCG@k with linear real-valued gains: the ideal is the best DCG over every ordering of
+    every choice of k gained products (the learning judge's and the session eval's nDCG)."""
+    def dcg(gs):
+        return sum(g / math.log2(i + 2) for i, g in enumerate(gs))
+
+    best = max((dcg(p) for p in itertools.permutations([g for g in gains.values() if g > 0],
+                                                        min(k, sum(g > 0 for g in gains.values())))), default=0.0)
+    return dcg([gains.get(d, 0.0) for d in ranked[:k]]) / best if best > 0 else 0.0
+
+
+def test_linear_gain_ndcg_against_brute_force():
+    rng = random.Random(77)
+    for _ in range(200):
+        pool = [f"p{i}" for i in range(25)]
+        ranked = rng.sample(pool, rng.randint(0, 12))
+        gains = {d: rng.choice([0.0, rng.random() * 3]) for d in rng.sample(pool, rng.randint(1, 6))}
+        k = rng.randint(1, 10)
+        assert M.ndcg_at_k(ranked, gains, k, gain="linear") == pytest.approx(brute_linear_ndcg(ranked, gains, k),
+                                                                             abs=1e-9)

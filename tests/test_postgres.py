@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 
 N = 60
 

@@ -26,8 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kafka_broker import REPO, broker, unique, wait_for  # noqa: F401  (fixtures)
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
+from kafka_broker import REPO, unique, wait_for
 
 KEY = "replicas-test-key"
 N = 40

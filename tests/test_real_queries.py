@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import engine_copy
 
-from vitrine.evals import metrics as M
+from vitrine import metrics as M
 from vitrine.evals import pseudo_queries as pq
 
 WANDS = Path(__file__).resolve().parents[1] / "data" / "wands-dev"

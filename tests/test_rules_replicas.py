@@ -12,7 +12,6 @@ import time
 import httpx
 import pytest
 from kafka_broker import wait_for
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 from test_postgres_replicas import KEY, _env, _json, _start, _stop
 
 N = 30

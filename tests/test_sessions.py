@@ -169,11 +169,11 @@ def test_unknown_or_expired_session_is_a_new_search_and_bad_ids_are_422(client, 
 
 
 def test_sessions_live_in_the_data_dir_for_other_workers(engine, subset_rows):
-    from vitrine.conversation.store import SqliteSessionStore
+    from vitrine.conversation.store import SessionStore
 
     store = engine.stage(SessionStage).sessions.store
-    assert isinstance(store, SqliteSessionStore)
-    other = SqliteSessionStore(store.path, ttl_s=60, max_sessions=10)  # another process's view
+    assert isinstance(store, SessionStore)
+    other = SessionStore(store.path, ttl_s=60, max_sessions=10)  # another process's view
     s = sid()
     from vitrine.search.models import SearchRequest
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 
 
 def test_pg_sessions_shared_expiring_bounded(pg_url):
-    from vitrine.conversation.pgstore import PgSessionStore
-    from vitrine.conversation.store import open_session_store
+    from vitrine.conversation.store import SessionStore, open_session_store
 
     a = open_session_store("auto", data_dir="/nonexistent", database_url=pg_url, ttl_s=60, max_sessions=5)
-    b = PgSessionStore(pg_url, ttl_s=60, max_sessions=5)  # another replica
+    b = SessionStore(pg_url, ttl_s=60, max_sessions=5)  # another replica
     try:
-        assert isinstance(a, PgSessionStore)
+        assert isinstance(a, SessionStore)
         vec = np.arange(4, dtype=np.float32)
         a.put("s1", {"turn": 1, "slots": {"colour": ["Brown"]}}, vec.tobytes())
         got = b.get("s1")
@@ -35,10 +33,10 @@ def test_pg_sessions_shared_expiring_bounded(pg_url):
 def test_pg_session_writes_name_the_version_they_read(pg_url):
     """Two replicas' turns of one session: the write that read a stale version fails (compare-and-swap),
     so the session layer applies that turn again on what the other wrote (tests/test_sessions_trust.py)."""
-    from vitrine.conversation.pgstore import PgSessionStore
+    from vitrine.conversation.store import SessionStore
 
-    a = PgSessionStore(pg_url, ttl_s=60, max_sessions=100)
-    b = PgSessionStore(pg_url, ttl_s=60, max_sessions=100)
+    a = SessionStore(pg_url, ttl_s=60, max_sessions=100)
+    b = SessionStore(pg_url, ttl_s=60, max_sessions=100)
     try:
         assert a.put("cas", {"turn": 1}, None, expected=0)
         seen_a, seen_b = a.get("cas"), b.get("cas")

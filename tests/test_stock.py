@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from conftest import engine_copy
 from fastapi.testclient import TestClient
-from kafka_broker import broker  # noqa: F401  (fixture: a real Kafka-protocol broker for the patch event test)
 
 KEY = {"X-API-Key": "stock-key"}
 QUERY = "women blue tops"

@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 from vitrine.errors import StorageError
 
 
@@ -33,7 +32,7 @@ def _until(cond, timeout: float, every: float = 0.05) -> float:
     return time.monotonic() - t0
 
 
-def test_a_crashed_store_serves_reads_from_the_mirror_refuses_writes_and_comes_back(pg_server, pg_url,  # noqa: F811
+def test_a_crashed_store_serves_reads_from_the_mirror_refuses_writes_and_comes_back(pg_server, pg_url,
                                                                                      tmp_path):
     from vitrine.index.failover import FailoverRecordStore
     from vitrine.index.store import open_stores

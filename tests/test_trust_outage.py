@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 
-from pg_server import pg_server, pg_url  # noqa: F401  (fixtures)
 from vitrine.errors import StorageError
 
 
@@ -31,7 +30,7 @@ def _until(cond, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def test_an_acknowledged_product_is_never_not_found_while_the_store_is_down(pg_server, pg_url, tmp_path):  # noqa: F811
+def test_an_acknowledged_product_is_never_not_found_while_the_store_is_down(pg_server, pg_url, tmp_path):
     from vitrine.index.failover import FailoverRecordStore
     from vitrine.index.mirror import DocMirror
     from vitrine.index.store import open_stores

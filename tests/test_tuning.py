@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vitrine.evals import pseudo_queries as pq
-from vitrine.evals.metrics import mrr_at_k, ndcg_at_k, recall_at_k
+from vitrine.metrics import mrr_at_k, ndcg_at_k, recall_at_k
 from vitrine.search import calibration, fusion
 from vitrine.search.engine import Engine
 from vitrine.search.models import product_text

@@ -15,7 +15,6 @@ from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
-_MISSING = object()
 
 
 class LRU(Generic[V]):
@@ -35,27 +34,32 @@ class LRU(Generic[V]):
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: Hashable, default: V | None = None) -> V | None:
-        """The value held for ``key`` (now the most recently used), or ``default``."""
+    def _lookup(self, key: Hashable) -> list[V]:
+        """``[value]`` held for ``key`` (now the most recently used), or ``[]``; counts the hit or miss."""
         if self.size == 0:
             self.misses += 1
-            return default
+            return []
         with self._lock:
-            v = self._data.get(key, _MISSING)
-            if v is _MISSING:
+            if key not in self._data:
                 self.misses += 1
-                return default
+                return []
             self._data.move_to_end(key)
             self.hits += 1
-            return v  # type: ignore[return-value]  # not the _MISSING sentinel: a stored V
+            return [self._data[key]]
+
+    def get(self, key: Hashable, default: V | None = None) -> V | None:
+        """The value held for ``key`` (now the most recently used), or ``default``."""
+        found = self._lookup(key)
+        return found[0] if found else default
 
     def put(self, key: Hashable, value: V) -> None:
         if self.size == 0:
             return
         with self._lock:
-            old = self._data.pop(key, _MISSING)
-            if old is not _MISSING and self._weight is not None:
-                self._held -= self._weight(old)  # type: ignore[arg-type]  # not the _MISSING sentinel: a stored V
+            if key in self._data:
+                old = self._data.pop(key)
+                if self._weight is not None:
+                    self._held -= self._weight(old)
             self._data[key] = value
             if self._weight is not None:
                 self._held += self._weight(value)
@@ -67,9 +71,9 @@ class LRU(Generic[V]):
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The value for ``key``, computed (outside the lock) and kept when it is not held."""
-        v = self.get(key, _MISSING)  # type: ignore[arg-type]  # not the _MISSING sentinel: a stored V
-        if v is not _MISSING:
-            return v  # type: ignore[return-value]  # not the _MISSING sentinel: a stored V
+        found = self._lookup(key)
+        if found:
+            return found[0]
         out = compute()
         self.put(key, out)
         return out

@@ -33,7 +33,7 @@ SIGNALS = ("bm25", "graph:category", "graph:proximity", "graph:brand", "graph:co
 
 
 def _score(pools, qrels, method: str, weights: dict[str, float], rrf_k: float, k: int = 10) -> dict[str, float]:
-    from vitrine.evals.metrics import mean_metrics
+    from vitrine.metrics import mean_metrics
     from vitrine.search.fusion import fuse
 
     runs = []

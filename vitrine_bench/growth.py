@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from vitrine.evals.metrics import ndcg_at_k
+from vitrine.metrics import ndcg_at_k
 from vitrine_bench.common import Report, start_server, summary_ms
 from vitrine_bench.encoders import matmul_flops
 from vitrine_bench.worker_memory import smaps

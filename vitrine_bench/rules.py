@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vitrine.merchandising.store import SqliteRuleStore
+from vitrine.merchandising.store import RuleStore
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
 from vitrine.merchandising.models import Rule
@@ -83,13 +83,13 @@ def run(engine: Engine, out: Path, *, n_rules: int = 10_000, n_queries: int = 30
     stage = engine.stage(RulesStage)  # the read path's rules stage: its book is swapped per round
     served = stage.book
     with tempfile.TemporaryDirectory() as tmp:
-        empty = RuleBook(SqliteRuleStore(Path(tmp) / "empty.sqlite"), engine.index, engine.settings.search)
-        full = RuleBook(SqliteRuleStore(Path(tmp) / "rules.sqlite"), engine.index, engine.settings.search)
+        empty = RuleBook(RuleStore(Path(tmp) / "empty.sqlite"), engine.index, engine.settings.search)
+        full = RuleBook(RuleStore(Path(tmp) / "rules.sqlite"), engine.index, engine.settings.search)
         t0 = time.perf_counter()
         full.put_many(make_rules(products, queries, n_rules, rng))
         put_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        fresh = RuleBook(SqliteRuleStore(Path(tmp) / "rules.sqlite"), engine.index, engine.settings.search)
+        fresh = RuleBook(RuleStore(Path(tmp) / "rules.sqlite"), engine.index, engine.settings.search)
         fresh.refresh()
         load_s = time.perf_counter() - t0
         step: dict[str, list[float]] = {"none": [], "rules": []}

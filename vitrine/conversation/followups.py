@@ -407,19 +407,16 @@ class Decider:
             raise VitrineError(f"session decider weights unreadable ({path}): {e}") from e
 
     @classmethod
-    def fit(cls, X: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, epochs: int = 3000, lr: float = 0.5,
-            meta: Mapping[str, Any] | None = None) -> Decider:
-        """Fit by full-batch gradient descent on the log loss (rows of ``X`` in FEATURES order)."""
-        w = np.zeros(X.shape[1])
-        b = 0.0
-        n = len(y)
-        for _ in range(epochs):
-            z = np.clip(X @ w + b, -30, 30)
-            p = 1.0 / (1.0 + np.exp(-z))
-            g = p - y
-            w -= lr * (X.T @ g / n + l2 * w)
-            b -= lr * float(g.mean())
-        return cls(dict(zip(FEATURES, w.tolist())), b, meta)
+    def fit(cls, X: np.ndarray, y: np.ndarray, *, l2: float = 1e-3, meta: Mapping[str, Any] | None = None) -> Decider:
+        """The logistic regression minimising the mean log loss plus ``l2 / 2 * |w|^2`` (the bias
+        unpenalised), rows of ``X`` in FEATURES order: scikit-learn's (the ``train`` extra,
+        imported only here; serving reads the weights from JSON and needs none of it)."""
+        from sklearn.linear_model import LogisticRegression
+
+        # scikit-learn minimises C * sum(log loss) + |w|^2 / 2: the same optimum with C = 1 / (n * l2)
+        model = LogisticRegression(C=1.0 / (len(y) * l2), solver="lbfgs", tol=1e-10, max_iter=10_000)
+        model.fit(X, y)
+        return cls(dict(zip(FEATURES, model.coef_[0].tolist())), float(model.intercept_[0]), meta)
 
 
 def names_new_thing(p: Parsed, standing: Mapping[str, Any]) -> bool:

@@ -2,14 +2,17 @@
 
 A session is one small JSON document (its words, slots, filters, the ids it last showed) plus,
 when the shopper searched with a photo, that photo's query vector (float32 bytes, never the
-photo). Three stores keep the same contract:
+photo). Two stores keep the same contract:
 
 - :class:`MemorySessionStore`: one process (tests, a single worker): a bounded LRU.
-- :class:`SqliteSessionStore`: ``sessions.sqlite`` in the data dir, its own file and table
+- :class:`SessionStore` on SQLite: ``sessions.sqlite`` in the data dir, its own file and table
   (``sessions``), so every worker process on the host sees the same sessions and a worker restart
   loses none; writes never wait on the record store's lock.
-- ``PgSessionStore`` (vitrine/conversation/pgstore.py): the ``vitrine_sessions`` table of the
-  PostgreSQL record store, shared by replicas on many hosts.
+- :class:`SessionStore` on PostgreSQL: the ``vitrine_sessions`` table of the PostgreSQL record
+  store, shared by replicas on many hosts.
+
+Both through SQLAlchemy Core (vitrine/sqldb.py); the table, its schema version and upgrades:
+vitrine/conversation/tables.py.
 
 Every store expires a session ``ttl_s`` after its last write (an expired one reads as absent,
 with ``expired`` said) and keeps at most ``max_sessions`` (the least recently written go first).
@@ -22,16 +25,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from vitrine.errors import StorageError
-from vitrine.sqlite import connect_wal
+import sqlalchemy as sa
+
+from vitrine.conversation import tables
 from vitrine.conversation.types import PURGE_EVERY, SessionStoreAPI, StoredSession
+from vitrine.errors import StorageError
+from vitrine.index.store import is_database_url
+from vitrine.sqldb import SqlDb
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +61,11 @@ class MemorySessionStore:
 
     def put(self, sid: str, state: dict[str, Any], vector: bytes | None, expected: int | None = None) -> bool:
         with self._lock:
-            old = self._items.pop(sid, None)
+            old = self._items.get(sid)
             version = old.version if old is not None else 0
             if expected is not None and expected != version:
-                if old is not None:
-                    self._items[sid] = old
                 return False
+            self._items.pop(sid, None)
             self._items[sid] = StoredSession(state, vector, time.time(), version=version + 1)
             while len(self._items) > self.max_sessions:
                 self._items.popitem(last=False)
@@ -85,92 +90,81 @@ class MemorySessionStore:
         pass
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    vec BLOB,
-    touched REAL NOT NULL,
-    version INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS sessions_touched ON sessions(touched);
-"""
-# a session written with ``expected``: inserted, or updated only where its version is still the one read
-_PUT = ("INSERT INTO sessions (id, state, vec, touched, version) VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
-        "SET state=excluded.state, vec=excluded.vec, touched=excluded.touched, version=sessions.version + 1")
+class SessionStore:
+    """Sessions in ``target``: a SQLite file (WAL: every process on the host shares them) or a
+    PostgreSQL URL (every replica shares them)."""
 
-
-class SqliteSessionStore:
-    """Sessions in ``path`` (WAL): every process on the host shares them."""
-
-    def __init__(self, path: str | os.PathLike[str], ttl_s: float, max_sessions: int) -> None:
-        self.path = Path(path)
+    def __init__(self, target: str | os.PathLike[str], ttl_s: float, max_sessions: int, *,
+                 timeout_s: float = 3.0) -> None:
+        self.path = None if is_database_url(str(target)) else Path(target)
         self.ttl_s, self.max_sessions = ttl_s, max_sessions
         self._lock = threading.Lock()
         self._writes = 0
+        self._db = SqlDb(target, what="session store", timeout_s=timeout_s)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = connect_wal(self.path, check_same_thread=False, isolation_level=None)
-            self._conn.executescript(_SCHEMA)
-            cols = {r[1] for r in self._conn.execute("PRAGMA table_info(sessions)")}
-            if "version" not in cols:  # a store written before versions
-                self._conn.execute("ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
-        except sqlite3.Error as e:
-            raise StorageError(f"cannot open the session store {self.path}: {e}") from e
+            tables.ensure(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+        self.t = t = tables.sessions_for(self._db)
+        # the statements of every session search, built once (SQLAlchemy caches their compiled SQL)
+        self._get = sa.select(t.c.state, t.c.vec, t.c.touched, t.c.version).where(t.c.id == sa.bindparam("sid"))
+        ins = self._db.insert(t)
+        upsert = {"state": ins.excluded.state, "vec": ins.excluded.vec, "touched": ins.excluded.touched,
+                  "version": t.c.version + 1}
+        self._put = ins.on_conflict_do_update(index_elements=["id"], set_=upsert)
+        # compare-and-swap: inserted, or updated only where the version is still the one read
+        self._put_if = ins.on_conflict_do_update(index_elements=["id"], set_=upsert,
+                                                 where=t.c.version == sa.bindparam("expected"))
 
     def get(self, sid: str) -> StoredSession | None:
-        try:
-            with self._lock:
-                row = self._conn.execute("SELECT state, vec, touched, version FROM sessions WHERE id=?",
-                                         (sid,)).fetchone()
-        except sqlite3.Error as e:
-            raise StorageError(f"session store: {e}") from e
+        with self._db.tx(single=True) as c:
+            row = c.execute(self._get, {"sid": sid}).first()
         if row is None:
             return None
         if time.time() - row[2] > self.ttl_s:
             return StoredSession({}, None, row[2], expired=True, version=row[3])
-        return StoredSession(json.loads(row[0]), row[1], row[2], version=row[3])
+        return StoredSession(json.loads(row[0]), bytes(row[1]) if row[1] is not None else None, row[2],
+                             version=row[3])
 
     def put(self, sid: str, state: dict[str, Any], vector: bytes | None, expected: int | None = None) -> bool:
         doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-        sql, args = _PUT, [sid, doc, vector, time.time(), (expected or 0) + 1]
-        if expected is not None:
-            sql, args = sql + " WHERE sessions.version = ?", args + [expected]
-        try:
-            with self._lock:
-                done = self._conn.execute(sql, args).rowcount > 0
-                self._writes += 1
-                due = self._writes % PURGE_EVERY == 0
-        except sqlite3.Error as e:
-            raise StorageError(f"session store: {e}") from e
+        values = {"id": sid, "state": doc, "vec": vector, "touched": time.time(), "version": (expected or 0) + 1}
+        with self._db.tx(write=True, single=True) as c:
+            if expected is None:
+                done = c.execute(self._put, values).rowcount > 0
+            else:
+                done = c.execute(self._put_if, {**values, "expected": expected}).rowcount > 0
+        with self._lock:
+            self._writes += 1
+            due = self._writes % PURGE_EVERY == 0
         if due:
             self.purge()
         return done
 
     def delete(self, sid: str) -> None:
-        with self._lock:
-            self._conn.execute("DELETE FROM sessions WHERE id=?", (sid,))
+        with self._db.tx(write=True, single=True) as c:
+            c.execute(sa.delete(self.t).where(self.t.c.id == sid))
 
     def count(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+        with self._db.tx(single=True) as c:
+            return int(c.execute(sa.select(sa.func.count()).select_from(self.t)).scalar_one())
 
     def purge(self) -> int:
         """Drop expired sessions, then the least recently written beyond ``max_sessions``."""
+        t = self.t
+        newest = sa.select(t.c.id).order_by(t.c.touched.desc()).offset(self.max_sessions)
         try:
-            with self._lock:
-                n = self._conn.execute("DELETE FROM sessions WHERE touched < ?", (time.time() - self.ttl_s,)).rowcount
-                n += self._conn.execute(
-                    "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions ORDER BY touched DESC LIMIT -1 OFFSET ?)",
-                    (self.max_sessions,)).rowcount
-        except sqlite3.Error as e:
+            with self._db.tx(write=True) as c:
+                n = c.execute(sa.delete(t).where(t.c.touched < time.time() - self.ttl_s)).rowcount
+                n += c.execute(sa.delete(t).where(t.c.id.in_(newest.scalar_subquery()))).rowcount
+        except StorageError as e:
             log.warning("session purge failed: %s", e)
             return 0
         return max(0, n)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
 
 def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_url: str | None,
@@ -180,7 +174,5 @@ def open_session_store(kind: str, *, data_dir: str | os.PathLike[str], database_
     if kind == "memory":
         return MemorySessionStore(ttl_s, max_sessions)
     if database_url:
-        from vitrine.conversation.pgstore import PgSessionStore  # psycopg is an extra
-
-        return PgSessionStore(database_url, ttl_s, max_sessions)
-    return SqliteSessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)
+        return SessionStore(database_url, ttl_s, max_sessions)
+    return SessionStore(Path(data_dir) / "sessions.sqlite", ttl_s, max_sessions)

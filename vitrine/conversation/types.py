@@ -1,5 +1,5 @@
-"""What every session store shares (memory and SQLite: vitrine/conversation/store.py, PostgreSQL:
-vitrine/conversation/pgstore.py): a session as stored and the store's interface.
+"""What every session store shares (memory, SQLite and PostgreSQL: vitrine/conversation/store.py):
+a session as stored and the store's interface.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Columns, all exact search over cached backbone features (no index, no fusion):
 - the same attribute queries against a text-only catalogue (titles only, no photos): nDCG@10,
   beside the plain text tower's own embeddings (a merchant's text-only feed must not get worse).
 
-Metrics are the pure functions of :mod:`vitrine.evals.metrics`.
+Metrics are the pure functions of :mod:`vitrine.metrics`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from vitrine.encoders.moe import CrossModalMoE
 from vitrine.errors import MissingExtra, ModelError
 from vitrine.evals import attribute_queries as aq
 from vitrine.evals.datasets import Catalog
-from vitrine.evals.metrics import mean_metrics
+from vitrine.metrics import mean_metrics
 from vitrine.evals.plotting import pyplot
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,10 @@ def adapter_embedder(name: str, adapter: Adapter) -> Embedder:
     @torch.inference_mode()
     def run(img: np.ndarray | None, txt: np.ndarray | None) -> Any:
         outs = []
-        n = len(img) if img is not None else len(txt)  # type: ignore[arg-type]  # one of the two is given
+        given = img if img is not None else txt
+        if given is None:
+            raise ValueError("an embedder needs photos or texts")
+        n = len(given)
         for s in range(0, n, 4096):
             i = torch.from_numpy(img[s:s + 4096]) if img is not None else None
             t = torch.from_numpy(txt[s:s + 4096]) if txt is not None else None

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vitrine.evals.metrics import mean_metrics
+from vitrine.metrics import mean_metrics
 from vitrine.search.engine import Engine
 from vitrine.search.models import SearchRequest
 

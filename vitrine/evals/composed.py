@@ -33,7 +33,7 @@ import torch
 from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.moe import CrossModalMoE
 from vitrine.evals.datasets import Catalog
-from vitrine.evals.metrics import mean_metrics
+from vitrine.metrics import mean_metrics
 
 log = logging.getLogger(__name__)
 

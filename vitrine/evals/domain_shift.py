@@ -30,7 +30,7 @@ import numpy as np
 
 from vitrine.encoders.queries import unit_rows
 from vitrine.evals.attribute_queries import eval_queries
-from vitrine.evals.metrics import mean_metrics
+from vitrine.metrics import mean_metrics
 from vitrine.evals.tuning import tune
 from vitrine.evals.word_queries import word_queries
 from vitrine.search.engine import Engine, build_encoder

@@ -26,7 +26,7 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.moe import CrossModalMoE
 from vitrine.errors import ModelError
 from vitrine.evals.datasets import Catalog, EvalQuery
-from vitrine.evals.metrics import mean_metrics
+from vitrine.metrics import mean_metrics
 from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
 from vitrine.search.models import Filters, SearchRequest
@@ -130,7 +130,7 @@ def photo_self(engine: Engine, catalog: Catalog, *, split: str = "test", limit: 
 def run_qrels(engine: Engine, queries: Sequence[EvalQuery], ks: Sequence[int], *, progress: bool = True,
               filters_key: str = "filters", gain: str = "exponential") -> dict[str, Any]:
     """Run each query through the engine and score its ranking against the qrels (``gain``:
-    nDCG's gain for graded qrels, vitrine/evals/metrics.py)."""
+    nDCG's gain for graded qrels, vitrine/metrics.py)."""
     kmax = max(ks)
     runs = []
     lat = []

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import random
 import re
 import time
@@ -32,6 +31,7 @@ from vitrine.bundled import bundled_dir, read_splits, read_styles
 from vitrine.intent.slots import SlotExtractor, Vocabulary, learn_brands, lexicon
 from vitrine.conversation.followups import DECIDER_PATH, FEATURES, Decider, features, parse
 from vitrine.conversation.sessions import new_state
+from vitrine.metrics import dcg_at_k
 
 log = logging.getLogger(__name__)
 
@@ -309,9 +309,9 @@ def _gains(hits: Sequence[dict[str, Any]], step: Step, attrs: dict[str, dict[str
 
 
 def _ndcg(gains: Sequence[float], n_relevant: int, k: int = 10) -> float:
-    dcg = sum(gn / math.log2(i + 2) for i, gn in enumerate(gains[:k]))
-    ideal = sum(1 / math.log2(i + 2) for i in range(min(k, n_relevant)))
-    return dcg / ideal if ideal else 0.0
+    """nDCG@k of graded ``gains`` in rank order against ``n_relevant`` fully relevant products."""
+    ideal = dcg_at_k([1.0] * min(k, n_relevant), k, "linear")
+    return dcg_at_k(gains, k, "linear") / ideal if ideal else 0.0
 
 
 def run_scripts(search: Callable[[dict[str, Any]], dict[str, Any]], scripts: Sequence[Script],

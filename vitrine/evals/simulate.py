@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vitrine.evals.metrics import ndcg_at_k
+from vitrine.metrics import ndcg_at_k
 
 log = logging.getLogger(__name__)
 

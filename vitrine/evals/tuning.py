@@ -274,7 +274,7 @@ def _search_ndcg(engine: Engine, queries: list[pq.PseudoQuery], slots: bool,
                  kind_weights: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
     """nDCG@10 of held-out queries searched end to end (intent on), slot filters on/off: averaged
     per query kind, then over kinds (as the fit objective), and by kind."""
-    from vitrine.evals.metrics import ndcg_at_k
+    from vitrine.metrics import ndcg_at_k
 
     cal = engine.calibration
     engine.set_calibration(calibration.Calibration(**{**cal.__dict__, "slot_filters": slots}))

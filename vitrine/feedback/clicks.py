@@ -300,11 +300,3 @@ def texts_of(fb: FeedbackSlice) -> dict[str, str]:
         if s.norm and s.text:
             out.setdefault(s.norm, s.text)
     return out
-
-
-def ndcg(ranked: list[str], gains: dict[str, float], k: int = 10) -> float:
-    """nDCG@k with graded gains (absent: 0)."""
-    dcg = sum(gains.get(p, 0.0) / math.log2(i + 2) for i, p in enumerate(ranked[:k]))
-    ideal = sorted(gains.values(), reverse=True)[:k]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg > 0 else 0.0

@@ -1,26 +1,24 @@
-"""The SQL both feedback logs run (SQLite: vitrine/feedback/eventlog.py, PostgreSQL:
-vitrine/feedback/pgevents.py; ``{p}`` is the driver's placeholder): the columns of a logged search and
-an event and their rows, the analytics and experiment aggregations, popular searches.
+"""The SQL the feedback log (vitrine/feedback/eventlog.py) runs on SQLite and PostgreSQL beyond
+what SQLAlchemy Core writes for it (``{p}`` is the driver's placeholder): a logged search and an
+event as rows of their tables (vitrine/feedback/tables.py), the analytics and experiment
+aggregations, popular searches.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from vitrine.feedback.types import EventRecord, SearchLog
 
 
-SEARCH_COLUMNS = ('query_id, ts, text, norm, ids, "offset", total, image, user_hash, session, experiment, variant, '
-                  'client, sort, filters')
-EVENT_COLUMNS = "event_id, query_id, type, product_id, position, ts, user_hash, session, client"
-# columns added after the first schema (issue 53): (table, column); the stores add them when missing
-ADDED_COLUMNS = (("searches", "client"), ("searches", "sort"), ("searches", "filters"), ("events", "client"))
-
-
-def search_row(s: SearchLog) -> tuple:
-    return (s.query_id, s.ts, s.text, s.norm, json.dumps(list(s.ids), ensure_ascii=False), s.offset, s.total,
-            int(s.image), s.user, s.session, s.experiment, s.variant, s.client, s.sort, s.filters)
+def search_row(s: SearchLog) -> dict[str, Any]:
+    """A search as the columns of the searches table (vitrine/feedback/tables.py)."""
+    return {"query_id": s.query_id, "ts": s.ts, "text": s.text, "norm": s.norm,
+            "ids": json.dumps(list(s.ids), ensure_ascii=False), "offset": s.offset, "total": s.total,
+            "image": int(s.image), "user_hash": s.user, "session": s.session, "experiment": s.experiment,
+            "variant": s.variant, "client": s.client, "sort": s.sort, "filters": s.filters}
 
 
 def search_from_row(r: Sequence) -> SearchLog:
@@ -31,8 +29,10 @@ def search_from_row(r: Sequence) -> SearchLog:
                      client=client, sort=sort, filters=filters)
 
 
-def event_row(e: EventRecord) -> tuple:
-    return (e.event_id, e.query_id, e.type, e.product_id, e.position, e.ts, e.user, e.session, e.client)
+def event_row(e: EventRecord) -> dict[str, Any]:
+    """An event as the columns of the events table."""
+    return {"event_id": e.event_id, "query_id": e.query_id, "type": e.type, "product_id": e.product_id,
+            "position": e.position, "ts": e.ts, "user_hash": e.user, "session": e.session, "client": e.client}
 
 
 def event_from_row(r: Sequence) -> EventRecord:
@@ -121,14 +121,6 @@ EXPERIMENT_CLICKS_SQL = """
 SELECT t.query_id, t.teams, e.product_id FROM {teams} t JOIN {events} e ON e.query_id = t.query_id
 WHERE t.experiment = {p} AND e.type = 'click' AND e.ts >= {p} ORDER BY t.query_id, e.ts
 """
-EXPERIMENTS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS {experiments} (name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated {real} NOT NULL);
-CREATE TABLE IF NOT EXISTS {teams} (query_id TEXT PRIMARY KEY, experiment TEXT NOT NULL, teams TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS {teams}_exp ON {teams} (experiment);
-CREATE INDEX IF NOT EXISTS {searches}_exp ON {searches} (experiment);
-"""
-
-
 def analytics_sql(*, p: str, bucket: str, c: str, searches: str = "searches", events: str = "events") -> dict[str, str]:
     """The analytics queries in one SQL dialect (see the comment above ``_ANALYTICS_BASE``)."""
     base = _ANALYTICS_BASE.format(p=p, bucket=bucket, searches=searches, events=events)

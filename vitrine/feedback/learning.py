@@ -34,6 +34,7 @@ from scipy import stats
 from vitrine.feedback.types import EventLogAPI, FeedbackSlice, SearchLog
 from vitrine.feedback import clicks
 from vitrine.feedback.intake import LearnedQueries, LearnedTable, save_learned
+from vitrine.metrics import ndcg_at_k
 from vitrine.settings import FeedbackSettings
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def judge(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable | 
         for q, g in gains.items():
             ranked = [p for p in search_ids(texts.get(q, q)) if p in g]
             seen = set(ranked)
-            out[q] = clicks.ndcg(ranked + [p for p in g if p not in seen], g, K)  # past the pool: last
+            out[q] = ndcg_at_k(ranked + [p for p in g if p not in seen], g, K, gain="linear")  # past the pool: last
         return out
     finally:
         learned.unpin()

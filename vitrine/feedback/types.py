@@ -1,5 +1,5 @@
-"""What both feedback logs share (SQLite: vitrine/feedback/eventlog.py, PostgreSQL:
-vitrine/feedback/pgevents.py) and what their users read: a logged search, an event, a slice of the
+"""What the feedback log (vitrine/feedback/eventlog.py, on SQLite or PostgreSQL) and its users
+share: a logged search, an event, a slice of the
 log for learning, the log's interface, query ids, and the HMAC that stands for a user token.
 """
 
@@ -91,7 +91,7 @@ def event_key(query_id: str, etype: str, product_id: str, user: str | None, ts: 
 
 @runtime_checkable
 class EventLogAPI(Protocol):
-    """What the engine needs from a feedback log (SQLite here, PostgreSQL in pgevents.py)."""
+    """What the engine needs from a feedback log (vitrine/feedback/eventlog.py: SQLite or PostgreSQL)."""
 
     def hash_user(self, user: str | None) -> str | None: ...
 

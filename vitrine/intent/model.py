@@ -15,6 +15,7 @@ A full 151k x 192 table would be 58 MB in float16 for ids the training never tou
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -245,11 +246,9 @@ def init_from_pretrained(path: Path, arch: dict[str, Any], keep_ids: np.ndarray,
     path = Path(path)
     kwargs: dict[str, Any] = {"num_labels": len(labels)}
     if path.is_file() and path.suffix.lower() == ".gguf":
-        try:
-            import gguf  # noqa: F401 - imported to check that transformers can read the file
-        except ImportError as e:
+        if importlib.util.find_spec("gguf") is None:  # transformers reads the file with it
             raise MissingExtra("--init-from a GGUF file needs the `gguf` package (pip install gguf); "
-                               "or convert the checkpoint to a Hugging Face folder") from e
+                               "or convert the checkpoint to a Hugging Face folder")
         src, kwargs["gguf_file"] = path.parent, path.name
     elif path.is_dir() and (path / "config.json").is_file():
         src = path

@@ -1,12 +1,14 @@
 """Merchandising rules as stored: one row per rule id, in the record store's database (the
-SQLite file of a data dir, or the shared PostgreSQL: vitrine/merchandising/pgstore.py), in tables of
-their own (``rules`` here, ``vitrine_rules`` there).
+SQLite file of a data dir, or the shared PostgreSQL), in a table of their own (``rules`` in SQLite,
+``vitrine_rules`` in PostgreSQL: vitrine/merchandising/tables.py), through SQLAlchemy Core (vitrine/sqldb.py).
 
 The store knows nothing of what a rule means (vitrine/merchandising/rules.py validates, matches and
 applies them); it keeps each rule's JSON body with a change number:
 
 - every write (put or delete) takes the next change number in one transaction that also
-  serialises writers, so the numbers commit in order;
+  serialises writers (SQLite's write lock, a PostgreSQL advisory lock), so the numbers commit in
+  order and a follower that loaded everything up to number ``s`` never misses a later commit with
+  a smaller one;
 - a delete leaves a tombstone carrying its number;
 - ``version()`` is the highest number (an indexed ``max``: a few microseconds), so every process
   that serves searches checks it cheaply and loads only the rules changed since
@@ -19,108 +21,90 @@ vitrine/merchandising/types.py.
 from __future__ import annotations
 
 import os
-import sqlite3
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from vitrine.errors import InvalidInput, StorageError
-from vitrine.sqlite import connect_wal
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from vitrine.errors import InvalidInput
 from vitrine.index.store import is_database_url
+from vitrine.merchandising import tables
 from vitrine.merchandising.types import RuleStoreAPI, StoredRule, body_json, check_id, stored_rule, too_many
+from vitrine.sqldb import SqlDb
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rules (
-    id TEXT PRIMARY KEY,
-    body TEXT,
-    enabled INTEGER NOT NULL DEFAULT 1,
-    updated REAL NOT NULL,
-    seq INTEGER NOT NULL,
-    deleted INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS rules_seq ON rules(seq);
-"""
+_LOCK_ID = 0x72756C65  # "rule": PostgreSQL writers of rules take turns
 
 
-class SqliteRuleStore:
-    """Rules in a SQLite file (the data dir's ``records.sqlite``: the record store's file, its own table)."""
+class RuleStore:
+    """Rules in ``target``: a SQLite file (the data dir's ``records.sqlite``) or a PostgreSQL URL."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.location = str(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+    def __init__(self, target: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
+        self._db = SqlDb(target, what="rule store", synchronous="FULL", timeout_s=timeout_s)
+        self.location = self._db.location
         try:
-            self._conn = connect_wal(self.path, synchronous="FULL", check_same_thread=False, isolation_level=None)
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as e:
-            raise StorageError(f"cannot open the rule store {self.path}: {e}") from e
+            tables.ensure(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+        self.t = tables.rules_for(self._db)
+        t = self.t
+        self._cols = (t.c.id, t.c.body, t.c.enabled, t.c.updated, t.c.seq, t.c.deleted)
+        self._max_seq = sa.select(sa.func.coalesce(sa.func.max(t.c.seq), 0))
+        self._live = sa.select(sa.func.count()).select_from(t).where(t.c.deleted == sa.false())
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as e:
-                raise StorageError(f"rule store {self.path}: {e}") from e
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _tx(self) -> Iterator[Connection]:
+        with self._db.tx(write=True) as c:
+            if self._db.postgres:
+                c.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+            yield c
 
-    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        try:
-            with self._lock:
-                return self._conn.execute(sql, args).fetchall()
-        except sqlite3.Error as e:
-            raise StorageError(f"rule store {self.path}: {e}") from e
+    def _upsert(self, rid: str, body: dict[str, Any], enabled: bool, now: float, seq: int) -> Any:
+        row = {"id": rid, "body": body_json(body), "enabled": enabled, "updated": now, "seq": seq, "deleted": False}
+        ins = self._db.insert(self.t).values(row)
+        return ins.on_conflict_do_update(index_elements=["id"], set_={k: v for k, v in row.items() if k != "id"})
+
+    def _exists(self, c: Connection, rid: str) -> bool:
+        t = self.t
+        return c.execute(sa.select(t.c.id).where(t.c.id == rid, t.c.deleted == sa.false())).first() is not None
 
     def version(self) -> int:
-        return int(self._query("SELECT COALESCE(MAX(seq), 0) FROM rules")[0][0])
-
-    _COLS = "id, body, enabled, updated, seq, deleted"
+        with self._db.tx(single=True) as c:
+            return int(c.execute(self._max_seq).scalar_one())
 
     def changed_since(self, seq: int) -> list[StoredRule]:
         """Rules written or deleted after change ``seq`` (tombstones included), in change order."""
-        return [stored_rule(r) for r in self._query(f"SELECT {self._COLS} FROM rules WHERE seq > ? ORDER BY seq",
-                                                    (seq,))]
+        with self._db.tx(single=True) as c:
+            rows = c.execute(sa.select(*self._cols).where(self.t.c.seq > seq).order_by(self.t.c.seq)).all()
+        return [stored_rule(r) for r in rows]
 
     def put(self, rule_id: str, body: dict[str, Any], enabled: bool, *, max_rules: int | None = None) -> StoredRule:
         """Create or replace a rule; refused past ``max_rules`` live rules (a replacement always fits)."""
         rid = check_id(rule_id)
         now = time.time()
         with self._tx() as c:
-            exists = c.execute("SELECT 1 FROM rules WHERE id=? AND deleted=0", (rid,)).fetchone()
-            if exists is None:
-                too_many(int(c.execute("SELECT COUNT(*) FROM rules WHERE deleted=0").fetchone()[0]), max_rules)
-            seq = int(c.execute("SELECT COALESCE(MAX(seq), 0) FROM rules").fetchone()[0]) + 1
-            c.execute("""INSERT INTO rules (id, body, enabled, updated, seq, deleted) VALUES (?, ?, ?, ?, ?, 0)
-                         ON CONFLICT(id) DO UPDATE SET body=excluded.body, enabled=excluded.enabled,
-                           updated=excluded.updated, seq=excluded.seq, deleted=0""",
-                      (rid, body_json(body), int(enabled), now, seq))
+            if not self._exists(c, rid):
+                too_many(int(c.execute(self._live).scalar_one()), max_rules)
+            seq = int(c.execute(self._max_seq).scalar_one()) + 1
+            c.execute(self._upsert(rid, body, enabled, now, seq))
         return StoredRule(id=rid, body=body, enabled=enabled, updated=now, seq=seq)
 
     def put_many(self, rules: Sequence[tuple[str, dict[str, Any], bool]], *, max_rules: int | None = None) -> int:
         """Create or replace many rules in one transaction (an import); returns how many."""
         now = time.time()
         with self._tx() as c:
-            seq = int(c.execute("SELECT COALESCE(MAX(seq), 0) FROM rules").fetchone()[0])
+            seq = int(c.execute(self._max_seq).scalar_one())
             for rule_id, body, enabled in rules:
                 seq += 1
-                c.execute("""INSERT INTO rules (id, body, enabled, updated, seq, deleted) VALUES (?, ?, ?, ?, ?, 0)
-                             ON CONFLICT(id) DO UPDATE SET body=excluded.body, enabled=excluded.enabled,
-                               updated=excluded.updated, seq=excluded.seq, deleted=0""",
-                          (check_id(rule_id), body_json(body), int(enabled), now, seq))
-            n = int(c.execute("SELECT COUNT(*) FROM rules WHERE deleted=0").fetchone()[0])
+                c.execute(self._upsert(check_id(rule_id), body, enabled, now, seq))
+            n = int(c.execute(self._live).scalar_one())
             if max_rules is not None and n > max_rules:
                 raise InvalidInput(f"rules: the import would hold {n} rules, over the configured {max_rules} "
                                    "(VITRINE_MAX_RULES)")
@@ -128,30 +112,35 @@ class SqliteRuleStore:
 
     def delete(self, rule_id: str) -> bool:
         with self._tx() as c:
-            if c.execute("SELECT 1 FROM rules WHERE id=? AND deleted=0", (rule_id,)).fetchone() is None:
+            if not self._exists(c, rule_id):
                 return False
-            seq = int(c.execute("SELECT COALESCE(MAX(seq), 0) FROM rules").fetchone()[0]) + 1
-            c.execute("UPDATE rules SET deleted=1, body=NULL, seq=?, updated=? WHERE id=?", (seq, time.time(), rule_id))
+            seq = int(c.execute(self._max_seq).scalar_one()) + 1
+            c.execute(sa.update(self.t).where(self.t.c.id == rule_id)
+                      .values(deleted=True, body=None, seq=seq, updated=time.time()))
         return True
 
     def get(self, rule_id: str) -> StoredRule | None:
-        rows = self._query(f"SELECT {self._COLS} FROM rules WHERE id=? AND deleted=0", (rule_id,))
-        return stored_rule(rows[0]) if rows else None
+        t = self.t
+        with self._db.tx(single=True) as c:
+            row = c.execute(sa.select(*self._cols).where(t.c.id == rule_id, t.c.deleted == sa.false())).first()
+        return stored_rule(row) if row else None
 
     def all(self) -> list[StoredRule]:
-        return [stored_rule(r) for r in self._query(f"SELECT {self._COLS} FROM rules WHERE deleted=0 ORDER BY id")]
+        t = self.t
+        with self._db.tx(single=True) as c:
+            rows = c.execute(sa.select(*self._cols).where(t.c.deleted == sa.false()).order_by(t.c.id)).all()
+        return [stored_rule(r) for r in rows]
 
     def count(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM rules WHERE deleted=0")[0][0])
+        with self._db.tx(single=True) as c:
+            return int(c.execute(self._live).scalar_one())
 
 
 def open_rule_store(store: str | None, data_dir: str | os.PathLike[str]) -> RuleStoreAPI:
     """The rule store beside a data dir's records: the SQLite file in it (``store`` empty), or the
-    PostgreSQL database ``store`` names (psycopg, an extra, imported only then)."""
+    PostgreSQL database ``store`` names (psycopg, an extra)."""
     if is_database_url(store):
-        from vitrine.merchandising.pgstore import PgRuleStore
-
-        return PgRuleStore(str(store))
+        return RuleStore(str(store))
     if store:
         raise InvalidInput(f"unknown record store {store!r}: give a postgresql://... URL, or none for SQLite")
-    return SqliteRuleStore(Path(data_dir) / "records.sqlite")
+    return RuleStore(Path(data_dir) / "records.sqlite")

@@ -1,5 +1,5 @@
-"""What both rule stores share (SQLite: vitrine/merchandising/store.py, PostgreSQL:
-vitrine/merchandising/pgstore.py): a rule as stored, the store's interface, and the checks every store
+"""What the rule store (vitrine/merchandising/store.py, on SQLite or PostgreSQL) and its users
+share: a rule as stored, the store's interface, and the checks every store
 makes on a write.
 """
 

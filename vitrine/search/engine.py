@@ -394,8 +394,7 @@ class Engine:
             with self._feedback_lock:
                 fb = self._feedback
                 if fb is None:
-                    events = open_event_log(self.settings.storage.store, self.data_dir,
-                                            pool=getattr(self.index.records, "pool", None))
+                    events = open_event_log(self.settings.storage.store, self.data_dir)
                     fb = self._feedback = Feedback(events, self.settings.feedback)
         return fb
 

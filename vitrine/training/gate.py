@@ -62,7 +62,7 @@ def _tune_fuse_weight(adapter: Adapter, catalog: Catalog, encoder: MultimodalEnc
     import torch
 
     from vitrine.evals import attribute_queries as aq
-    from vitrine.evals.metrics import mean_metrics
+    from vitrine.metrics import mean_metrics
 
     img_f, txt_f = catalog.features(encoder, progress=False)
     rows_idx = np.flatnonzero(catalog.split_mask(split))

@@ -74,7 +74,7 @@ def val_figures(adapter: Adapter, val: PairSet, catalog: Catalog, encoder: Multi
 
     from vitrine.training.adapter import retrieval_scores
     from vitrine.evals import attribute_queries as aq
-    from vitrine.evals.metrics import mean_metrics
+    from vitrine.metrics import mean_metrics
 
     t0 = time.time()
     data = towers.refresh(val, "val") if towers is not None else val

@@ -135,6 +135,8 @@ async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
 
 def install_handlers(app: FastAPI) -> None:
     """Domain, validation and framework errors, all in the one JSON shape."""
-    app.add_exception_handler(VitrineError, _domain)  # type: ignore[arg-type]  # Starlette types a handler as taking any Exception
-    app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]  # Starlette types a handler as taking any Exception
-    app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]  # Starlette types a handler as taking any Exception
+    # FastAPI's decorator takes a handler of the exception it names (Starlette's add_exception_handler
+    # types every handler as taking any Exception)
+    app.exception_handler(VitrineError)(_domain)
+    app.exception_handler(RequestValidationError)(_validation)
+    app.exception_handler(StarletteHTTPException)(_http)

@@ -404,6 +404,31 @@ def hurting_signals(pools: Pools, w: np.ndarray, *, seed: int = 0) -> dict[str, 
     return out
 
 
+def fit_leaving_out(fit: Pools, samples: list[np.ndarray], starts: list[np.ndarray], active: tuple[int, ...],
+                    obj: Objective, *, seed: int = 0, leave_out: tuple[str, ...] = ()
+                    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, dict[str, Any]]]:
+    """:func:`averaged_fit` with the signals shopper-like queries rank better without left out: each
+    sample's mix is checked on its own fit rows (:func:`hurting_signals`, bootstrap seed ``seed`` +
+    its number, as a one-sample tune of that seed checks it) and a signal that hurts in any sample
+    leaves every sample, the starts included (a start is where descent begins: a left-out signal
+    kept there stayed in the mix), and all are fitted again, until none hurts. So a signal left out
+    weighs 0 in every sample's mix and in their mean, and a several-sample fit is the mean of the
+    one-sample fits made with the same signals left out. Returns the mean, the mixes and the
+    signals left out (with their evidence and the sample that showed it)."""
+    left = {SIGNALS.index(s) for s in leave_out}
+    hurting: dict[str, dict[str, Any]] = {}
+    while True:
+        keep = np.array([j not in left for j in range(len(SIGNALS))])
+        begin = [w * keep for w in starts if (w * keep)[:2].any()]
+        mean, mixes = averaged_fit(fit, samples, begin, tuple(j for j in active if j not in left), obj)
+        found = {sig: {**ev, "sample": b} for b, (rows, w) in reversed(list(enumerate(zip(samples, mixes))))
+                 for sig, ev in hurting_signals(fit.subset(rows), w, seed=seed + b).items()}
+        if not found:
+            return mean, mixes, hurting
+        hurting.update(found)
+        left |= {SIGNALS.index(s) for s in found}
+
+
 def signal_ablation(ho: Pools, fitted: np.ndarray, ho_fitted: float) -> dict[str, float]:
     """What each signal of the fitted mix gains on held-out: the objective without it."""
     ablation = {}
@@ -449,7 +474,7 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
          margin: float = 0.005, slot_queries: int = 150, save: bool = True,
          labelled: list[pq.PseudoQuery] | None = None, labelled_share: float = LABELLED_SHARE,
          taxonomy_queries: int | None = None, samples: int | None = None,
-         kind_penalty: float | None = None, floor_queries: int = 200) -> TuneResult:
+         kind_penalty: float | None = None, floor_queries: int = 200, leave_out: tuple[str, ...] = ()) -> TuneResult:
     """Fit the catalogue's text ranking (see the module doc); saves it in the data dir.
     ``labelled``: the shop's own judged queries (kinds ``shop:*``, split fit / held-out,
     :func:`vitrine.evals.pseudo_queries.labelled`), fitted together with the pseudo-queries with
@@ -460,7 +485,8 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     pseudo-queries (seeds ``seed``, ``seed + 1``, ...) apart and serve the mean of their mixes (None:
     ``tune_samples`` of the engine's settings; 1: one fit, scaled to sum 1 as each sample's is).
     ``floor_queries``: held-out pseudo-queries the relevance floor is fitted on, searched with the
-    chosen mix (vitrine/evals/relevance_floor.py; 0: none, the settings' floor serves)."""
+    chosen mix (vitrine/evals/relevance_floor.py; 0: none, the settings' floor serves). ``leave_out``:
+    signals no sample may use (as if the refit had left them out)."""
     t0 = time.time()
     if taxonomy_queries is None:
         taxonomy_queries = engine.settings.search.tune_taxonomy_queries
@@ -495,19 +521,9 @@ def tune(engine: Engine, *, seed: int = 0, heldout: float = 0.4, counts: dict[st
     active = usable_signals(fit)
     fit_of = np.array(sample_of, dtype=np.int64)[fit_rows]  # one sample: every fit row, one fit
     penalty = engine.settings.search.tune_kind_penalty if kind_penalty is None else kind_penalty
-    fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
-                                 [floor_w, shared_w, configured], active, Robust(floor_w, penalty))
-    # signals that shopper-like fit queries rank better without, with evidence, leave and the mix is fitted again
-    hurting: dict[str, dict[str, float]] = {}
-    for _ in range(2):
-        hurt = hurting_signals(fit, fitted, seed=seed)
-        if not hurt:
-            break
-        hurting.update(hurt)
-        active = tuple(j for j in active if SIGNALS[j] not in hurt)
-        fitted, mixes = averaged_fit(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
-                                     [floor_w, shared_w, np.where(np.isin(SIGNALS, list(hurting)), 0.0, configured)],
-                                     active, Robust(floor_w, penalty))
+    fitted, mixes, hurting = fit_leaving_out(fit, [np.flatnonzero((fit_of == b) | (fit_of == -1)) for b in range(samples)],
+                                             [floor_w, shared_w, configured], active, Robust(floor_w, penalty),
+                                             seed=seed, leave_out=leave_out)
     averaged = fitted  # the mean of the samples' fits, as fitted; ``fitted`` from here on: after the kind guard
     fitted, guard = kind_guard(ho, fitted, floor_w, margin) if penalty > 0 else (fitted, {"off": True})
     fit_obj = objective(fit, fitted)

@@ -185,3 +185,44 @@ def test_facet_counts_equal_filtered_totals_under_a_bm25_mix(engine, settings_fa
     assert tried >= 40, tried
     assert not moved, moved[:5]
     assert not bad, f"{len(bad)} of {tried} facet values disagree with the filtered total: {bad[:10]}"
+
+
+def test_totals_within_matches_brute_force():
+    """How well a search's total holds the relevant (metrics.totals_within), against sets counted by hand."""
+    rng = random.Random(7)
+    runs = []
+    for _ in range(200):
+        pool = [f"p{i}" for i in range(40)]
+        ranked = rng.sample(pool, rng.randint(0, 30))
+        rel = {d: rng.choice([0, 1, 2]) for d in rng.sample(pool, rng.randint(0, 15))}
+        runs.append((ranked, rel, rng.randint(0, 35)))
+    depth = 20
+    found = within = judged = 0
+    rec, prec, prec_any = [], [], []
+    for ranked, rel, total in runs:
+        if not any(g > 0 for g in rel.values()):
+            continue
+        top = max(rel.values())
+        exact = {d for d, g in rel.items() if g == top}
+        head = set(ranked[:min(total, depth)])
+        in_top = exact & set(ranked[:depth])
+        found += len(in_top)
+        within += len(exact & head)
+        judged += min(depth, len(exact))
+        if in_top:
+            rec.append(len(exact & head) / len(in_top))
+        if head:
+            prec.append(len(exact & head) / len(head))
+            prec_any.append(len({d for d in head if rel.get(d, 0) > 0}) / len(head))
+    got = M.totals_within(runs, depth)
+    assert got["recall"] == pytest.approx(within / found)
+    assert got["recall_mean"] == pytest.approx(np.mean(rec))
+    assert got["recall_judged"] == pytest.approx(within / judged)
+    assert got["precision"] == pytest.approx(np.mean(prec))
+    assert got["precision_any"] == pytest.approx(np.mean(prec_any))
+    assert got["queries"] == len(prec)
+    # a total of 0 holds nothing; a total past the depth holds the whole top ``depth``
+    assert M.totals_within([(["a", "b"], {"a": 2, "b": 1}, 0)], 10)["recall"] == 0.0
+    full = M.totals_within([(["a", "x", "b"], {"a": 2, "b": 2, "c": 2}, 50)], 10)
+    assert full["recall"] == 1.0 and full["recall_judged"] == pytest.approx(2 / 3)
+    assert full["precision"] == pytest.approx(2 / 3)

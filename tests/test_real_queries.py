@@ -226,3 +226,40 @@ def test_totals_within_matches_brute_force():
     full = M.totals_within([(["a", "x", "b"], {"a": 2, "b": 2, "c": 2}, 50)], 10)
     assert full["recall"] == 1.0 and full["recall_judged"] == pytest.approx(2 / 3)
     assert full["precision"] == pytest.approx(2 / 3)
+
+
+def test_relevance_floor_curves_and_choice_match_brute_force():
+    """The floor fit's curves (mean precision and recall of the matching head at each fraction, the
+    F-beta of the two means) and its choice (best F-beta, the stricter on a tie), computed by hand."""
+    from vitrine.evals import relevance_floor as rf
+
+    rng = np.random.default_rng(3)
+    runs = []
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        ratios = np.sort(rng.uniform(0.2, 1.0, n))[::-1]
+        ratios[0] = 1.0
+        rel = rng.random(n) < np.linspace(0.9, 0.1, n)
+        runs.append((ratios, rel, int(rel.sum()) + int(rng.integers(0, 3))))
+    grid = (0.3, 0.5, 0.7, 0.9)
+    for beta in (1.0, 2.0):
+        got = rf.curves(runs, grid, beta=beta)
+        for j, f in enumerate(grid):
+            ps, rs = [], []
+            for ratios, rel, n_rel in runs:
+                head = 0
+                while head < len(ratios) and ratios[head] >= f:
+                    head += 1
+                hits = int(rel[:head].sum())
+                p = hits / head if head else 0.0
+                r = hits / n_rel if n_rel else 0.0
+                ps.append(p)
+                rs.append(r)
+            p, r = np.mean(ps), np.mean(rs)
+            assert got["precision"][j] == pytest.approx(p)
+            assert got["recall"][j] == pytest.approx(r)
+            assert got["f"][j] == pytest.approx((1 + beta ** 2) * p * r / (beta ** 2 * p + r) if p + r else 0.0)
+        best = max(got["f"])
+        assert rf.choose(got, grid) == max(f for f, v in zip(grid, got["f"]) if v >= best - 1e-12)
+    # recall weighed more never picks a stricter floor (F-beta of the same means: a theorem, not luck)
+    assert rf.choose(rf.curves(runs, rf.GRID, beta=2.0)) <= rf.choose(rf.curves(runs, rf.GRID, beta=1.0))

@@ -185,3 +185,81 @@ def test_facet_counts_equal_filtered_totals_under_a_bm25_mix(engine, settings_fa
     assert tried >= 40, tried
     assert not moved, moved[:5]
     assert not bad, f"{len(bad)} of {tried} facet values disagree with the filtered total: {bad[:10]}"
+
+
+def test_totals_within_matches_brute_force():
+    """How well a search's total holds the relevant (metrics.totals_within), against sets counted by hand."""
+    rng = random.Random(7)
+    runs = []
+    for _ in range(200):
+        pool = [f"p{i}" for i in range(40)]
+        ranked = rng.sample(pool, rng.randint(0, 30))
+        rel = {d: rng.choice([0, 1, 2]) for d in rng.sample(pool, rng.randint(0, 15))}
+        runs.append((ranked, rel, rng.randint(0, 35)))
+    depth = 20
+    found = within = judged = 0
+    rec, prec, prec_any = [], [], []
+    for ranked, rel, total in runs:
+        if not any(g > 0 for g in rel.values()):
+            continue
+        top = max(rel.values())
+        exact = {d for d, g in rel.items() if g == top}
+        head = set(ranked[:min(total, depth)])
+        in_top = exact & set(ranked[:depth])
+        found += len(in_top)
+        within += len(exact & head)
+        judged += min(depth, len(exact))
+        if in_top:
+            rec.append(len(exact & head) / len(in_top))
+        if head:
+            prec.append(len(exact & head) / len(head))
+            prec_any.append(len({d for d in head if rel.get(d, 0) > 0}) / len(head))
+    got = M.totals_within(runs, depth)
+    assert got["recall"] == pytest.approx(within / found)
+    assert got["recall_mean"] == pytest.approx(np.mean(rec))
+    assert got["recall_judged"] == pytest.approx(within / judged)
+    assert got["precision"] == pytest.approx(np.mean(prec))
+    assert got["precision_any"] == pytest.approx(np.mean(prec_any))
+    assert got["queries"] == len(prec)
+    # a total of 0 holds nothing; a total past the depth holds the whole top ``depth``
+    assert M.totals_within([(["a", "b"], {"a": 2, "b": 1}, 0)], 10)["recall"] == 0.0
+    full = M.totals_within([(["a", "x", "b"], {"a": 2, "b": 2, "c": 2}, 50)], 10)
+    assert full["recall"] == 1.0 and full["recall_judged"] == pytest.approx(2 / 3)
+    assert full["precision"] == pytest.approx(2 / 3)
+
+
+def test_relevance_floor_curves_and_choice_match_brute_force():
+    """The floor fit's curves (mean precision and recall of the matching head at each fraction, the
+    F-beta of the two means) and its choice (best F-beta, the stricter on a tie), computed by hand."""
+    from vitrine.evals import relevance_floor as rf
+
+    rng = np.random.default_rng(3)
+    runs = []
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        ratios = np.sort(rng.uniform(0.2, 1.0, n))[::-1]
+        ratios[0] = 1.0
+        rel = rng.random(n) < np.linspace(0.9, 0.1, n)
+        runs.append((ratios, rel, int(rel.sum()) + int(rng.integers(0, 3))))
+    grid = (0.3, 0.5, 0.7, 0.9)
+    for beta in (1.0, 2.0):
+        got = rf.curves(runs, grid, beta=beta)
+        for j, f in enumerate(grid):
+            ps, rs = [], []
+            for ratios, rel, n_rel in runs:
+                head = 0
+                while head < len(ratios) and ratios[head] >= f:
+                    head += 1
+                hits = int(rel[:head].sum())
+                p = hits / head if head else 0.0
+                r = hits / n_rel if n_rel else 0.0
+                ps.append(p)
+                rs.append(r)
+            p, r = np.mean(ps), np.mean(rs)
+            assert got["precision"][j] == pytest.approx(p)
+            assert got["recall"][j] == pytest.approx(r)
+            assert got["f"][j] == pytest.approx((1 + beta ** 2) * p * r / (beta ** 2 * p + r) if p + r else 0.0)
+        best = max(got["f"])
+        assert rf.choose(got, grid) == max(f for f, v in zip(grid, got["f"]) if v >= best - 1e-12)
+    # recall weighed more never picks a stricter floor (F-beta of the same means: a theorem, not luck)
+    assert rf.choose(rf.curves(runs, rf.GRID, beta=2.0)) <= rf.choose(rf.curves(runs, rf.GRID, beta=1.0))

@@ -114,3 +114,43 @@ def mean_metrics(
             else:
                 out[f"{name}@{k}"] = sum(fn(r, rel, k) for r, rel in runs) / n if n else 0.0
     return out
+
+
+def totals_within(runs: Sequence[tuple[Sequence[Hashable], Relevance, int]], depth: int) -> dict[str, float]:
+    """How well a search's ``total`` (the head of its ranking that counts as matching) holds what
+    shoppers judged relevant, over (ranked, relevant, total) triples, each ranking ``depth`` deep;
+    the head is the top ``total`` of those. Relevant: the qrels' top grade (WANDS's *exact*; 1 in
+    binary qrels).
+
+    - ``recall``: of the relevant products in the top ``depth``, the share within the head, pooled
+      over queries (``recall_mean``: the mean of each query's share);
+    - ``recall_judged``: of every relevant product (at most ``depth`` per query), the share within
+      the head, pooled: a ranking that never reaches a relevant product is blamed too;
+    - ``precision``: the relevant share of the head, the mean over queries whose total is not 0;
+      ``precision_any``: the same counting any grade above 0 (exact or partial). Unjudged products
+      count as not relevant, so both are lower bounds."""
+    found = within = judged = 0
+    recalls: list[float] = []
+    precisions: list[float] = []
+    any_grade: list[float] = []
+    for ranked, rel, total in runs:
+        top = max((g for g in rel.values() if g > 0), default=0)
+        if top <= 0:
+            continue
+        grades = [rel.get(p, 0) for p in list(ranked)[:depth]]
+        hits = [g >= top for g in grades]
+        head = min(total, len(grades))
+        n, n_head = sum(hits), sum(hits[:head])
+        found, within = found + n, within + n_head
+        judged += min(depth, sum(1 for g in rel.values() if g >= top))
+        if n:
+            recalls.append(n_head / n)
+        if head:
+            precisions.append(n_head / head)
+            any_grade.append(sum(1 for g in grades[:head] if g > 0) / head)
+    return {"recall": within / found if found else 0.0,
+            "recall_mean": sum(recalls) / len(recalls) if recalls else 0.0,
+            "recall_judged": within / judged if judged else 0.0,
+            "precision": sum(precisions) / len(precisions) if precisions else 0.0,
+            "precision_any": sum(any_grade) / len(any_grade) if any_grade else 0.0,
+            "queries": float(len(precisions))}

@@ -26,7 +26,7 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.moe import CrossModalMoE
 from vitrine.errors import ModelError
 from vitrine.evals.datasets import Catalog, EvalQuery
-from vitrine.metrics import mean_metrics
+from vitrine.metrics import mean_metrics, totals_within
 from vitrine.progress import progress_bar
 from vitrine.search.engine import Engine
 from vitrine.search.models import Filters, SearchRequest
@@ -130,9 +130,11 @@ def photo_self(engine: Engine, catalog: Catalog, *, split: str = "test", limit: 
 def run_qrels(engine: Engine, queries: Sequence[EvalQuery], ks: Sequence[int], *, progress: bool = True,
               filters_key: str = "filters", gain: str = "exponential") -> dict[str, Any]:
     """Run each query through the engine and score its ranking against the qrels (``gain``:
-    nDCG's gain for graded qrels, vitrine/metrics.py)."""
+    nDCG's gain for graded qrels, vitrine/metrics.py), and how well each search's ``total``
+    holds the relevant products of its top ``max(ks)`` (``totals``: metrics.totals_within)."""
     kmax = max(ks)
     runs = []
+    totals: list[int] = []  # each search's ``total``: how well it holds the relevant (metrics.totals_within)
     lat = []
     for q in progress_bar(queries, desc="eval", enabled=progress):
         flt = q.meta.get(filters_key)
@@ -141,6 +143,9 @@ def run_qrels(engine: Engine, queries: Sequence[EvalQuery], ks: Sequence[int], *
         res = engine.search(req, image=q.image)
         lat.append((time.perf_counter() - t0) * 1000)
         runs.append(([h.id for h in res.results], q.relevant))
+        totals.append(res.total or 0)
     metrics = mean_metrics(runs, ks, ("R", "P", "MRR", "nDCG"), gain)
+    within = totals_within([(r, rel, t) for (r, rel), t in zip(runs, totals)], kmax)
     return {"protocol": "qrels", "queries": len(queries), "gain": gain, "metrics": metrics,
+            "totals": {"depth": kmax, **{k: round(v, 4) for k, v in within.items()}},
             "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99))}}

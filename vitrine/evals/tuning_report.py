@@ -48,7 +48,7 @@ def write_report(result: Any, out_dir: Path, name: str = "tuning") -> list[Path]
                   for label, m in lab["heldout"].items()]
     rf = r.get("relevance_floor") or {}
     if rf.get("fitted") is not None:
-        lines += ["", f"Relevance floor: **{rf['fitted']}** of a query's top score (best mean F1 on {rf['queries']} "
+        lines += ["", f"Relevance floor: **{rf['fitted']}** of a query's top score (best F{rf.get('beta', 1):g} of the mean precision and recall on {rf['queries']} "
                   f"held-out pseudo-queries: precision {rf['precision']}, recall {rf['recall']}; the configured "
                   f"{rf['configured']}).", "", "| floor | precision | recall |", "|---|---|---|",
                   *[f"| {c['floor']} | {c['precision']} | {c['recall']} |" for c in rf["curve"]]]

@@ -286,9 +286,9 @@ def test_tune_serves_the_mean_of_one_fit_per_sample(engine):
     from vitrine.evals.tuning import tune, weights_vec
 
     counts = {"title": 30, "category": 10, "brand_type": 5, "attributes": 20}
-    res = tune(engine, counts=counts, slot_queries=0, save=False, samples=3)
-    left = tuple(res.report["signals_left_out"])
-    assert left  # on this subset shopper-like queries rank better without some signal (the shared space)
+    # the shared space left out by hand, with whatever the refit leaves out (a loss of MIN_HURT or more)
+    res = tune(engine, counts=counts, slot_queries=0, save=False, samples=3, leave_out=("vector",))
+    left = ("vector", *res.report["signals_left_out"])
     for sig in left:
         assert res.report["fitted"].get(sig, 0.0) == 0.0 and res.report["guarded"].get(sig, 0.0) == 0.0
         assert res.calibration.text_weights.get(sig, 0.0) == 0.0

@@ -346,6 +346,8 @@ class SlotExtractor:
             known = {key_norm(v): v for v in vocab.values(fld)}
             for canon, forms in lex.get(lex_key, {}).items():
                 value = known.get(key_norm(canon))
+                if value is None:  # a catalogue that writes the value as one of its forms ("男士" for Men)
+                    value = next((known[key_norm(f)] for f in forms if key_norm(f) in known), None)
                 if value is None:
                     continue
                 for form in [canon, *forms]:

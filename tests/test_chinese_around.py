@@ -273,15 +273,16 @@ def shop(engine):
 
 
 def test_chinese_session_cues_refine_exclude_and_reset(shop, subset_rows):
-    """A Chinese shopping session: "男士T恤", then "不要耐克" (exclude the brand), "要棕色的" (refine the
-    colour), "重新开始" (reset); the next Chinese query is a new search that finds its products."""
+    """A Chinese shopping session: "男士T恤", then "不要耐克" (exclude the brand), "重新开始" (reset);
+    the next Chinese query is a new search that finds its products. Another: "男士皮鞋", then
+    "要棕色的" (refine the colour)."""
     import uuid
 
     sid = "zh-" + uuid.uuid4().hex[:10]
     rows = {r["id"]: r for r in subset_rows}
 
-    def ask(text: str) -> dict:
-        r = shop.post("/v1/search", json={"text": text, "k": 10, "session": sid})
+    def ask(text: str, session: str = sid) -> dict:
+        r = shop.post("/v1/search", json={"text": text, "k": 10, "session": session})
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -296,9 +297,6 @@ def test_chinese_session_cues_refine_exclude_and_reset(shop, subset_rows):
     assert no_nike["session"]["filters"]["exclude"] == {"brand": ["Nike"]}
     assert no_nike["results"] and not any(h["title"].startswith("Nike") for h in no_nike["results"])
     assert types(no_nike).count("Tshirts") >= 8
-    brown = ask("要棕色的")
-    assert brown["session"]["new_search"] is False and brown["session"]["filters"]["colour"] == "Brown"
-    assert rows[brown["results"][0]["id"]]["baseColour"] == "Brown"
     reset = ask("重新开始")
     assert reset["session"]["new_search"] is True
     after = ask("女士手表")
@@ -306,3 +304,11 @@ def test_chinese_session_cues_refine_exclude_and_reset(shop, subset_rows):
     assert "exclude" not in after["session"]["filters"] and "colour" not in after["session"]["filters"]
     watches = {i for i, r in rows.items() if r["articleType"] == "Watches" and r["gender"] == "Women"}
     assert len({h["id"] for h in after["results"]} & watches) >= min(5, len(watches))
+    # another session: men's formal shoes (black and brown in the subset), then "the brown ones"
+    other = "zh-" + uuid.uuid4().hex[:10]
+    shoes = ask("男士皮鞋", other)
+    assert types(shoes).count("Formal Shoes") >= 3
+    brown = ask("要棕色的", other)
+    assert brown["session"]["new_search"] is False and brown["session"]["filters"]["colour"] == "Brown"
+    browns = {i for i, r in rows.items() if r["articleType"] == "Formal Shoes" and r["baseColour"] == "Brown"}
+    assert browns and {h["id"] for h in brown["results"][:len(browns)]} == browns

@@ -323,6 +323,9 @@ class Sessions:
             info.update(p_refine=round(pr, 4), p_new_search=round(1 - pr, 4))
             refining = pr >= 0.5 if req.new_search is None else not req.new_search
             info.update(new_search=not refining, decided_by="classifier" if req.new_search is None else "client")
+            if p.reset and refining and req.new_search is None:  # "重新开始", "start over": the decider never saw one
+                refining = False
+                info.update(new_search=True, decided_by="reset")
             if refining:
                 state = json.loads(json.dumps(standing))
                 if req.session_drop:

@@ -353,7 +353,7 @@ class SlotExtractor:
                     value = held[0] if held else None
                 if value is None:
                     continue
-                if len(held) > 1 and any(_is_cjk(ch) for v in held for ch in v):
+                if fld != "brand" and len(held) > 1 and any(_is_cjk(ch) for v in held for ch in v):
                     for v in held:
                         self.also.setdefault((fld, v), []).extend(o for o in held if o != v)
                 for form in [canon, *forms]:

@@ -349,8 +349,8 @@ class SlotExtractor:
             for canon, forms in lex.get(lex_key, {}).items():
                 held = list(dict.fromkeys(known[key_norm(f)] for f in [canon, *forms] if key_norm(f) in known))
                 value = known.get(key_norm(canon))
-                if value is None:  # a catalogue that writes the value as one of its forms ("男士" for Men)
-                    value = held[0] if held else None
+                if value is None:  # a catalogue that writes the value as one of its Chinese forms ("男士" for Men)
+                    value = next((v for v in held if any(_is_cjk(ch) for ch in v)), None)
                 if value is None:
                     continue
                 if fld != "brand" and len(held) > 1 and any(_is_cjk(ch) for v in held for ch in v):

@@ -148,3 +148,21 @@ def test_mixed_catalogue_finds_both_languages(mixed_shop, subset_rows):
         ids = [h["id"] for h in _search(mixed_shop, text)["results"]]
         assert _precision_at(ids, watches) >= 0.8, (text, ids)
         assert {int(i) % 2 for i in ids[:len(watches)] if i in watches} == {0, 1}, text
+
+
+def test_convert_fashion_writes_the_chinese_variant(tmp_path):
+    """`vitrine convert-fashion --language zh`: the same products and photos as the English file."""
+    from click.testing import CliRunner
+
+    from vitrine.cli.app import main
+
+    runner = CliRunner()
+    for lang in ("en", "zh"):
+        res = runner.invoke(main, ["convert-fashion", "--limit", "60", "--language", lang,
+                                   "--out", str(tmp_path / f"{lang}.jsonl")])
+        assert res.exit_code == 0, res.output
+    en, zh = ([json.loads(x) for x in (tmp_path / f"{lang}.jsonl").read_text(encoding="utf-8").splitlines()]
+              for lang in ("en", "zh"))
+    assert len(en) == len(zh) == 60 and [r["id"] for r in en] == [r["id"] for r in zh]
+    assert [r["image"] for r in en] == [r["image"] for r in zh]
+    assert all(segment.has_cjk(r["title"]) for r in zh) and not any(segment.has_cjk(r["title"]) for r in en)

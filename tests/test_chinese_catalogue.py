@@ -166,3 +166,20 @@ def test_convert_fashion_writes_the_chinese_variant(tmp_path):
     assert len(en) == len(zh) == 60 and [r["id"] for r in en] == [r["id"] for r in zh]
     assert [r["image"] for r in en] == [r["image"] for r in zh]
     assert all(segment.has_cjk(r["title"]) for r in zh) and not any(segment.has_cjk(r["title"]) for r in en)
+
+
+def test_content_hash_changes_only_for_chinese_records():
+    """A data dir ingested before the rendering re-embeds its Chinese records on re-ingest, never
+    its English ones (their hash is the plain digest, as before)."""
+    import hashlib
+
+    en = Product.model_validate({"id": "e", "title": "Nike Men Black Watch", "category": ["Watches"]})
+    doc = en.model_dump(exclude={"image", "image_b64", "version"}, exclude_none=True)
+    plain = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode())
+    plain.update(b"abc")
+    assert en.content_hash("abc") == plain.hexdigest()
+    zh = Product.model_validate({"id": "z", "title": "Nike/耐克男士黑色手表", "category": ["手表"]})
+    doc = zh.model_dump(exclude={"image", "image_b64", "version"}, exclude_none=True)
+    old = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode())
+    old.update(b"abc")
+    assert zh.content_hash("abc") != old.hexdigest() and zh.content_hash("abc") == zh.content_hash("abc")

@@ -21,6 +21,7 @@ from functools import lru_cache
 from vitrine.lang import segment
 from vitrine.lang.translate import Translator
 
+RENDERING = 1  # the rendering's version: a product hashed under another is re-embedded on re-ingest
 _lock = threading.Lock()
 _translator: Translator | None = None
 

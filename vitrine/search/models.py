@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vitrine.errors import InvalidInput
-from vitrine.lang.render import for_tower
+from vitrine.lang.render import RENDERING, for_tower
+from vitrine.lang.segment import has_cjk
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _KNOWN = {"id", "title", "description", "brand", "category", "attributes", "price", "currency", "image",
@@ -212,8 +213,11 @@ class Product(BaseModel):
 
     def content_hash(self, image_sha256: str | None) -> str:
         doc = self.model_dump(exclude={"image", "image_b64", "version"}, exclude_none=True)
-        h = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode())
+        text = json.dumps(doc, sort_keys=True, ensure_ascii=False)
+        h = hashlib.sha256(text.encode())
         h.update((image_sha256 or "").encode())
+        if has_cjk(text):  # its embedded text is rendered (vitrine/lang/render.py): a re-ingest re-embeds
+            h.update(f"tower-rendering:{RENDERING}".encode())  # what was embedded before the rendering
         return h.hexdigest()
 
 

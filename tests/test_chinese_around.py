@@ -182,6 +182,15 @@ def test_chinese_shop_slots_learned_from_its_own_pairs(zh_client, fresh_engine):
     assert [b.split("/")[0] for b in ex.extract("耐克跑步鞋").brand] == ["Nike"]
 
 
+def test_a_brand_written_with_its_chinese_name_is_found_by_either_name(zh_client):
+    """The record writes its brand "Nike/耐克": the Chinese name, the Latin one and either with a
+    product word all find it first, through the API."""
+    for text in ("耐克", "Nike", "nike", "耐克跑步鞋", "Nike 跑步鞋"):
+        r = zh_client.post("/v1/search", json={"text": text, "k": 5})
+        assert r.status_code == 200, r.text
+        assert [h["id"] for h in r.json()["results"]][:1] == ["Z3"], text
+
+
 # -- highlights --------------------------------------------------------------------------------------
 def test_highlights_mark_chinese_words_in_chinese_titles(zh_client):
     r = zh_client.post("/v1/search", json={"text": "男士手表", "k": 8, "highlight": True})
@@ -252,3 +261,54 @@ def client_en(engine):
 
     with TestClient(create_app(engine=engine)) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def shop(engine):
+    """The conftest's real subset (English titles) through the HTTP API."""
+    from vitrine.web.app import create_app
+
+    with TestClient(create_app(engine=engine)) as c:
+        yield c
+
+
+def test_chinese_session_cues_refine_exclude_and_reset(shop, subset_rows):
+    """A Chinese shopping session: "男士T恤", then "不要耐克" (exclude the brand), "重新开始" (reset);
+    the next Chinese query is a new search that finds its products. Another: "男士皮鞋", then
+    "要棕色的" (refine the colour)."""
+    import uuid
+
+    sid = "zh-" + uuid.uuid4().hex[:10]
+    rows = {r["id"]: r for r in subset_rows}
+
+    def ask(text: str, session: str = sid) -> dict:
+        r = shop.post("/v1/search", json={"text": text, "k": 10, "session": session})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def types(out: dict) -> list[str]:
+        return [rows[h["id"]]["articleType"] for h in out["results"]]
+
+    first = ask("男士T恤")
+    assert first["session"]["new_search"] is True and types(first).count("Tshirts") >= 8
+    assert any(h["title"].startswith("Nike") for h in first["results"])  # the subset's men's T-shirts: 7 Nike
+    no_nike = ask("不要耐克")
+    assert no_nike["session"]["new_search"] is False
+    assert no_nike["session"]["filters"]["exclude"] == {"brand": ["Nike"]}
+    assert no_nike["results"] and not any(h["title"].startswith("Nike") for h in no_nike["results"])
+    assert types(no_nike).count("Tshirts") >= 8
+    reset = ask("重新开始")
+    assert reset["session"]["new_search"] is True
+    after = ask("女士手表")
+    assert after["session"]["new_search"] is True
+    assert "exclude" not in after["session"]["filters"] and "colour" not in after["session"]["filters"]
+    watches = {i for i, r in rows.items() if r["articleType"] == "Watches" and r["gender"] == "Women"}
+    assert len({h["id"] for h in after["results"]} & watches) >= min(5, len(watches))
+    # another session: men's formal shoes (black and brown in the subset), then "the brown ones"
+    other = "zh-" + uuid.uuid4().hex[:10]
+    shoes = ask("男士皮鞋", other)
+    assert types(shoes).count("Formal Shoes") >= 3
+    brown = ask("要棕色的", other)
+    assert brown["session"]["new_search"] is False and brown["session"]["filters"]["colour"] == "Brown"
+    browns = {i for i, r in rows.items() if r["articleType"] == "Formal Shoes" and r["baseColour"] == "Brown"}
+    assert browns and {h["id"] for h in brown["results"][:len(browns)]} == browns

@@ -159,10 +159,14 @@ def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: 
 @click.option("--split", type=click.Choice(["train", "val", "test"]), multiple=True,
               help="Only these splits (repeatable)")
 @click.option("--limit", type=int, default=None, help="A stratified subset of N products")
-def convert_fashion(source: Path | None, out: Path, split: tuple[str, ...], limit: int | None) -> None:
-    """Convert the Fashion Product Images styles.csv + photos to Vitrine's JSONL catalogue format."""
+@click.option("--language", type=click.Choice(["en", "zh"]), default="en", show_default=True,
+              help="zh: titles, categories and attributes written in Chinese (same ids and photos)")
+def convert_fashion(source: Path | None, out: Path, split: tuple[str, ...], limit: int | None, language: str) -> None:
+    """Convert the Fashion Product Images styles.csv + photos to Vitrine's JSONL catalogue format
+    (``--language zh``: a Chinese-titled variant of it, vitrine/ingest/fashion_zh.py)."""
     from vitrine.bundled import bundled_dir, read_splits
     from vitrine.ingest.fashion import convert, demo_subset
+    from vitrine.ingest.fashion_zh import convert_zh
 
     source = source or bundled_dir()
     ids: set[str] | None = None
@@ -172,7 +176,7 @@ def convert_fashion(source: Path | None, out: Path, split: tuple[str, ...], limi
         sp = read_splits(source)
         in_split = {i for i, s in sp.items() if s in split}
         ids = in_split if ids is None else ids & in_split
-    n = convert(source, out, ids)
+    n = convert_zh(source, out, ids) if language == "zh" else convert(source, out, ids)
     click.echo(f"wrote {n} products to {out}")
 
 

@@ -171,7 +171,8 @@ def _chinese(settings: Any, queries: Path | None, cutoffs: list[int], split: str
 
     attr = kept(chinese.attribute_twins(attribute_queries(settings, split, n or 200)))
     hand = kept(chinese.hand_twins(read_styles(bundled_dir())))
-    return {"protocol": "zh", "split": split, "attribute_twins": chinese.run_twins(engine, attr, cutoffs),
+    return {"protocol": "zh", "split": split, "catalogue": chinese.catalogue_language(engine),
+            "attribute_twins": chinese.run_twins(engine, attr, cutoffs),
             "hand_twins": chinese.run_twins(engine, hand, cutoffs)}
 
 

@@ -334,6 +334,9 @@ class Sessions:
             info.update(p_refine=round(pr, 4), p_new_search=round(1 - pr, 4))
             refining = pr >= 0.5 if req.new_search is None else not req.new_search
             info.update(new_search=not refining, decided_by="classifier" if req.new_search is None else "client")
+            if p.reset and refining and req.new_search is None:  # "重新开始", "start over": the decider never saw one
+                refining = False
+                info.update(new_search=True, decided_by="reset")
             if req.new_search is None and refining and photo_vec is None and names_new_thing(p, standing):
                 refining = False  # "first aid kit", "不粘锅": a thing of its own the vocabulary lacks
                 info.update(new_search=True, decided_by="modifier")

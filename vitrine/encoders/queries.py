@@ -44,6 +44,7 @@ from vitrine.encoders.encoder import MultimodalEncoder
 from vitrine.encoders.query_export import (PRECISIONS, Precision, QueryGraphs, export_query_graphs,
                                            quantize_text_tower)
 from vitrine.errors import InvalidInput, ModelError
+from vitrine.lang.render import for_tower
 from vitrine.onnxrt import OnnxModule
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,9 @@ class QueryEncoder:
     # -- public ------------------------------------------------------------------------------------
     def text(self, texts: Sequence[str]) -> np.ndarray:
         """Shared-space vectors of query texts, (N, dim) float32: the text tower in the batcher,
-        the adapter over every missing text in one call."""
+        the adapter over every missing text in one call. Chinese is read as its English rendering
+        (:func:`vitrine.lang.render.for_tower`), as a product's Chinese title was at ingest."""
+        texts = [for_tower(t) for t in texts]
         keys = [self._text_key(t) for t in texts]
         out: list[np.ndarray | None] = [self.cache.get(k) for k in keys]
         todo = [i for i, v in enumerate(out) if v is None]
@@ -168,6 +171,7 @@ class QueryEncoder:
         """One query text's encode, started now: the text tower runs in the batcher; the adapter's
         shared-space vector is made only if :meth:`TextQuery.vector` asks for it (a text query
         ranked by the text tower's own cosine never does). A cached vector comes back done."""
+        text = for_tower(text)
         v = self.cache.get(self._text_key(text))
         if v is not None:
             return TextQuery(self, text, None, v)
@@ -177,6 +181,7 @@ class QueryEncoder:
     def shared_vector(self, text: str, features: np.ndarray) -> np.ndarray:
         """The shared-space vector of ``text`` from its text-tower ``features`` (the adapter, in
         the caller's thread), cached like every query vector."""
+        text = for_tower(text)
         key = self._text_key(text)
         v = self.cache.get(key)
         if v is None:
@@ -188,6 +193,7 @@ class QueryEncoder:
         """A query text's vector in the text tower's own space (its L2-normalised output, before
         the adapter), (text_dim,) float32: kept from the forward that made the shared-space
         vector when there was one, else computed now."""
+        text = for_tower(text)
         key = (self.encoder.towers.key, self.text_precision, "n", self.normalise(text))
         v = self.native_cache.get(key)
         if v is None:

@@ -342,12 +342,20 @@ class SlotExtractor:
             phrases.setdefault(k, (fld, value))
 
         # forms from the lexicon (only for values the catalogue has), then the values themselves
+        # a value a mixed catalogue writes in two languages ("Men" and "男士"): a slot names both
+        self.also: dict[tuple[str, str], list[str]] = {}
         for fld, lex_key in (("gender", "gender"), ("colour", "colour"), ("category", "category"), ("brand", "brand")):
             known = {key_norm(v): v for v in vocab.values(fld)}
             for canon, forms in lex.get(lex_key, {}).items():
+                held = list(dict.fromkeys(known[key_norm(f)] for f in [canon, *forms] if key_norm(f) in known))
                 value = known.get(key_norm(canon))
+                if value is None:  # a catalogue that writes the value as one of its Chinese forms ("男士" for Men)
+                    value = next((v for v in held if any(_is_cjk(ch) for ch in v)), None)
                 if value is None:
                     continue
+                if fld != "brand" and len(held) > 1 and any(_is_cjk(ch) for v in held for ch in v):
+                    for v in held:
+                        self.also.setdefault((fld, v), []).extend(o for o in held if o != v)
                 for form in [canon, *forms]:
                     add(form, fld, value)
         for fld in ("gender", "colour", "category", "brand"):
@@ -427,8 +435,9 @@ class SlotExtractor:
                 continue
             fld, value = target
             vals = getattr(slots, fld)
-            if value not in vals:
-                vals.append(value)
+            for v in [value, *self.also.get((fld, value), [])]:
+                if v not in vals:
+                    vals.append(v)
             slots.matches.append(SlotMatch(fld, value, surface))
         return slots
 

@@ -128,8 +128,10 @@ class Translator:
     """Chinese -> the English words of one catalogue. ``terms``: the catalogue's terms (as
     ``stem`` makes them) and how many products hold each; ``n_docs``: products in all."""
 
-    def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]], n_docs: int) -> None:
+    def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]], n_docs: int,
+                 second_share: float | None = SHARE_SECOND) -> None:
         self.terms = terms
+        self.second_share = second_share  # None: a word's best phrase only (:mod:`vitrine.lang.render`)
         self.stem = stem
         self.n_docs = max(1, int(n_docs))
         self._words: dict[str, tuple[list[str], str, float]] = {}
@@ -194,7 +196,7 @@ class Translator:
         best = scored[0][0]
         out: list[str] = []
         for s, _, got in scored[:3]:
-            if s < SHARE_SECOND * best and out:
+            if out and (self.second_share is None or s < self.second_share * best):
                 break
             for w in got:
                 if w not in out:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vitrine.errors import InvalidInput
+from vitrine.lang.render import RENDERING, for_tower
+from vitrine.lang.segment import has_cjk
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _KNOWN = {"id", "title", "description", "brand", "category", "attributes", "price", "currency", "image",
@@ -211,21 +213,25 @@ class Product(BaseModel):
 
     def content_hash(self, image_sha256: str | None) -> str:
         doc = self.model_dump(exclude={"image", "image_b64", "version"}, exclude_none=True)
-        h = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode())
+        text = json.dumps(doc, sort_keys=True, ensure_ascii=False)
+        h = hashlib.sha256(text.encode())
         h.update((image_sha256 or "").encode())
+        if has_cjk(text):  # its embedded text is rendered (vitrine/lang/render.py): a re-ingest re-embeds
+            h.update(f"tower-rendering:{RENDERING}".encode())  # what was embedded before the rendering
         return h.hexdigest()
 
 
 def product_text(p: Product) -> str:
     """The words a product is embedded by: its title, plus brand and category leaf when the
-    title does not already say them."""
+    title does not already say them; Chinese written as English words for the English text tower
+    (:func:`vitrine.lang.render.for_tower`: text without Chinese is returned as it is)."""
     parts = [p.title]
     low = p.title.casefold()
     if p.brand and p.brand.casefold() not in low:
         parts.append(p.brand)
     if p.category and p.category[-1].casefold() not in low:
         parts.append(p.category[-1])
-    return " ".join(parts)
+    return for_tower(" ".join(parts))
 
 
 def decode_b64(s: str) -> bytes:

@@ -69,6 +69,29 @@ def engine_copy(engine, settings_factory, encoder, dst: Path, **settings_kw):
     return Engine(settings_factory(dst, **settings_kw), encoder)
 
 
+def engine_and_client(folder: str, *, engine_name: str = "eng", **settings_kw):
+    """A test module's own engine and API: ``eng, client = engine_and_client("rules", api_key=...)``
+    at module level gives two module-scoped fixtures, an engine over a copy of the shared data dir
+    (:func:`engine_copy`, in ``folder``; named ``engine_name``) and a TestClient over its app."""
+
+    @pytest.fixture(scope="module", name=engine_name)
+    def own(engine, settings_factory, encoder, tmp_path_factory):
+        e = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp(folder) / "data", **settings_kw)
+        yield e
+        e.close()
+
+    @pytest.fixture(scope="module", name="client")
+    def client(request):
+        from fastapi.testclient import TestClient
+
+        from vitrine.web.app import create_app
+
+        with TestClient(create_app(engine=request.getfixturevalue(engine_name))) as c:
+            yield c
+
+    return own, client
+
+
 def subset_engine_of(settings, encoder, catalog_dir: Path):
     """An engine over the subset catalogue, ingested."""
     from vitrine.ingest.catalog import ingest_file

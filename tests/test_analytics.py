@@ -9,9 +9,7 @@ import random
 import time
 from collections import defaultdict
 
-import pytest
-from conftest import engine_copy
-from fastapi.testclient import TestClient
+from conftest import engine_and_client
 
 KEY = {"X-API-Key": "s3cret"}
 DAY = 86400.0
@@ -174,20 +172,7 @@ def test_postgres_and_sqlite_give_the_same_figures(tmp_path, pg_url):
 
 
 # -- through the HTTP API and the CLI ---------------------------------------------------------------
-@pytest.fixture(scope="module")
-def own_engine(engine, settings_factory, encoder, tmp_path_factory):
-    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("analytics") / "data",
-                      api_key="s3cret")
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def client(own_engine):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=own_engine)) as c:
-        yield c
+own_engine, client = engine_and_client("analytics", engine_name="own_engine", api_key="s3cret")
 
 
 def test_api_analytics_match_a_brute_force_count_of_the_logged_searches(client, own_engine):

@@ -13,8 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import engine_copy
-from fastapi.testclient import TestClient
+from conftest import engine_and_client
 
 KEY = {"X-API-Key": "s3cret"}
 BM25_ONLY = {"fusion_weights": {"bm25": 1.0}}
@@ -136,20 +135,7 @@ def test_assignment_is_sticky_and_widening_only_moves_users_into_the_new_variant
 
 
 # -- through the HTTP API -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def own_engine(engine, settings_factory, encoder, tmp_path_factory):
-    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("experiments") / "data",
-                      api_key="s3cret")
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def client(own_engine):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=own_engine)) as c:
-        yield c
+own_engine, client = engine_and_client("experiments", engine_name="own_engine", api_key="s3cret")
 
 
 def search(client, text="blue shirt", **kw):

@@ -5,27 +5,13 @@ and per rule."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from conftest import engine_copy
-from fastapi.testclient import TestClient
+from conftest import engine_and_client
 
 KEY = {"X-API-Key": "stock-key"}
 QUERY = "women blue tops"
 
 
-@pytest.fixture(scope="module")
-def eng(engine, settings_factory, encoder, tmp_path_factory):
-    e = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("stock") / "data", api_key="stock-key")
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def client(eng):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=eng)) as c:
-        yield c
+eng, client = engine_and_client("stock", api_key="stock-key")
 
 
 def search(client, **body) -> dict:

@@ -4,28 +4,13 @@ and the clients the bot filter catches are counted and shown."""
 
 from __future__ import annotations
 
-import pytest
-from conftest import engine_copy
-from fastapi.testclient import TestClient
+from conftest import engine_and_client
 
 KEY = {"X-API-Key": "s3cret"}
 EV = "ev-key"
 
 
-@pytest.fixture(scope="module")
-def own_engine(engine, settings_factory, encoder, tmp_path_factory):
-    eng = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("trust-analytics") / "data",
-                      api_key="s3cret", events_key=EV)
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def client(own_engine):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=own_engine)) as c:
-        yield c
+own_engine, client = engine_and_client("trust-analytics", engine_name="own_engine", api_key="s3cret", events_key=EV)
 
 
 def search(client, **body):

@@ -9,27 +9,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import engine_copy
-from fastapi.testclient import TestClient
+from conftest import engine_and_client
 
 KEY = {"X-API-Key": "trust-key"}
 QUERY = "men black shoes"
 
 
-@pytest.fixture(scope="module")
-def eng(engine, settings_factory, encoder, tmp_path_factory):
-    e = engine_copy(engine, settings_factory, encoder, tmp_path_factory.mktemp("trust-rules") / "data",
-                    api_key="trust-key")
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def client(eng):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=eng)) as c:
-        yield c
+eng, client = engine_and_client("trust-rules", api_key="trust-key")
 
 
 @pytest.fixture(autouse=True)

@@ -123,10 +123,13 @@ def test_the_previous_release_rules_and_sessions_open(tmp_path):
         s = sessions.get("s-old")
         assert s is not None and not s.expired and s.state["slots"] == {"colour": ["Black"]}
         assert np.array_equal(np.frombuffer(s.vector or b"", dtype=np.float32), np.array([1.0, 2.0], np.float32))
+        assert s.version == 0  # the column the upgrade added: old rows start at 0, and compare-and-swap works
+        assert sessions.put("s-old", {"turn": 2}, None, expected=0) and not sessions.put("s-old", {}, None, expected=0)
+        assert sessions.get("s-old").version == 1
     finally:
         sessions.close()
     assert _versions(d / "records.sqlite") == {"rules": 1}
-    assert _versions(d / "sessions.sqlite") == {"sessions": 1}
+    assert _versions(d / "sessions.sqlite") == {"sessions": 2}
 
 
 def test_a_store_from_a_newer_vitrine_is_refused_with_what_to_do(tmp_path):

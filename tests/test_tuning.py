@@ -370,12 +370,12 @@ def test_train_gate_on_data_installs_by_hot_swap(tuned_dir, settings_factory, en
         before = eng.model_key
         summary = train_on_data(eng, tmp_path / "adapter", GateRecipe(kind="mlp", epochs=2, patience=1), retune=True)
         assert (tmp_path / "adapter" / "config.json").is_file()
-        if summary["swap"]["switched"]:  # installed: the catalogue was re-tuned for the new shared space
-            assert eng.model_key != before and summary["tune"]
+        if summary["installed"]:  # installed: the catalogue was re-tuned for the new shared space
+            assert summary["swap"]["switched"] and eng.model_key != before and summary["tune"]
             assert eng.calibration.source == "tuned" and eng.calibration.model_key == eng.model_key
-        else:  # the canary checks refused it (2 epochs on 200 pairs is worse than the shipped aligner)
-            assert eng.model_key == before and "recall" in summary["swap"]["reason"]
-            assert eng.calibration.source == "tuned"
+        else:  # 2 epochs on 200 pairs: below the serving aligner on held-out pairs, or refused by the canary
+            assert eng.model_key == before and eng.calibration.source == "tuned"
+            assert ("does not beat" in summary["decision"]) != ("swap" in summary and "recall" in summary["swap"]["reason"])
     finally:
         eng.close()
 

@@ -113,9 +113,10 @@ class SessionStore:
         upsert = {"state": ins.excluded.state, "vec": ins.excluded.vec, "touched": ins.excluded.touched,
                   "version": t.c.version + 1}
         self._put = ins.on_conflict_do_update(index_elements=["id"], set_=upsert)
-        # compare-and-swap: inserted, or updated only where the version is still the one read
+        # compare-and-swap: inserted, or updated only where the version is still the one read; RETURNING
+        # says whether a row was written (psycopg's rowcount is -1 in autocommit)
         self._put_if = ins.on_conflict_do_update(index_elements=["id"], set_=upsert,
-                                                 where=t.c.version == sa.bindparam("expected"))
+                                                 where=t.c.version == sa.bindparam("expected")).returning(t.c.version)
 
     def get(self, sid: str) -> StoredSession | None:
         with self._db.tx(single=True) as c:
@@ -132,9 +133,10 @@ class SessionStore:
         values = {"id": sid, "state": doc, "vec": vector, "touched": time.time(), "version": (expected or 0) + 1}
         with self._db.tx(write=True, single=True) as c:
             if expected is None:
-                done = c.execute(self._put, values).rowcount > 0
+                c.execute(self._put, values)
+                done = True
             else:
-                done = c.execute(self._put_if, {**values, "expected": expected}).rowcount > 0
+                done = c.execute(self._put_if, {**values, "expected": expected}).first() is not None
         with self._lock:
             self._writes += 1
             due = self._writes % PURGE_EVERY == 0

@@ -69,6 +69,32 @@ def engine_copy(engine, settings_factory, encoder, dst: Path, **settings_kw):
     return Engine(settings_factory(dst, **settings_kw), encoder)
 
 
+@pytest.fixture(scope="module")
+def client(engine):
+    """A TestClient over the shared engine's app (read-mostly tests; a module that writes or learns
+    makes its own with :func:`engine_and_client`, which overrides this one)."""
+    from fastapi.testclient import TestClient
+
+    from vitrine.web.app import create_app
+
+    with TestClient(create_app(engine=engine)) as c:
+        yield c
+
+
+def new_sid() -> str:
+    """A session id of a test's own."""
+    import uuid
+
+    return "t-" + uuid.uuid4().hex[:12]
+
+
+def search10(client, **body) -> dict:
+    """POST /v1/search with ten results unless ``body`` says otherwise; the answer, checked 200."""
+    r = client.post("/v1/search", json={"k": 10, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
 def engine_and_client(folder: str, *, engine_name: str = "eng", **settings_kw):
     """A test module's own engine and API: ``eng, client = engine_and_client("rules", api_key=...)``
     at module level gives two module-scoped fixtures, an engine over a copy of the shared data dir

@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 import base64
-import uuid
 from collections import Counter
 
-import pytest
-from conftest import SOURCE
-from fastapi.testclient import TestClient
+from conftest import SOURCE, new_sid as sid, search10 as search
 from vitrine.conversation.stage import SessionStage
 
 
-@pytest.fixture(scope="module")
-def client(engine):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=engine)) as c:
-        yield c
-
-
-def sid() -> str:
-    return "t-" + uuid.uuid4().hex[:12]
-
-
-def search(client, **body):
-    r = client.post("/v1/search", json={"k": 10, **body})
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def attrs(hit):

@@ -5,32 +5,15 @@ references that follow the page the shopper saw, and concurrent turns of one ses
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import Counter
 
-import pytest
-from fastapi.testclient import TestClient
+from conftest import new_sid as sid
+from conftest import search10 as search
 from vitrine.conversation.followups import parse
 from vitrine.conversation.stage import SessionStage
 from vitrine.evals.session_lookalikes import load_set, precision_at, relevant
 
 
-@pytest.fixture(scope="module")
-def client(engine):
-    from vitrine.web.app import create_app
-
-    with TestClient(create_app(engine=engine)) as c:
-        yield c
-
-
-def sid() -> str:
-    return "t-" + uuid.uuid4().hex[:12]
-
-
-def search(client, **body):
-    r = client.post("/v1/search", json={"k": 10, **body})
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def test_the_set_holds_both_languages_and_both_readings():

@@ -10,6 +10,7 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +80,8 @@ def sessions_eval(settings: Any, data_dir: Path | None, n: int, json_out: Path |
     result["machine"] = f"{platform.platform()}, Python {platform.python_version()}"
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     engine.close()
-    text = json.dumps(result, indent=1, ensure_ascii=False)
     click.echo(json.dumps({k: v for k, v in result.items() if k not in ("rows",)}, indent=1, ensure_ascii=False))
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
-    if report_dir:
-        report_dir.mkdir(parents=True, exist_ok=True)
-        (report_dir / "sessions.json").write_text(text + "\n")
-        (report_dir / "sessions.md").write_text(S.report_markdown(result))
+    _write(result, json_out, report_dir, "sessions", S.report_markdown)
 
 
 def lookalikes_eval(settings: Any, data_dir: Path, json_out: Path | None, report_dir: Path | None) -> None:
@@ -112,12 +106,18 @@ def lookalikes_eval(settings: Any, data_dir: Path, json_out: Path | None, report
                       products=len(engine))
     finally:
         engine.close()
-    text = json.dumps(result, indent=1, ensure_ascii=False)
     click.echo(json.dumps(result["groups"], indent=1, ensure_ascii=False))
+    _write(result, json_out, report_dir, "session-lookalikes", L.report_markdown)
+
+
+def _write(result: dict[str, Any], json_out: Path | None, report_dir: Path | None, stem: str,
+           markdown: Callable[[dict[str, Any]], str]) -> None:
+    """An eval's result as JSON at ``json_out`` and as ``stem``.json/.md in ``report_dir``."""
+    text = json.dumps(result, indent=1, ensure_ascii=False) + "\n"
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
+        json_out.write_text(text)
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)
-        (report_dir / "session-lookalikes.json").write_text(text + "\n")
-        (report_dir / "session-lookalikes.md").write_text(L.report_markdown(result))
+        (report_dir / f"{stem}.json").write_text(text)
+        (report_dir / f"{stem}.md").write_text(markdown(result))

@@ -32,14 +32,20 @@ def to_record(row: dict[str, str], image_ref: str) -> dict[str, Any]:
     }
 
 
-def convert(source: Path, out: Path, ids: Iterable[str] | None = None, *, photo_base: Path | None = None) -> int:
-    """Write the catalogue as JSONL at ``out``, photo paths relative to ``photo_base`` (default:
-    ``out``'s folder; ingest reads photos only inside the folder it is given)."""
-    source, out = Path(source), Path(out)
+def styles_of(source: Path, ids: Iterable[str] | None = None) -> list[dict]:
+    """The bundled catalogue's style rows at ``source`` (those of ``ids`` only, when given)."""
     rows = read_styles(source)
     if ids is not None:
         keep = set(ids)
         rows = [r for r in rows if r["id"] in keep]
+    return rows
+
+
+def convert(source: Path, out: Path, ids: Iterable[str] | None = None, *, photo_base: Path | None = None) -> int:
+    """Write the catalogue as JSONL at ``out``, photo paths relative to ``photo_base`` (default:
+    ``out``'s folder; ingest reads photos only inside the folder it is given)."""
+    source, out = Path(source), Path(out)
+    rows = styles_of(source, ids)
     out.parent.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath((source / "images").resolve(), Path(photo_base or out.parent).resolve())
     with atomic_path(out, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:

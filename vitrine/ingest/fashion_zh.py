@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vitrine.atomic import atomic_path
-from vitrine.bundled import read_styles
-from vitrine.ingest.fashion import to_record
+from vitrine.ingest.fashion import styles_of, to_record
 from vitrine.intent.slots import lexicon
 from vitrine.lang import cedict, segment
 from vitrine.lang.translate import content_words, gloss_phrases, shop_words
@@ -182,10 +181,7 @@ def renderer() -> ChineseRenderer:
 def convert_zh(source: Path, out: Path, ids: Iterable[str] | None = None) -> int:
     """Write the Chinese-titled catalogue as JSONL at ``out`` (ids and photos as the English one's)."""
     source, out = Path(source), Path(out)
-    rows = read_styles(source)
-    if ids is not None:
-        keep = set(ids)
-        rows = [r for r in rows if r["id"] in keep]
+    rows = styles_of(source, ids)
     out.parent.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath((source / "images").resolve(), out.parent.resolve())
     r = renderer()

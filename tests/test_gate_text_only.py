@@ -76,7 +76,8 @@ def test_text_only_catalogue_trains_the_text_side_and_installs(settings_factory,
             hit = [r for r, j in enumerate(top) if val.group[j] == val.group[i]]
             rr.append(1.0 / (hit[0] + 1) if hit else 0.0)
         assert float(np.mean(rr)) == pytest.approx(max(scores), abs=0.03)  # float16 on disk
-        assert summary["heldout_MRR@10_new"] == pytest.approx(max(scores), abs=1e-6)
+        # the install decision scores the weights as saved (float16), as the brute force above does
+        assert summary["heldout_MRR@10_new"] == pytest.approx(float(np.mean(rr)), abs=0.01)
         if summary["heldout_MRR@10_new"] <= summary["heldout_MRR@10_served_before"]:  # no better: never installed
             assert not summary["installed"] and "swap" not in summary and "not installed" in summary["decision"]
             assert eng.calibration.text_weights == floor_before.text_weights

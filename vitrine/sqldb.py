@@ -160,6 +160,11 @@ class SqlDb:
                     shared.health.off_recover(shared.engine.dispose)
                 shared.engine.dispose()
 
+    def check(self) -> None:
+        """Raise StorageError now if the database is known to be down (PostgreSQL; SQLite never is)."""
+        if self._shared is not None and self._shared.health is not None:
+            self._shared.health.check(self.what)
+
     @contextmanager
     def tx(self, *, write: bool = False, single: bool = False) -> Iterator[Connection]:
         """A connection in one transaction, committed when the block ends (rolled back on error).

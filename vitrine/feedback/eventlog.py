@@ -136,6 +136,12 @@ class EventLog:
         with self._search_db.tx(write=True, single=True) as c:
             c.execute(self._log_search, search_row(s))
 
+    def check_writable(self) -> None:
+        """Raise StorageError at once if the log's database is known to be down: a search queued for
+        the background writer then goes unlogged (no ``query_id``) instead of naming a search that
+        will never be stored."""
+        self._search_db.check()
+
     def log_searches(self, batch: Sequence[SearchLog]) -> None:
         """Log ``batch`` in one transaction (vitrine/feedback/logwriter.py writes this way)."""
         if batch:

@@ -28,7 +28,8 @@ class BatchedSearchLog:
     """``inner`` with its searches written by a background thread, in batches of at most ``max_batch``."""
 
     # attributes read on the request thread (or cheap and state-free): never wait for the queue
-    _DIRECT = frozenset({"hash_user", "log_search", "path", "url", "close", "flush", "counts_cached"})
+    _DIRECT = frozenset({"hash_user", "log_search", "path", "url", "close", "flush", "counts_cached",
+                         "check_writable"})
 
     def __init__(self, inner: Any, *, max_batch: int = MAX_BATCH) -> None:
         self._inner = inner
@@ -47,6 +48,9 @@ class BatchedSearchLog:
         return self._inner
 
     def log_search(self, s: SearchLog) -> None:
+        check = getattr(self._inner, "check_writable", None)
+        if check is not None:  # the database is known to be down: unlogged now, not lost later
+            check()
         if not self._thread.is_alive():  # the writer died: write here rather than queue forever
             self._inner.log_search(s)
             return

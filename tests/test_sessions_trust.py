@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import pytest
+
 from conftest import new_sid as sid
 from conftest import search10 as search
 from vitrine.conversation.followups import parse

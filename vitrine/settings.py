@@ -420,6 +420,10 @@ class FeedbackSettings(_Section):
     learn_rocchio_weight: float = Field(1.0, ge=0, description="How far a logged query's ranking moves toward "
                                         "products like the ones its shoppers chose, shown or not (Rocchio "
                                         "feedback in the text tower's space; 0: off; docs/learning.md).")
+    learn_ranker: bool = Field(True, description="Train a learned ranker (LightGBM lambdarank over the fusion's "
+                               "signals and the log's features, inverse-propensity weighted clicks) with each learn; "
+                               "served only when it beats the table alone, what serves and the text tower on the "
+                               "later slice of the log (docs/learning.md).")
     learn_category_weight: float = Field(0.0, ge=0, description="How much a logged query's chosen categories lift "
                                          "their other products (0, default: off; it lost on the dev set, docs/learning.md).")
     explore_share: float = Field(0.05, ge=0, le=1, description="Share of head-query first pages that show one "

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vitrine.watched import WatchedFile
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
+from vitrine.feedback import ltr
 from vitrine.feedback.blocklist import Blocklist, blocked
 from vitrine.feedback.logwriter import BatchedSearchLog
 from vitrine.feedback.types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
@@ -215,10 +216,12 @@ class LearnedTable:
     created: float = 0.0
     half_life_s: float = 30 * 86400.0
     report: dict[str, Any] = field(default_factory=dict)
+    ranker: ltr.Ranker | None = None  # the learned ranker served with the table (vitrine/feedback/ltr.py)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": LEARNED_FORMAT, "created": self.created, "half_life_s": self.half_life_s,
-                "queries": self.queries, "users": self.users, "report": self.report}
+                "queries": self.queries, "users": self.users, "report": self.report,
+                "ranker": ltr.DIR if self.ranker is not None else None}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "LearnedTable":
@@ -236,6 +239,11 @@ class LearnedTable:
 
 
 def save_learned(data_dir: Path, table: LearnedTable) -> Path:
+    """``learned.json`` in ``data_dir``, its ranker first (``ltr/``: what the table names is on disk
+    before the table is, so a worker that re-reads the table finds its ranker)."""
+    if table.ranker is not None:
+        table.ranker.created = table.created
+        table.ranker.save(Path(data_dir) / ltr.DIR)
     p = Path(data_dir) / LEARNED_FILE
     atomic_write_bytes(p, json.dumps(table.to_json(), ensure_ascii=False, sort_keys=True).encode())
     return p
@@ -246,10 +254,20 @@ def load_learned(data_dir: Path) -> LearnedTable | None:
     if not p.is_file():
         return None
     try:
-        return LearnedTable.from_json(json.loads(p.read_text()))
+        d = json.loads(p.read_text())
+        table = LearnedTable.from_json(d)
     except (OSError, ValueError, TypeError, AttributeError) as e:
         log.warning("%s unusable (%s): no learned re-ranking", p, e)
         return None
+    if d.get("ranker"):
+        try:
+            ranker = ltr.load(Path(data_dir) / str(d["ranker"]))
+            if abs(ranker.created - table.created) > 1e-6:
+                raise ValueError("it was saved with another table")
+            table.ranker = ranker
+        except (OSError, ValueError, TypeError, KeyError) as e:  # the table serves without it
+            log.warning("learned ranker in %s unusable (%s): the table serves without it", data_dir, e)
+    return table
 
 
 def rerank(scored: Ranked, boosts: Mapping[int, float], weight: float) -> Ranked:
@@ -295,6 +313,18 @@ class LearnedQueries:
 
     def unpin(self) -> None:
         self._local.pinned = None
+
+    def capture(self, on: bool) -> list[tuple[str, list[ltr.Row]]]:
+        """Start (``on``) or stop collecting this thread's searches' ranker rows (query, its pool's
+        rows, as the learned stage builds them), for training a ranker; returns what was collected."""
+        got: list[tuple[str, list[ltr.Row]]] = getattr(self._local, "captured", None) or []
+        self._local.captured = [] if on else None
+        return got
+
+    def captured(self) -> list[tuple[str, list[ltr.Row]]] | None:
+        """Where this thread's searches put their ranker rows (None: not collecting)."""
+        got: list[tuple[str, list[ltr.Row]]] | None = getattr(self._local, "captured", None)
+        return got
 
     def reload(self) -> None:
         """Read the file again at the next search (after writing it)."""

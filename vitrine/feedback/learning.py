@@ -14,9 +14,13 @@ every ``learn_interval_s`` when new events arrived (vitrine/web/lifecycle.py).
 4. Kept (re-learned on the whole log, written to ``learned.json``, which every worker re-reads
    within a second) only with evidence that it beats what serves: at least ``learn_min_judged``
    judged queries, a higher mean nDCG@10, and a paired test over the queries (Wilcoxon
-   signed-rank, one-sided: learned > serving) below ``learn_alpha``; else what serves stays. A
+   signed-rank, one-sided: learned > serving) below ``learn_alpha``, and a mean no lower than the
+   text tower's own ranking (the floor, no learning) on the same slice; else what serves stays. A
    mean over a handful of queries moves with one lucky query; the test asks whether the queries
    that improved outweigh those that got worse, by rank, beyond what chance gives.
+5. With ``learn_ranker``, a learned ranker (vitrine/feedback/ltr.py) is trained on the earlier part
+   beside the table and judged with it the same way; it serves only when the table with it beats
+   the table alone as well (then it is re-trained on the whole log with the whole log's table).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +36,10 @@ import numpy as np
 from scipy import stats
 
 from vitrine.feedback.types import EventLogAPI, FeedbackSlice, SearchLog
-from vitrine.feedback import clicks
+from vitrine.feedback import clicks, ltr
 from vitrine.feedback.intake import LearnedQueries, LearnedTable, save_learned
 from vitrine.metrics import ndcg_at_k
+from vitrine.search import calibration, variants
 from vitrine.settings import FeedbackSettings
 
 log = logging.getLogger(__name__)
@@ -89,6 +94,40 @@ def judge(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable | 
         learned.unpin()
 
 
+def judge_floor(search_ids: SearchIds, learned: LearnedQueries, gains: dict[str, dict[str, float]],
+                texts: dict[str, str]) -> dict[str, float]:
+    """:func:`judge` of the text tower's own ranking (the catalogue's floor, no learning)."""
+    with variants.ranking(variants.RankingOverride("learning", "floor", calibration=calibration.floor(),
+                                                   learn_weight=0.0)):
+        return judge(search_ids, learned, None, gains, texts)
+
+
+def pool_rows(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable, queries: list[str],
+              texts: dict[str, str]) -> dict[str, list[ltr.Row]]:
+    """Per query: its pool's ranker rows as the learned stage builds them with ``table`` serving."""
+    learned.pin(table)
+    learned.capture(True)
+    try:
+        for q in queries:
+            search_ids(texts.get(q, q))
+    finally:
+        got = learned.capture(False)
+        learned.unpin()
+    return {q: rows for q, rows in got}
+
+
+def train_ranker(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable, fb: FeedbackSlice,
+                 settings: FeedbackSettings, texts: dict[str, str]) -> ltr.Ranker | None:
+    """A learned ranker from a slice of the log, ``table`` (learned from the same slice) serving
+    while its rows are built; None when the slice has too few queries with a chosen product."""
+    ev = ltr.ips(fb, em=settings.learn_propensity == "em", bot_per_minute=settings.bot_events_per_minute)
+    queries = sorted(q for q, rel in ev.rel.items() if any(v > 0 for v in rel.values()))
+    if len(queries) < 2:
+        return None
+    return ltr.train(pool_rows(search_ids, learned, replace(table, ranker=None), queries, texts), ev,
+                     created=table.created)
+
+
 def paired_test(before: dict[str, float], after: dict[str, float]) -> float:
     """One-sided p-value of the Wilcoxon signed-rank test that ``after`` beats ``before`` over
     the same queries (1.0 when no query changed)."""
@@ -119,43 +158,62 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         late = FeedbackSlice([s for s in late.searches if s.query_id in fresh],
                              [e for e in late.events if e.query_id in fresh])
     candidate = clicks.learn(early, now=now, **kw)
+    ranker = train_ranker(search_ids, learned, candidate, early, settings, texts) if settings.learn_ranker else None
     late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days, em=kw["em"],
                             client_share=kw["client_share"], bot_per_minute=kw["bot_per_minute"])
     gains = {q: g for q, g in clicks.labels(late_ev).items()
              if q in candidate.queries and any(v > 0 for v in g.values())}  # some product above the mean
     report.update({"learn": {"searches": len(early.searches), "events": len(early.events), **candidate.report},
                    "judge": {"searches": len(late.searches), "events": len(late.events), "queries": len(gains)}})
-    accepted = False
+    accepted = with_ranker = False
     if gains:
         before = judge(search_ids, learned, serving, gains, texts)
         after = judge(search_ids, learned, candidate, gains, texts)
+        f = float(np.mean(list(judge_floor(search_ids, learned, gains, texts).values())))
         b, a = float(np.mean(list(before.values()))), float(np.mean(list(after.values())))
         p = paired_test(before, after)
         enough = len(gains) >= settings.learn_min_judged
-        accepted = enough and a > b and (p < settings.learn_alpha or settings.learn_alpha >= 1.0)
+
+        def wins(mean: float, pv: float) -> bool:
+            return enough and mean > b and mean >= f and (pv < settings.learn_alpha or settings.learn_alpha >= 1.0)
+
+        accepted = wins(a, p)
         report["judge"].update({"nDCG@10_serving": round(b, 4), "nDCG@10_learned": round(a, 4),
+                                "nDCG@10_floor": round(f, 4),
                                 "improved": sum(after[q] > before[q] + 1e-9 for q in gains),
                                 "worse": sum(after[q] < before[q] - 1e-9 for q in gains),
                                 "p_value": round(p, 6), "alpha": settings.learn_alpha,
                                 "min_judged": settings.learn_min_judged})
+        if ranker is not None:
+            ranked = judge(search_ids, learned, replace(candidate, ranker=ranker), gains, texts)
+            r, pr = float(np.mean(list(ranked.values()))), paired_test(before, ranked)
+            with_ranker = wins(r, pr) and r > a
+            accepted = accepted or with_ranker
+            report["judge"]["ranker"] = {"nDCG@10_learned_ranker": round(r, 4), "p_value": round(pr, 6),
+                                         "kept": with_ranker, "train": ranker.report}
         if not enough:
             report["judge"]["note"] = (f"{len(gains)} judged queries, fewer than learn_min_judged "
                                        f"({settings.learn_min_judged}): not enough evidence to replace what serves")
     else:
         report["judge"]["note"] = "no head query of the earlier part has evidence in the later part"
     full = clicks.learn(fb, now=now, **kw)
+    if ranker is not None:  # the whole log's ranker (served only when its earlier part's won)
+        full.ranker = train_ranker(search_ids, learned, full, fb, settings, texts)
     table: LearnedTable | None = None
     if accepted:
-        table = full
+        table = full if with_ranker else replace(full, ranker=None)
         table.report = {**table.report, "judge": report["judge"], "accepted": True}
         if save:
             report["path"] = str(save_learned(data_dir, table))
             learned.reload()
-        report["outcome"] = (f"learned re-ranking of {len(table.queries)} head queries kept: later-slice nDCG@10 "
-                             f"{report['judge']['nDCG@10_serving']:.4f} -> {report['judge']['nDCG@10_learned']:.4f}")
+        got = report["judge"]["ranker"]["nDCG@10_learned_ranker"] if with_ranker else report["judge"]["nDCG@10_learned"]
+        report["outcome"] = (f"learned re-ranking of {len(table.queries)} head queries kept"
+                             f"{' with its learned ranker' if table.ranker is not None else ''}: later-slice nDCG@10 "
+                             f"{report['judge']['nDCG@10_serving']:.4f} -> {got:.4f}")
     else:
         report["outcome"] = ("learned re-ranking not kept: no evidence that it beats what serves on the later slice "
-                             "(learn_min_judged judged queries and a Wilcoxon p-value below learn_alpha)")
+                             "(learn_min_judged judged queries, a Wilcoxon p-value below learn_alpha, not below "
+                             "the text tower's floor)")
     report["seconds"] = round(time.time() - t0, 2)
     log.info("learning from the search log: %s", report["outcome"])
     return LearnResult(table, full, texts, report)

@@ -128,22 +128,30 @@ class Generaliser:
         best = int(np.argmax(sims))
         return norms[best], float(sims[best])
 
+    def source(self, table: LearnedTable, text: str, transfer_similarity: float) -> tuple[str, float] | None:
+        """The logged query whose profile ``text`` takes, with the strength it takes it at: itself at
+        1 when logged, else its nearest logged query at ``(cosine - threshold) / (1 - threshold)``
+        when the cosine reaches ``transfer_similarity``; None when neither."""
+        norm = normalise_query(text)
+        if norm in table.queries:
+            return norm, 1.0
+        if transfer_similarity >= 1.0:
+            return None
+        near = self.nearest(table, text)
+        if near is None or near[1] < transfer_similarity:
+            return None
+        return near[0], (near[1] - transfer_similarity) / max(1.0 - transfer_similarity, 1e-6)
+
     def apply(self, table: LearnedTable | None, text: str, ranked: Ranked, allowed: np.ndarray | None, *,
               rocchio_weight: float, category_weight: float, transfer_similarity: float) -> Ranked:
         """``ranked`` moved by the profile of ``text``'s logged query, or of its nearest logged one
         (see the module docstring); as it was when neither applies."""
         if table is None or not ranked or (rocchio_weight <= 0 and category_weight <= 0):
             return ranked
-        norm = normalise_query(text)
-        strength = 1.0
-        source = norm if norm in table.queries else None
-        if source is None:
-            if transfer_similarity >= 1.0:
-                return ranked
-            near = self.nearest(table, text)
-            if near is None or near[1] < transfer_similarity:
-                return ranked
-            source, strength = near[0], (near[1] - transfer_similarity) / max(1.0 - transfer_similarity, 1e-6)
+        got = self.source(table, text, transfer_similarity)
+        if got is None:
+            return ranked
+        source, strength = got
         prof = self.profile_of(table, source)
         if prof is None or strength <= 0:
             return ranked

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import engine_copy
 
-from vitrine.feedback import clicks, learning, ltr
+from vitrine.feedback import clicks, learning, ltr, ltr_fit
 from vitrine.feedback.intake import load_learned, save_learned
 from vitrine.feedback.stage import LearnedRerank
 from vitrine.feedback.types import EventRecord, FeedbackSlice, SearchLog
@@ -71,7 +71,7 @@ def test_ips_matches_a_brute_force_computation():
                 events.append(EventRecord(event_id=f"e{n}-{r}", query_id=s.query_id,
                                           type=rng.choice(["click", "add_to_cart", "purchase"]), product_id=pid,
                                           position=r, ts=1e6 + n, user=user))
-    got = ltr.ips(FeedbackSlice(searches, events))
+    got = ltr_fit.ips(FeedbackSlice(searches, events))
     best: dict[tuple[str, str, str], int] = {}
     for s in searches:
         for r, pid in enumerate(s.ids):
@@ -85,15 +85,15 @@ def test_ips_matches_a_brute_force_computation():
     shown: dict[tuple[str, str], int] = defaultdict(int)
     for (q, d, u), r in best.items():
         shown[(q, d)] += 1
-        total[(q, d)] += strongest.get((q, d, u), 0.0) * min(r + 1.0, ltr.MAX_IPS)  # 1 / clipped propensity
-    assert any(r >= ltr.MAX_IPS for r in best.values())  # the clip is exercised
+        total[(q, d)] += strongest.get((q, d, u), 0.0) * min(r + 1.0, ltr_fit.MAX_IPS)  # 1 / clipped propensity
+    assert any(r >= ltr_fit.MAX_IPS for r in best.values())  # the clip is exercised
     assert {(q, d) for q, rel in got.rel.items() for d in rel} == set(shown)
     for (q, d), n in shown.items():
         assert got.rel[q][d] == pytest.approx(total[(q, d)] / n, rel=1e-12)
         assert got.shown[q][d] == n
     for d in {d for _, d in shown}:
         assert got.ips_sum[d] == pytest.approx(sum(v for (_, dd), v in total.items() if dd == d), rel=1e-12)
-    assert ltr.grades({"a": 0.0, "b": 0.2, "c": 1.0, "d": 0.5}) == {"a": 0, "b": 1, "c": 4, "d": 2}
+    assert ltr_fit.grades({"a": 0.0, "b": 0.2, "c": 1.0, "d": 0.5}) == {"a": 0, "b": 1, "c": 4, "d": 2}
 
 
 def test_ranker_learns_the_product_shoppers_prefer_and_round_trips(own_engine, tmp_path):
@@ -108,7 +108,7 @@ def test_ranker_learns_the_product_shoppers_prefer_and_round_trips(own_engine, t
     raw: dict[tuple[str, str], int] = defaultdict(int)
     for e in fb.events:
         raw[(e.query_id.split("-")[1], e.product_id)] += 1
-    ev = ltr.ips(fb)
+    ev = ltr_fit.ips(fb)
     assert any(raw[(q, pages[q][0])] > raw[(q, liked[q])] for q in QUERIES)  # position bias in the raw clicks
     for q in QUERIES:
         assert max(ev.rel[q], key=ev.rel[q].__getitem__) == liked[q]

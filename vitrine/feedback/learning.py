@@ -36,7 +36,7 @@ import numpy as np
 from scipy import stats
 
 from vitrine.feedback.types import EventLogAPI, FeedbackSlice, SearchLog
-from vitrine.feedback import clicks, ltr
+from vitrine.feedback import clicks, ltr, ltr_fit
 from vitrine.feedback.intake import LearnedQueries, LearnedTable, save_learned
 from vitrine.metrics import ndcg_at_k
 from vitrine.search import calibration, variants
@@ -120,11 +120,11 @@ def train_ranker(search_ids: SearchIds, learned: LearnedQueries, table: LearnedT
                  settings: FeedbackSettings, texts: dict[str, str]) -> ltr.Ranker | None:
     """A learned ranker from a slice of the log, ``table`` (learned from the same slice) serving
     while its rows are built; None when the slice has too few queries with a chosen product."""
-    ev = ltr.ips(fb, em=settings.learn_propensity == "em", bot_per_minute=settings.bot_events_per_minute)
+    ev = ltr_fit.ips(fb, em=settings.learn_propensity == "em", bot_per_minute=settings.bot_events_per_minute)
     queries = sorted(q for q, rel in ev.rel.items() if any(v > 0 for v in rel.values()))
     if len(queries) < 2:
         return None
-    return ltr.train(pool_rows(search_ids, learned, replace(table, ranker=None), queries, texts), ev,
+    return ltr_fit.train(pool_rows(search_ids, learned, replace(table, ranker=None), queries, texts), ev,
                      created=table.created)
 
 

@@ -114,7 +114,9 @@ def test_ranker_learns_the_product_shoppers_prefer_and_round_trips(own_engine, t
         assert max(ev.rel[q], key=ev.rel[q].__getitem__) == liked[q]
     table = clicks.learn(fb, min_users=3)
     texts = {q: q for q in QUERIES}
-    ranker = learning.train_ranker(lambda t: ids(eng, t), learned, table, fb, eng.settings.feedback, texts)
+    fs = eng.settings.feedback
+    kw = {"min_users": 3, "em": False, "bot_per_minute": fs.bot_events_per_minute}
+    ranker = learning.train_ranker(lambda t: ids(eng, t), learned, fb, fs, texts, kw, time.time())
     assert ranker is not None and ranker.report["queries"] == len(QUERIES)
     rows = learning.pool_rows(lambda t: ids(eng, t), learned, table, list(QUERIES), texts)
     for q in QUERIES:

@@ -116,16 +116,21 @@ def pool_rows(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTabl
     return {q: rows for q, rows in got}
 
 
-def train_ranker(search_ids: SearchIds, learned: LearnedQueries, table: LearnedTable, fb: FeedbackSlice,
-                 settings: FeedbackSettings, texts: dict[str, str]) -> ltr.Ranker | None:
-    """A learned ranker from a slice of the log, ``table`` (learned from the same slice) serving
-    while its rows are built; None when the slice has too few queries with a chosen product."""
-    ev = ltr_fit.ips(fb, em=settings.learn_propensity == "em", bot_per_minute=settings.bot_events_per_minute)
-    queries = sorted(q for q, rel in ev.rel.items() if any(v > 0 for v in rel.values()))
+def train_ranker(search_ids: SearchIds, learned: LearnedQueries, fb: FeedbackSlice, settings: FeedbackSettings,
+                 texts: dict[str, str], kw: dict[str, Any], now: float) -> ltr.Ranker | None:
+    """A learned ranker from a slice of the log (vitrine/feedback/ltr_fit.py): its earlier half's
+    table serves while the rows are built and gives their popularity features, its later half's
+    IPS evidence labels them; served with the whole slice's popularity. None when the later half
+    has too few queries with a chosen product."""
+    past, later = split_in_time(fb, 0.5)
+    labels = ltr_fit.ips(later, em=kw["em"], bot_per_minute=kw["bot_per_minute"])
+    queries = sorted(q for q, rel in labels.rel.items() if any(v > 0 for v in rel.values()))
     if len(queries) < 2:
         return None
-    return ltr_fit.train(pool_rows(search_ids, learned, replace(table, ranker=None), queries, texts), ev,
-                     created=table.created)
+    table = clicks.learn(past, now=now, **kw)
+    return ltr_fit.train(pool_rows(search_ids, learned, table, queries, texts), labels,
+                         past=ltr_fit.ips(past, em=kw["em"], bot_per_minute=kw["bot_per_minute"]),
+                         whole=ltr_fit.ips(fb, em=kw["em"], bot_per_minute=kw["bot_per_minute"]), created=now)
 
 
 def paired_test(before: dict[str, float], after: dict[str, float]) -> float:
@@ -158,7 +163,7 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         late = FeedbackSlice([s for s in late.searches if s.query_id in fresh],
                              [e for e in late.events if e.query_id in fresh])
     candidate = clicks.learn(early, now=now, **kw)
-    ranker = train_ranker(search_ids, learned, candidate, early, settings, texts) if settings.learn_ranker else None
+    ranker = train_ranker(search_ids, learned, early, settings, texts, kw, now) if settings.learn_ranker else None
     late_ev = clicks.gather(late, now=now, half_life_days=settings.learn_half_life_days, em=kw["em"],
                             client_share=kw["client_share"], bot_per_minute=kw["bot_per_minute"])
     gains = {q: g for q, g in clicks.labels(late_ev).items()
@@ -198,7 +203,7 @@ def learn_from_log(log_: EventLogAPI, learned: LearnedQueries, search_ids: Searc
         report["judge"]["note"] = "no head query of the earlier part has evidence in the later part"
     full = clicks.learn(fb, now=now, **kw)
     if ranker is not None:  # the whole log's ranker (served only when its earlier part's won)
-        full.ranker = train_ranker(search_ids, learned, full, fb, settings, texts)
+        full.ranker = train_ranker(search_ids, learned, fb, settings, texts, kw, now)
     table: LearnedTable | None = None
     if accepted:
         table = full if with_ranker else replace(full, ranker=None)

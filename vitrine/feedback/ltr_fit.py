@@ -137,15 +137,19 @@ def grades(rel: Mapping[str, float]) -> dict[str, int]:
     return {d: (max(1, min(GRADES, int(math.ceil(GRADES * v / top - 1e-9)))) if v > 0 else 0) for d, v in rel.items()}
 
 
-def train(groups: Mapping[str, Sequence[Row]], ev: Clicks, *, created: float = 0.0,
-          rounds: int = ROUNDS) -> Ranker | None:
+def train(groups: Mapping[str, Sequence[Row]], labels: Clicks, *, past: Clicks, whole: Clicks,
+          created: float = 0.0, rounds: int = ROUNDS) -> Ranker | None:
     """A ranker from each logged query's pool rows (``groups``: query -> rows, as the stage built
-    them) and the IPS evidence of the same slice; None when fewer than two queries have a chosen
-    product among the rows they showed."""
+    them with the table of ``past`` serving), labelled by the IPS evidence of a later slice
+    (``labels``); the popularity features of training come from ``past`` too, those it serves
+    with from ``whole`` (the slice it is served after). Features from the past, labels from what
+    followed, as at serving: a feature computed from the very clicks that label a row (a
+    product's popularity, its learned boost) predicts the label perfectly in training and nothing
+    after. None when fewer than two queries have a chosen product among the rows they showed."""
     import lightgbm
 
     leaves = {r.pid: r.leaf for rows in groups.values() for r in rows}
-    pop, cats = popularity(ev, leaves)
+    pop, cats = popularity(past, leaves)
     signals = sorted({k[len("signal:"):] for rows in groups.values() for r in rows for k in r.values
                       if k.startswith("signal:")})
     features = [*LOG_FEATURES, *(f"signal:{s}" for s in signals)]
@@ -154,7 +158,7 @@ def train(groups: Mapping[str, Sequence[Row]], ev: Clicks, *, created: float = 0
     sizes: list[int] = []
     used = 0
     for q in sorted(groups):
-        rel = ev.rel.get(q, {})
+        rel = labels.rel.get(q, {})
         rows = [r for r in groups[q] if r.pid in rel]  # the products this query's log showed
         g = grades({r.pid: rel[r.pid] for r in rows})
         if len(rows) < 2 or not any(g.values()):
@@ -169,8 +173,9 @@ def train(groups: Mapping[str, Sequence[Row]], ev: Clicks, *, created: float = 0
                             feature_name=[f.replace(":", "_") for f in features], free_raw_data=False)
     booster = lightgbm.train(PARAMS, data, num_boost_round=rounds)
     report = {"queries": used, "rows": int(sum(sizes)), "chosen": int(sum(1 for y in ys if y > 0)),
-              "propensity": ev.propensity, "max_ips": MAX_IPS, "rounds": rounds, "features": features,
+              "propensity": labels.propensity, "max_ips": MAX_IPS, "rounds": rounds, "features": features,
               "popular_products": len(pop), "lightgbm": lightgbm.__version__}
+    pop, cats = popularity(whole, leaves)  # served: the whole slice (leaves of the products the rows hold)
     return Ranker(booster, signals, pop, cats, report, created)
 
 

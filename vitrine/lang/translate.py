@@ -12,11 +12,17 @@ How a word's English is chosen: each sense ``i`` (in the dictionary's order) is 
 at ";" and ","; parentheses either join ("(hand)bag" -> "handbag") or drop ("red (color)" ->
 "red"); leading "to "/"a " and words such as "sb"/"sth" go. A phrase's score is the share of its
 content words the catalogue holds (a dictionary's American spelling meets a catalogue's British
-one), times ``1 / (1 + 0.25 i)`` (earlier senses are the usual ones), times a small bonus for words
-many products hold; the best phrase is kept, and the second one too when it scores within 90% of
-the best (both "handbag" and "bag"). A single character is read by its first two senses only (its
-later ones belong to other words). A word the dictionary has but whose senses the catalogue lacks
-stays unread ("硬币", coin, on a furniture catalogue), and so do particles and words like "要".
+one), squared (a phrase read in part, "iris family" as "family", is a weak reading), times
+``1 / (1 + 0.25 i)`` (earlier senses are the usual ones), times the catalogue's own prior for the
+phrase: ``(1 + products per thousand holding it) ** SENSE_PRIOR`` (what this catalogue sells is what
+its shoppers most likely mean: "圆" reads "round", its second sense, on a catalogue with ten times more
+"round" than "circle"; "储物柜" reads "cabinet" rather than "locker"); the best phrase is kept, and
+the next ones too when they score within 90% of the best (both "handbag" and "bag": alternatives BM25
+ORs). A single character is read by its first two senses only (its later ones belong to other
+words). A word the dictionary has but whose senses the catalogue lacks stays unread ("硬币", coin, on
+a furniture catalogue), and so do words like "要". Function characters standing alone (:data:`FUNCTION`:
+"带" as *with*, "的", measure words, the suffixes "形"/"式" of "X-shaped", "X-style") read as nothing,
+and a decade ("70年代") as the English one ("70s").
 
 Nothing here knows a catalogue's storage: the caller hands the vocabulary (term -> products) and
 the function that turns an English word into the vocabulary's terms (the BM25 stemmer).
@@ -56,8 +62,16 @@ SPELLINGS = {"gray": "grey", "grey": "gray", "color": "colour", "colour": "color
              "jewellery": "jewelry", "favorite": "favourite", "center": "centre", "centre": "center",
              "theater": "theatre", "aluminum": "aluminium", "aluminium": "aluminum", "pajamas": "pyjamas",
              "pyjamas": "pajamas", "mustache": "moustache", "catalog": "catalogue"}
-SHARE_SECOND = 0.9
-MAX_WORD = 8  # the longest dictionary word a query is cut into  # a second phrase is kept when it scores within this share of the best
+SHARE_SECOND = 0.9  # a further phrase is kept when it scores within this share of the best
+MAX_WORD = 8  # the longest dictionary word a query is cut into
+# The weight of a catalogue's own frequency in choosing among a word's senses: a sense one step later in
+# the dictionary's order (factor 1 / 1.25) wins when the catalogue holds its phrase ~2.5 times as often.
+SENSE_PRIOR = 0.25
+# Characters that, standing alone between a query's words, carry grammar, not a product word: particles
+# and conjunctions, "带"/"配"/"含" (with), measure words, and the suffixes of "X-shaped", "X-style",
+# "X-type" (a word that holds them, "皮带", "款式", is read whole as a dictionary word first).
+FUNCTION = frozenset("的地得之了着和与及或并带配含附个件张把只条支根块盏款式型形状类")
+_DECADE = re.compile(r"(\d{2,4})\s*年代")
 
 
 @lru_cache(maxsize=1)
@@ -92,7 +106,8 @@ def content_words(phrase: str) -> list[str]:
 @dataclass
 class WordReading:
     """One Chinese word of a query and the catalogue words it was read as (``via``: ``table``,
-    ``dictionary``, ``parts``: its parts were read; ``kept``: not Chinese; ``unread``: nothing)."""
+    ``dictionary``, ``parts``: its parts were read; ``kept``: not Chinese; ``function``: a grammar
+    character, read as nothing; ``unread``: nothing)."""
 
     word: str
     english: list[str] = field(default_factory=list)
@@ -116,8 +131,8 @@ class Translation:
 
     @property
     def read_share(self) -> float:
-        """Share of the query's Chinese words that were read as catalogue words."""
-        zh = [w for w in self.words if w.via != "kept"]
+        """Share of the query's Chinese words (function characters aside) read as catalogue words."""
+        zh = [w for w in self.words if w.via not in ("kept", "function")]
         return 1.0 if not zh else sum(1 for w in zh if w.english) / len(zh)
 
     def explain(self) -> list[dict[str, Any]]:
@@ -129,9 +144,12 @@ class Translator:
     ``stem`` makes them) and how many products hold each; ``n_docs``: products in all."""
 
     def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]], n_docs: int,
-                 second_share: float | None = SHARE_SECOND) -> None:
+                 second_share: float | None = SHARE_SECOND, *, sense_prior: float = SENSE_PRIOR,
+                 grammar: bool = True) -> None:
         self.terms = terms
         self.second_share = second_share  # None: a word's best phrase only (:mod:`vitrine.lang.render`)
+        self.sense_prior = sense_prior  # 0: the dictionary's sense order alone
+        self.grammar = grammar  # read function characters as nothing and decades as English
         self.stem = stem
         self.n_docs = max(1, int(n_docs))
         self._words: dict[str, tuple[list[str], str, float]] = {}
@@ -179,8 +197,9 @@ class Translator:
             return 0.0, []
         coverage = hit / len(words)
         length = 1.0 if len(words) <= 3 else 0.6
-        common = 1.0 + 0.05 * math.log1p(min(dfs) * 1000.0 / self.n_docs)
-        return coverage * length * common / (1.0 + 0.25 * sense), got
+        rate = min(dfs) * 1000.0 / self.n_docs  # products per thousand holding the phrase's rarest word
+        common = (1.0 + 0.05 * math.log1p(rate)) * (1.0 + rate) ** self.sense_prior
+        return coverage * coverage * length * common / (1.0 + 0.25 * sense), got
 
     def _read(self, glosses: Sequence[str]) -> tuple[float, list[str]]:
         """The best phrases of a word's glosses in the catalogue's words, and the best one's score."""
@@ -215,6 +234,9 @@ class Translator:
         n = len(zh)
         q, via = 0.0, "unread"
         eng: list[str] = []
+        if self.grammar and zh in FUNCTION:  # grammar between words: read as nothing, but read
+            out = self._words[zh] = ([], "function", 0.6)
+            return out
         table = shop_words().get(zh)
         if table:
             q, eng = self._read(table)
@@ -256,6 +278,7 @@ class Translator:
     # -- a query ------------------------------------------------------------------------------------
     def translate(self, text: str) -> Translation:
         readings: list[WordReading] = []
+        text = decades(text) if self.grammar else text
         for part in re.split(f"([{segment.CJK}]+)", text):
             if not part.strip():
                 continue
@@ -267,6 +290,11 @@ class Translator:
                 readings.append(WordReading(piece, list(eng), "unread" if via == "known" else via))
         english = " ".join(e for r in readings for e in r.english)
         return Translation(source=text, text=english, words=readings)
+
+
+def decades(text: str) -> str:
+    """A decade written the Chinese way as the English one: "70年代风格" -> "70s 风格"."""
+    return _DECADE.sub(lambda m: f" {m.group(1)}s ", text) if "年代" in text else text
 
 
 def cjk_share(terms: Mapping[str, int]) -> float:

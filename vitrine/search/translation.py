@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 CHINESE_CATALOGUE = 0.5  # share of the catalogue's word occurrences that are Chinese: read Chinese as typed
 MIXED_CATALOGUE = 0.1  # above this share (and below the one above): search both the typed and the read text
+CATALOGUE_LANGUAGE = "en"  # the language of the catalogue words a query is read into
 
 
 @dataclass
@@ -38,6 +39,17 @@ class Reading:
     text: str | None
     language: str = "en"
     translation: Translation | None = None
+
+    @property
+    def searched_language(self) -> str:
+        """The language the ranking reads, whose slot-filter decision applies: a query read in full
+        into an English catalogue's words is searched as English (the tune measured that); one read
+        in part, or searched as typed, stays in its own language, and its slots filter (the text
+        side cannot read all of it)."""
+        tr = self.translation
+        if tr is not None and tr.text.strip() and self.text == tr.text and tr.read_share >= 1.0:
+            return CATALOGUE_LANGUAGE
+        return self.language
 
     @property
     def typed(self) -> str | None:

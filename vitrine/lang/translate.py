@@ -71,6 +71,9 @@ SENSE_PRIOR = 0.25
 # and conjunctions, "带"/"配"/"含" (with), measure words, and the suffixes of "X-shaped", "X-style",
 # "X-type" (a word that holds them, "皮带", "款式", is read whole as a dictionary word first).
 FUNCTION = frozenset("的地得之了着和与及或并带配含附个件张把只条支根块盏款式型形状类")
+# Instrument suffixes: a word the dictionary lacks, a verb and one of these, names the verb's agent noun
+# ("喂食器", feed + device: "feeder"; "切割机", cut + machine: "cutter").
+AGENT = frozenset("器机")
 _DECADE = re.compile(r"(\d{2,4})\s*年代")
 
 
@@ -246,6 +249,9 @@ class Translator:
             # a single character by its first senses only: its later ones are parts of other words
             q, eng = self._read(entry if n > 1 else [g for g in entry if not _SKIP_SENSE.match(g.strip())][:2])
             via = "dictionary" if eng else ("known" if entry and n > 1 else "unread")
+        if not eng and not entry and n > 2 and zh[-1] in AGENT:
+            eng = self._agent(zh[:-1])  # "喂食器": feed + 器 -> "feeder"
+            q, via = (1.0, "parts") if eng else (q, via)
         if eng:
             score = (0.6 if n == 1 else n * n) * (0.5 + 0.5 * min(1.0, q))
         elif via == "known":
@@ -254,6 +260,23 @@ class Translator:
             score = 0.0
         out = self._words[zh] = (eng, via, score)
         return out
+
+    def _agent(self, verb: str) -> list[str]:
+        """The catalogue's agent noun of a Chinese verb ("喂食" -> "feeder"), for a word the dictionary
+        lacks that is the verb and an instrument suffix (:data:`AGENT`); [] when the catalogue has none."""
+        for gloss in cedict.glosses(verb)[:3]:
+            for phrase in gloss_phrases(gloss):
+                words = content_words(phrase)
+                if not words:
+                    continue
+                v = words[-1]
+                forms = [v + "er", v + "r"] if v.endswith("e") else [v + "er", v + v[-1] + "er"]
+                if v.endswith("y"):
+                    forms.append(v[:-1] + "ier")
+                for form in forms:
+                    if self._df(form):
+                        return [*words[:-1], form]
+        return []
 
     def pieces(self, run: str) -> list[str]:
         """A run of Chinese characters cut into the dictionary's words so that as much of it as

@@ -67,6 +67,11 @@ MAX_WORD = 8  # the longest dictionary word a query is cut into
 # The weight of a catalogue's own frequency in choosing among a word's senses: a sense one step later in
 # the dictionary's order (factor 1 / 1.25) wins when the catalogue holds its phrase ~2.5 times as often.
 SENSE_PRIOR = 0.25
+# ... up to this many products per thousand: a phrase one product in a hundred holds is something the
+# catalogue sells, and more of it says nothing of which sense a shopper means ("粉色", pink, stays pink
+# on a catalogue with more white than pink; "圆" reads "round" where "circle" is rare).
+PRIOR_CAP = 10.0
+VERB_SENSE = 0.7  # a verb sense's weight beside a word's noun senses
 # Characters that, standing alone between a query's words, carry grammar, not a product word: particles
 # and conjunctions, "带"/"配"/"含" (with), measure words, and the suffixes of "X-shaped", "X-style",
 # "X-type" (a word that holds them, "皮带", "款式", is read whole as a dictionary word first).
@@ -148,8 +153,9 @@ class Translator:
 
     def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]], n_docs: int,
                  second_share: float | None = SHARE_SECOND, *, sense_prior: float = SENSE_PRIOR,
-                 grammar: bool = True) -> None:
+                 grammar: bool = True, table: Mapping[str, Sequence[str]] | None = None) -> None:
         self.terms = terms
+        self.table = table or {}  # more shop words (a lexicon's Chinese forms of catalogue values), after the table's
         self.second_share = second_share  # None: a word's best phrase only (:mod:`vitrine.lang.render`)
         self.sense_prior = sense_prior  # 0: the dictionary's sense order alone
         self.grammar = grammar  # read function characters as nothing and decades as English
@@ -201,15 +207,20 @@ class Translator:
         coverage = hit / len(words)
         length = 1.0 if len(words) <= 3 else 0.6
         rate = min(dfs) * 1000.0 / self.n_docs  # products per thousand holding the phrase's rarest word
-        common = (1.0 + 0.05 * math.log1p(rate)) * (1.0 + rate) ** self.sense_prior
+        common = (1.0 + 0.05 * math.log1p(rate)) * (1.0 + min(rate, PRIOR_CAP)) ** self.sense_prior
         return coverage * coverage * length * common / (1.0 + 0.25 * sense), got
 
     def _read(self, glosses: Sequence[str]) -> tuple[float, list[str]]:
         """The best phrases of a word's glosses in the catalogue's words, and the best one's score."""
         scored: list[tuple[float, int, list[str]]] = []
+        verbs = [g.strip().lower().startswith("to ") for g in glosses]
+        # a query names things: where a word has noun senses too, its verb senses come after them
+        # ("组合": "to assemble", ... "set")
+        verb_weight = VERB_SENSE if self.grammar and not all(verbs) else 1.0
         for i, g in enumerate(glosses):
             for p in gloss_phrases(g):
                 s, got = self._score(p, i)
+                s *= verb_weight if verbs[i] else 1.0
                 if s > 0:
                     scored.append((s, -len(scored), got))
         if not scored:
@@ -240,7 +251,7 @@ class Translator:
         if self.grammar and zh in FUNCTION:  # grammar between words: read as nothing, but read
             out = self._words[zh] = ([], "function", 0.6)
             return out
-        table = shop_words().get(zh)
+        table = shop_words().get(zh) or self.table.get(zh)
         if table:
             q, eng = self._read(table)
             via = "table"

@@ -18,7 +18,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from functools import lru_cache
+
 from vitrine.index.bm25 import MemoryBM25, word_terms
+from vitrine.intent.slots import lexicon
 from vitrine.lang import segment
 from vitrine.lang.translate import Translation, Translator, cjk_share
 from vitrine.search.read_context import ReadContext
@@ -81,7 +84,7 @@ class QueryTranslation:
             if self._translator is None or key != self._key:
                 t0 = time.perf_counter()
                 terms = self._terms()
-                self._translator = Translator(terms, word_terms, len(state))
+                self._translator = Translator(terms, word_terms, len(state), table=lexicon_words())
                 self._share = cjk_share(terms)
                 self._key = key
                 log.info("query translation: %d catalogue terms (%.0f%% Chinese) in %.2fs", len(terms),
@@ -116,6 +119,22 @@ class QueryTranslation:
             return Reading(text, "zh", tr)
         searched = f"{text} {tr.text}" if share >= MIXED_CATALOGUE else tr.text
         return Reading(searched, "zh", tr)
+
+
+@lru_cache(maxsize=1)
+def lexicon_words() -> dict[str, list[str]]:
+    """The hand-written intent lexicon's Chinese forms, each read as its value's English forms
+    ("女朋友" -> women, woman, ...; "米白色" -> off white): the words a shopper uses for a gender, a
+    colour, a category, a brand, which the dictionary reads otherwise ("girl friend", "mother")."""
+    out: dict[str, list[str]] = {}
+    lex = lexicon()
+    for field in ("gender", "colour", "category", "brand"):
+        for value, forms in lex.get(field, {}).items():
+            latin = [f for f in forms if not segment.has_cjk(f)] or [value.lower()]
+            for form in forms:
+                if segment.has_cjk(form):
+                    out.setdefault(form.lower(), latin)
+    return out
 
 
 def query_fields(reading: Reading) -> dict[str, object]:

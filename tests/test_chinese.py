@@ -117,13 +117,16 @@ def test_attribute_twins_name_the_same_attributes_in_chinese():
 
 def test_senses_are_chosen_by_what_the_catalogue_sells():
     # CC-CEDICT: 圆 "circle/round/...", 储物柜 "locker/cabinet", 组合 "to assemble/.../set": a furniture
-    # catalogue with ten times more "round" than "circle" reads the second sense
-    furniture = _catalogue_translator({"round": 138, "circle": 14, "tile": 200, "ceramic": 90, "cabinet": 521,
-                                       "locker": 1, "set": 641, "assemble": 20, "outdoor": 300, "dining": 250,
-                                       "table": 900})
+    # catalogue with ten times more "round" than "circle" (2 in 1,000) reads the second sense
+    furniture = _catalogue_translator({"round": 21, "circle": 2, "tile": 200, "ceramic": 90, "cabinet": 521,
+                                       "locker": 1, "set": 100, "assemble": 3, "outdoor": 300, "dining": 250,
+                                       "table": 900, "white": 300, "pink": 40})
     assert furniture.translate("圆瓷砖").text == "round ceramic tile"
     assert furniture.translate("储物柜").text == "cabinet"
-    assert furniture.translate("户外组合餐桌").text.split()[:2] == ["outdoor", "set"]
+    # 组合's noun sense "set" is read beside its first, verb, sense "to assemble"
+    assert "set" in furniture.translate("户外组合餐桌").text.split()
+    # beyond one product in a hundred, frequency no longer reorders senses: 粉色 "pink; white" stays pink
+    assert furniture.translate("粉色").text == "pink"
     # a catalogue that holds "circle" and no "round" still reads the dictionary's first sense
     shapes = _catalogue_translator({"circle": 50, "tile": 80})
     assert shapes.translate("圆").text == "circle"
@@ -156,3 +159,6 @@ def test_a_query_read_in_full_is_searched_as_english(engine):
     assert part.translation is not None and part.translation.unread == ["硬币"]
     assert part.searched_language == "zh"
     assert engine.reads.translation.read("men watches").searched_language == "en"
+    # the intent lexicon's forms read as their values, where the dictionary reads "girl friend"
+    gift = engine.reads.translation.read("女朋友手提包")
+    assert gift.translation is not None and gift.translation.text.split()[0] == "women"

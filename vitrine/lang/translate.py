@@ -14,9 +14,11 @@ at ";" and ","; parentheses either join ("(hand)bag" -> "handbag") or drop ("red
 content words the catalogue holds (a dictionary's American spelling meets a catalogue's British
 one), squared (a phrase read in part, "iris family" as "family", is a weak reading), times
 ``1 / (1 + 0.25 i)`` (earlier senses are the usual ones), times the catalogue's own prior for the
-phrase: ``(1 + products per thousand holding it) ** SENSE_PRIOR`` (what this catalogue sells is what
-its shoppers most likely mean: "圆" reads "round", its second sense, on a catalogue with ten times more
-"round" than "circle"; "储物柜" reads "cabinet" rather than "locker"); the best phrase is kept, and
+phrase: ``(1 + products per thousand holding it, at most PRIOR_CAP) ** SENSE_PRIOR`` (what this
+catalogue sells is what its shoppers most likely mean: "圆" reads "round", its second sense, on a
+catalogue with ten times more "round" than "circle"; "储物柜" reads "cabinet" rather than "locker"),
+and a verb sense ("to assemble") weighs :data:`VERB_SENSE` beside a word's noun senses (a query names
+things: "组合" reads "set" too); the best phrase is kept, and
 the next ones too when they score within 90% of the best (both "handbag" and "bag": alternatives BM25
 ORs). A single character is read by its first two senses only (its later ones belong to other
 words). A word the dictionary has but whose senses the catalogue lacks stays unread ("硬币", coin, on

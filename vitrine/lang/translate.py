@@ -341,3 +341,53 @@ def cjk_share(terms: Mapping[str, int]) -> float:
         if segment.has_cjk(t):
             zh += n
     return zh / total if total else 0.0
+
+
+class ToChinese:
+    """English query words onto a Chinese catalogue's own words (the reverse of :class:`Translator`):
+    each English word becomes the catalogue's Chinese word whose dictionary sense is that word
+    ("black handbag" -> 黑色 手提包 on a shop whose titles say 黑色手提包). ``terms``: the catalogue's
+    terms and how many products hold each; ``stem``: English word -> its terms (the BM25 stemmer),
+    so "handbags" meets a sense "handbag"; ``table``: more shop words, as :class:`Translator`'s.
+    Among the catalogue words one English word names, the one whose sense comes first wins, then
+    the one more products hold."""
+
+    def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]],
+                 table: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.stem = stem
+        found: dict[tuple[str, ...], tuple[int, int, str]] = {}
+        shop, more = shop_words(), table or {}
+        for zh, df in terms.items():
+            if not segment.segment_worthy(zh):
+                continue
+            glosses = shop.get(zh) or more.get(zh) or cedict.glosses(zh)
+            for i, g in enumerate(glosses[:3]):
+                for phrase in gloss_phrases(g):
+                    words = content_words(phrase)
+                    if not 0 < len(words) <= 2:
+                        continue
+                    key = self._key(words)
+                    cand = (i, -int(df), zh)
+                    if key and (key not in found or cand < found[key]):
+                        found[key] = cand
+        self.words = {k: v[2] for k, v in found.items()}
+
+    def _key(self, words: Sequence[str]) -> tuple[str, ...]:
+        return tuple(t for w in words for t in self.stem(w))
+
+    def translate(self, text: str) -> Translation:
+        """``text``'s words read as the catalogue's Chinese words (two-word senses first, "flip
+        flops" -> 人字拖); a word none names is kept as typed (a brand, a model)."""
+        words = segment.words(text)
+        readings: list[WordReading] = []
+        i = 0
+        while i < len(words):
+            two = self.words.get(self._key(words[i:i + 2])) if i + 1 < len(words) else None
+            if two:
+                readings.append(WordReading(" ".join(words[i:i + 2]), [two], "dictionary"))
+                i += 2
+                continue
+            one = self.words.get(self._key(words[i:i + 1]))
+            readings.append(WordReading(words[i], [one], "dictionary") if one else WordReading(words[i], [], "kept"))
+            i += 1
+        return Translation(source=text, text=" ".join(e for r in readings for e in r.english), words=readings)

@@ -23,7 +23,7 @@ from functools import lru_cache
 from vitrine.index.bm25 import MemoryBM25, word_terms
 from vitrine.intent.slots import lexicon
 from vitrine.lang import segment
-from vitrine.lang.translate import Translation, Translator, cjk_share
+from vitrine.lang.translate import ToChinese, Translation, Translator, cjk_share
 from vitrine.search.read_context import ReadContext
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class QueryTranslation:
         self._share = 0.0
         self._key: tuple[int, int] | None = None
         self._at = -float("inf")
+        self._to_chinese: tuple[Translator, ToChinese] | None = None
 
     def translator(self) -> tuple[Translator, float]:
         """The catalogue's translator and the Chinese share of its words (refreshed as the slot vocabulary is)."""
@@ -103,10 +104,20 @@ class QueryTranslation:
                 out[t] = out.get(t, 0) + 1
         return out
 
+    def to_chinese(self) -> ToChinese:
+        """English onto this (Chinese) catalogue's words, built with the translator's vocabulary."""
+        translator, _ = self.translator()
+        with self._lock:
+            if self._to_chinese is None or self._to_chinese[0] is not translator:
+                self._to_chinese = (translator, ToChinese(translator.terms, word_terms, table=lexicon_words()))
+            return self._to_chinese[1]
+
     def read(self, text: str | None) -> Reading:
-        """The text to search for ``text`` (unchanged unless it holds Chinese)."""
-        if not text or not segment.has_cjk(text):
+        """The text to search for ``text`` (unchanged unless it holds Chinese, or the catalogue does)."""
+        if not text:
             return Reading(text)
+        if not segment.has_cjk(text):
+            return self._read_english(text)
         try:
             translator, share = self.translator()
         except (OSError, ValueError, RuntimeError, KeyError, sqlite3.Error) as e:  # searched as typed then
@@ -119,6 +130,21 @@ class QueryTranslation:
             return Reading(text, "zh", tr)
         searched = f"{text} {tr.text}" if share >= MIXED_CATALOGUE else tr.text
         return Reading(searched, "zh", tr)
+
+    def _read_english(self, text: str) -> Reading:
+        """An English query: as typed, and on a catalogue whose words are mostly Chinese also as the
+        catalogue's Chinese words for it ("black handbag" -> "black handbag 黑色 手提包")."""
+        try:
+            _, share = self.translator()  # built once per catalogue change (warm-up builds it)
+            if share < CHINESE_CATALOGUE:  # an English (or mixed) catalogue: the query as typed
+                return Reading(text)
+            tr = self.to_chinese().translate(text)
+        except (OSError, ValueError, RuntimeError, KeyError, sqlite3.Error) as e:
+            log.warning("query translation unavailable: %s", e)
+            return Reading(text)
+        if not tr.text.strip():
+            return Reading(text)
+        return Reading(f"{text} {tr.text}", "en", tr)
 
 
 @lru_cache(maxsize=1)

@@ -357,7 +357,12 @@ class ToChinese:
         self.stem = stem
         found: dict[tuple[str, ...], tuple[int, int, str]] = {}
         shop, more = shop_words(), table or {}
-        for zh, df in terms.items():
+        vocab = dict(terms)
+        for zh in [*shop, *more]:  # a shop word the index holds in parts ("t恤": "t" and "恤")
+            parts = re.findall(f"[a-z0-9]+|[{segment.CJK}]+", zh)
+            if zh not in vocab and len(parts) > 1 and all(terms.get(p, 0) for p in parts):
+                vocab[zh] = min(int(terms[p]) for p in parts)
+        for zh, df in vocab.items():
             if not segment.segment_worthy(zh):
                 continue
             glosses = shop.get(zh) or more.get(zh) or cedict.glosses(zh)

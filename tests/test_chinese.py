@@ -113,3 +113,52 @@ def test_attribute_twins_name_the_same_attributes_in_chinese():
     assert any(text.startswith(g) for g in forms["gender"]["Men"])
     assert any(c in text for c in forms["colour"]["Black"]) and any(a in text for a in forms["articleType"]["Watches"])
     assert twin_text({"colour": "Black", "articleType": "No Such Type"}, forms, rng) is None
+
+
+def test_senses_are_chosen_by_what_the_catalogue_sells():
+    # CC-CEDICT: 圆 "circle/round/...", 储物柜 "locker/cabinet", 组合 "to assemble/.../set": a furniture
+    # catalogue with ten times more "round" than "circle" (2 in 1,000) reads the second sense
+    furniture = _catalogue_translator({"round": 21, "circle": 2, "tile": 200, "ceramic": 90, "cabinet": 521,
+                                       "locker": 1, "set": 100, "assemble": 3, "outdoor": 300, "dining": 250,
+                                       "table": 900, "white": 300, "pink": 40})
+    assert furniture.translate("圆瓷砖").text == "round ceramic tile"
+    assert furniture.translate("储物柜").text == "cabinet"
+    # 组合's noun sense "set" is read beside its first, verb, sense "to assemble"
+    assert "set" in furniture.translate("户外组合餐桌").text.split()
+    # beyond one product in a hundred, frequency no longer reorders senses: 粉色 "pink; white" stays pink
+    assert furniture.translate("粉色").text == "pink"
+    # a catalogue that holds "circle" and no "round" still reads the dictionary's first sense
+    shapes = _catalogue_translator({"circle": 50, "tile": 80})
+    assert shapes.translate("圆").text == "circle"
+
+
+def test_grammar_characters_decades_and_instrument_suffixes():
+    furniture = _catalogue_translator({"bed": 400, "trundle": 20, "gravity": 20, "feeder": 46, "feed": 32,
+                                       "tool": 50, "furniture": 900, "style": 37, "70s": 51, "round": 100})
+    # "带" (with) and "的" are grammar between words: read as nothing, yet read (not "band")
+    tr = furniture.translate("带抽屉的床")
+    assert tr.text.split()[-1] == "bed" and "band" not in tr.text.split()
+    assert {w.word: w.via for w in tr.words}["带"] == "function"
+    # a decade the Chinese way is the English one
+    assert furniture.translate("70年代风格家具").text.split()[0] == "70s"
+    # a word the dictionary lacks, a verb and an instrument suffix: the catalogue's agent noun
+    feeder = furniture.translate("重力喂食器")
+    assert feeder.text == "gravity feeder" and feeder.read_share == 1.0
+    # 形 (-shaped) alone is a suffix, not "to look"
+    assert furniture.translate("圆形").text == "round"
+    assert "look" not in furniture.translate("星形圆床").text
+
+
+def test_a_query_read_in_full_is_searched_as_english(engine):
+    # every word read: the ranking reads English, so the tune's English slot decision applies;
+    # a word left unread (硬币, coin, on no catalogue of coins): its slots filter
+    full = engine.reads.translation.read("男士手表")
+    assert full.language == "zh" and full.translation is not None and full.translation.read_share == 1.0
+    assert full.searched_language == "en"
+    part = engine.reads.translation.read("硬币男士手表")
+    assert part.translation is not None and part.translation.unread == ["硬币"]
+    assert part.searched_language == "zh"
+    assert engine.reads.translation.read("men watches").searched_language == "en"
+    # the intent lexicon's forms read as their values, where the dictionary reads "girl friend"
+    gift = engine.reads.translation.read("女朋友手提包")
+    assert gift.translation is not None and gift.translation.text.split()[0] == "women"

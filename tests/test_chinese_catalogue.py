@@ -183,3 +183,36 @@ def test_content_hash_changes_only_for_chinese_records():
     old = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode())
     old.update(b"abc")
     assert zh.content_hash("abc") != old.hexdigest() and zh.content_hash("abc") == zh.content_hash("abc")
+
+
+def test_english_words_read_as_a_chinese_shops_own_words():
+    from vitrine.index.bm25 import word_terms
+    from vitrine.lang.translate import ToChinese
+
+    shop = ToChinese({"黑色": 300, "手提包": 80, "人字拖": 40, "男士": 900, "手表": 120, "色手": 30, "t": 50, "恤": 50},
+                     word_terms)
+    assert shop.translate("tshirts").text == "t恤"  # a shop word the index holds in parts
+    tr = shop.translate("black handbags")  # a plural meets the sense "(hand)bag" by its stem
+    assert tr.text == "黑色 手提包" and [w.word for w in tr.words] == ["black", "handbags"]
+    assert shop.translate("men flip flops").text == "男士 人字拖"  # a two-word sense first
+    kept = shop.translate("Casio watch")
+    assert kept.text == "手表" and kept.words[0].via == "kept"  # a name none reads stays as typed
+
+
+def test_chinese_shop_answers_english_queries(zh_shop, subset_rows, engine):
+    """English twins of the Chinese attribute queries on the Chinese-titled shop, through the API:
+    read as the shop's Chinese words beside the words as typed; English catalogues untouched."""
+    queries = [(f"{g} {c} {a}".lower(), ids) for (g, c, a), ids in sorted(_triples(subset_rows).items())]
+    assert len(queries) >= 5
+    got = []
+    for text, relevant in queries:
+        out = _search(zh_shop, text)
+        assert out["query"]["text"] == text and out["query"]["translated"]
+        assert all(segment.has_cjk(w) for w in out["query"]["translated"].split())
+        got.append(_precision_at([h["id"] for h in out["results"]], relevant))
+    mean = sum(got) / len(got)
+    assert mean >= 0.6, (mean, list(zip([q for q, _ in queries], got)))
+    from vitrine.search.models import SearchRequest
+
+    english = engine.search(SearchRequest(text=queries[0][0], k=10))  # the English subset
+    assert "translated" not in english.query

@@ -45,6 +45,22 @@ def query_pool(source: Path, n: int = 400, seed: int = 0) -> tuple[list[str], li
     return texts, photos
 
 
+def chinese_pool(source: Path, n: int = 400, seed: int = 0) -> list[str]:
+    """Chinese text queries of the same kind: the Chinese twins of the test split's attribute queries
+    ("男士黑色休闲鞋", vitrine/evals/chinese.py) and the hand-written Chinese fashion twins."""
+    from vitrine.bundled import read_splits, read_styles
+    from vitrine.evals import attribute_queries as aq
+    from vitrine.evals import chinese
+
+    rows = read_styles(source)
+    splits = read_splits(source)
+    test = [i for i, r in enumerate(rows) if splits.get(r["id"]) == "test"]
+    texts = [q["zh"] for q in chinese.attribute_twins(aq.eval_queries(rows, test, n=n, seed=seed), seed=seed)]
+    texts += [q["zh"] for q in chinese.hand_twins(rows)]
+    random.Random(seed).shuffle(texts)
+    return texts
+
+
 def cue_share(texts: list[str]) -> float:
     """The share of ``texts`` holding a cue word of a non-search intent (the rest skip the intent
     ensemble under the shipped decision rule)."""
@@ -160,6 +176,7 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
     """``query_cache=False`` (the default) serves with the query-embedding cache off, so every
     request pays its encode, as distinct shoppers' queries do."""
     texts, photos = query_pool(source, n=2000)
+    zh_texts = chinese_pool(source) if not mixes_wanted or "text-zh" in mixes_wanted else []
     b64 = [base64.b64encode(p).decode() for p in photos]
     store = {"facets": ["gender", "colour", "brand", "category", "price"], "highlight": True}
     mixes = {
@@ -169,6 +186,8 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
         # every request in one of 1,000 shopping sessions (a session row read and written per search)
         "text+session": lambda i: ("POST", "/v1/search", {"json": {"text": texts[i % len(texts)], "k": 10,
                                                                    "session": f"bench-{i % 1000}"}}),
+        # Chinese shoppers' text searches (on an English catalogue: read into its words first)
+        "text-zh": lambda i: ("POST", "/v1/search", {"json": {"text": zh_texts[i % len(zh_texts)], "k": 10}}),
         "photo": lambda i: ("POST", "/v1/search", {"json": {"image_b64": b64[i % len(b64)], "k": 10}}),
         "mixed": lambda i: ("POST", "/v1/search", {"json": (
             {"text": texts[i % len(texts)], "k": 10} if i % 2 else {"image_b64": b64[i % len(b64)], "k": 10})}),
@@ -229,7 +248,8 @@ def run(data_dir: Path, out: Path, *, concurrency: list[int], duration: float, s
              "one answers (saturation). `paced R/s`: requests due at a fixed total rate R over the clients, "
              "latency counted from when each was due (a server that falls behind pays for the queue). "
              "`text+facets`: text searches asking for all five facet counts and highlights. `text+session`: text "
-             "searches each in one of 1,000 shopping sessions (docs/sessions.md). The load generator is "
+             "searches each in one of 1,000 shopping sessions (docs/sessions.md). `text-zh`: Chinese text searches, the "
+             "Chinese twins of the attribute queries and the hand-written ones (vitrine/evals/chinese.py). The load generator is "
              "aiohttp, not vitrine.client: a fifth of httpx's client CPU per request, on cores the server shares. "
              "Query-embedding cache: "
              f"{'on' if query_cache else 'off (every request encodes its query)'}; the load generator shares the "

@@ -38,7 +38,7 @@ def bench() -> None:
 @click.option("--rates", default="", show_default=True,
               help="Also run each client count paced at these total request rates (per second, comma-separated)")
 @click.option("--mixes", default="text,photo,mixed", show_default=True,
-              help="Query mixes to run: text, text+facets (all facets and highlights), photo, mixed")
+              help="Query mixes to run: text, text+facets (all facets and highlights), text-zh (Chinese text), photo, mixed")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="API worker processes of the server under test (vitrine serve --workers)")
 @click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,

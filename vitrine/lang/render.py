@@ -52,7 +52,9 @@ def translator() -> Translator:
     global _translator
     with _lock:
         if _translator is None:
-            _translator = Translator(OpenVocabulary(), _stem, 1, second_share=None)
+            # the dictionary's order alone, as the rendering was made (RENDERING 1): no catalogue prior,
+            # function characters and decades as the dictionary reads them
+            _translator = Translator(OpenVocabulary(), _stem, 1, second_share=None, sense_prior=0.0, grammar=False)
         return _translator
 
 

@@ -12,11 +12,19 @@ How a word's English is chosen: each sense ``i`` (in the dictionary's order) is 
 at ";" and ","; parentheses either join ("(hand)bag" -> "handbag") or drop ("red (color)" ->
 "red"); leading "to "/"a " and words such as "sb"/"sth" go. A phrase's score is the share of its
 content words the catalogue holds (a dictionary's American spelling meets a catalogue's British
-one), times ``1 / (1 + 0.25 i)`` (earlier senses are the usual ones), times a small bonus for words
-many products hold; the best phrase is kept, and the second one too when it scores within 90% of
-the best (both "handbag" and "bag"). A single character is read by its first two senses only (its
-later ones belong to other words). A word the dictionary has but whose senses the catalogue lacks
-stays unread ("硬币", coin, on a furniture catalogue), and so do particles and words like "要".
+one), squared (a phrase read in part, "iris family" as "family", is a weak reading), times
+``1 / (1 + 0.25 i)`` (earlier senses are the usual ones), times the catalogue's own prior for the
+phrase: ``(1 + products per thousand holding it, at most PRIOR_CAP) ** SENSE_PRIOR`` (what this
+catalogue sells is what its shoppers most likely mean: "圆" reads "round", its second sense, on a
+catalogue with ten times more "round" than "circle"; "储物柜" reads "cabinet" rather than "locker"),
+and a verb sense ("to assemble") weighs :data:`VERB_SENSE` beside a word's noun senses (a query names
+things: "组合" reads "set" too); the best phrase is kept, and
+the next ones too when they score within 90% of the best (both "handbag" and "bag": alternatives BM25
+ORs). A single character is read by its first two senses only (its later ones belong to other
+words). A word the dictionary has but whose senses the catalogue lacks stays unread ("硬币", coin, on
+a furniture catalogue), and so do words like "要". Function characters standing alone (:data:`FUNCTION`:
+"带" as *with*, "的", measure words, the suffixes "形"/"式" of "X-shaped", "X-style") read as nothing,
+and a decade ("70年代") as the English one ("70s").
 
 Nothing here knows a catalogue's storage: the caller hands the vocabulary (term -> products) and
 the function that turns an English word into the vocabulary's terms (the BM25 stemmer).
@@ -56,8 +64,24 @@ SPELLINGS = {"gray": "grey", "grey": "gray", "color": "colour", "colour": "color
              "jewellery": "jewelry", "favorite": "favourite", "center": "centre", "centre": "center",
              "theater": "theatre", "aluminum": "aluminium", "aluminium": "aluminum", "pajamas": "pyjamas",
              "pyjamas": "pajamas", "mustache": "moustache", "catalog": "catalogue"}
-SHARE_SECOND = 0.9
-MAX_WORD = 8  # the longest dictionary word a query is cut into  # a second phrase is kept when it scores within this share of the best
+SHARE_SECOND = 0.9  # a further phrase is kept when it scores within this share of the best
+MAX_WORD = 8  # the longest dictionary word a query is cut into
+# The weight of a catalogue's own frequency in choosing among a word's senses: a sense one step later in
+# the dictionary's order (factor 1 / 1.25) wins when the catalogue holds its phrase ~2.5 times as often.
+SENSE_PRIOR = 0.25
+# ... up to this many products per thousand: a phrase one product in a hundred holds is something the
+# catalogue sells, and more of it says nothing of which sense a shopper means ("粉色", pink, stays pink
+# on a catalogue with more white than pink; "圆" reads "round" where "circle" is rare).
+PRIOR_CAP = 10.0
+VERB_SENSE = 0.7  # a verb sense's weight beside a word's noun senses
+# Characters that, standing alone between a query's words, carry grammar, not a product word: particles
+# and conjunctions, "带"/"配"/"含" (with), measure words, and the suffixes of "X-shaped", "X-style",
+# "X-type" (a word that holds them, "皮带", "款式", is read whole as a dictionary word first).
+FUNCTION = frozenset("的地得之了着和与及或并带配含附个件张把只条支根块盏款式型形状类")
+# Instrument suffixes: a word the dictionary lacks, a verb and one of these, names the verb's agent noun
+# ("喂食器", feed + device: "feeder"; "切割机", cut + machine: "cutter").
+AGENT = frozenset("器机")
+_DECADE = re.compile(r"(\d{2,4})\s*年代")
 
 
 @lru_cache(maxsize=1)
@@ -92,7 +116,8 @@ def content_words(phrase: str) -> list[str]:
 @dataclass
 class WordReading:
     """One Chinese word of a query and the catalogue words it was read as (``via``: ``table``,
-    ``dictionary``, ``parts``: its parts were read; ``kept``: not Chinese; ``unread``: nothing)."""
+    ``dictionary``, ``parts``: its parts were read; ``kept``: not Chinese; ``function``: a grammar
+    character, read as nothing; ``unread``: nothing)."""
 
     word: str
     english: list[str] = field(default_factory=list)
@@ -116,8 +141,8 @@ class Translation:
 
     @property
     def read_share(self) -> float:
-        """Share of the query's Chinese words that were read as catalogue words."""
-        zh = [w for w in self.words if w.via != "kept"]
+        """Share of the query's Chinese words (function characters aside) read as catalogue words."""
+        zh = [w for w in self.words if w.via not in ("kept", "function")]
         return 1.0 if not zh else sum(1 for w in zh if w.english) / len(zh)
 
     def explain(self) -> list[dict[str, Any]]:
@@ -129,9 +154,13 @@ class Translator:
     ``stem`` makes them) and how many products hold each; ``n_docs``: products in all."""
 
     def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]], n_docs: int,
-                 second_share: float | None = SHARE_SECOND) -> None:
+                 second_share: float | None = SHARE_SECOND, *, sense_prior: float = SENSE_PRIOR,
+                 grammar: bool = True, table: Mapping[str, Sequence[str]] | None = None) -> None:
         self.terms = terms
+        self.table = table or {}  # more shop words (a lexicon's Chinese forms of catalogue values), after the table's
         self.second_share = second_share  # None: a word's best phrase only (:mod:`vitrine.lang.render`)
+        self.sense_prior = sense_prior  # 0: the dictionary's sense order alone
+        self.grammar = grammar  # read function characters as nothing and decades as English
         self.stem = stem
         self.n_docs = max(1, int(n_docs))
         self._words: dict[str, tuple[list[str], str, float]] = {}
@@ -179,15 +208,21 @@ class Translator:
             return 0.0, []
         coverage = hit / len(words)
         length = 1.0 if len(words) <= 3 else 0.6
-        common = 1.0 + 0.05 * math.log1p(min(dfs) * 1000.0 / self.n_docs)
-        return coverage * length * common / (1.0 + 0.25 * sense), got
+        rate = min(dfs) * 1000.0 / self.n_docs  # products per thousand holding the phrase's rarest word
+        common = (1.0 + 0.05 * math.log1p(rate)) * (1.0 + min(rate, PRIOR_CAP)) ** self.sense_prior
+        return coverage * coverage * length * common / (1.0 + 0.25 * sense), got
 
     def _read(self, glosses: Sequence[str]) -> tuple[float, list[str]]:
         """The best phrases of a word's glosses in the catalogue's words, and the best one's score."""
         scored: list[tuple[float, int, list[str]]] = []
+        verbs = [g.strip().lower().startswith("to ") for g in glosses]
+        # a query names things: where a word has noun senses too, its verb senses come after them
+        # ("组合": "to assemble", ... "set")
+        verb_weight = VERB_SENSE if self.grammar and not all(verbs) else 1.0
         for i, g in enumerate(glosses):
             for p in gloss_phrases(g):
                 s, got = self._score(p, i)
+                s *= verb_weight if verbs[i] else 1.0
                 if s > 0:
                     scored.append((s, -len(scored), got))
         if not scored:
@@ -215,7 +250,10 @@ class Translator:
         n = len(zh)
         q, via = 0.0, "unread"
         eng: list[str] = []
-        table = shop_words().get(zh)
+        if self.grammar and zh in FUNCTION:  # grammar between words: read as nothing, but read
+            out = self._words[zh] = ([], "function", 0.6)
+            return out
+        table = shop_words().get(zh) or self.table.get(zh)
         if table:
             q, eng = self._read(table)
             via = "table"
@@ -224,6 +262,9 @@ class Translator:
             # a single character by its first senses only: its later ones are parts of other words
             q, eng = self._read(entry if n > 1 else [g for g in entry if not _SKIP_SENSE.match(g.strip())][:2])
             via = "dictionary" if eng else ("known" if entry and n > 1 else "unread")
+        if not eng and not entry and n > 2 and zh[-1] in AGENT:
+            eng = self._agent(zh[:-1])  # "喂食器": feed + 器 -> "feeder"
+            q, via = (1.0, "parts") if eng else (q, via)
         if eng:
             score = (0.6 if n == 1 else n * n) * (0.5 + 0.5 * min(1.0, q))
         elif via == "known":
@@ -232,6 +273,23 @@ class Translator:
             score = 0.0
         out = self._words[zh] = (eng, via, score)
         return out
+
+    def _agent(self, verb: str) -> list[str]:
+        """The catalogue's agent noun of a Chinese verb ("喂食" -> "feeder"), for a word the dictionary
+        lacks that is the verb and an instrument suffix (:data:`AGENT`); [] when the catalogue has none."""
+        for gloss in cedict.glosses(verb)[:3]:
+            for phrase in gloss_phrases(gloss):
+                words = content_words(phrase)
+                if not words:
+                    continue
+                v = words[-1]
+                forms = [v + "er", v + "r"] if v.endswith("e") else [v + "er", v + v[-1] + "er"]
+                if v.endswith("y"):
+                    forms.append(v[:-1] + "ier")
+                for form in forms:
+                    if self._df(form):
+                        return [*words[:-1], form]
+        return []
 
     def pieces(self, run: str) -> list[str]:
         """A run of Chinese characters cut into the dictionary's words so that as much of it as
@@ -256,6 +314,7 @@ class Translator:
     # -- a query ------------------------------------------------------------------------------------
     def translate(self, text: str) -> Translation:
         readings: list[WordReading] = []
+        text = decades(text) if self.grammar else text
         for part in re.split(f"([{segment.CJK}]+)", text):
             if not part.strip():
                 continue
@@ -269,6 +328,11 @@ class Translator:
         return Translation(source=text, text=english, words=readings)
 
 
+def decades(text: str) -> str:
+    """A decade written the Chinese way as the English one: "70年代风格" -> "70s 风格"."""
+    return _DECADE.sub(lambda m: f" {m.group(1)}s ", text) if "年代" in text else text
+
+
 def cjk_share(terms: Mapping[str, int]) -> float:
     """Share of a vocabulary's product-word occurrences that are Chinese (0 for an English catalogue)."""
     total = zh = 0
@@ -277,3 +341,58 @@ def cjk_share(terms: Mapping[str, int]) -> float:
         if segment.has_cjk(t):
             zh += n
     return zh / total if total else 0.0
+
+
+class ToChinese:
+    """English query words onto a Chinese catalogue's own words (the reverse of :class:`Translator`):
+    each English word becomes the catalogue's Chinese word whose dictionary sense is that word
+    ("black handbag" -> 黑色 手提包 on a shop whose titles say 黑色手提包). ``terms``: the catalogue's
+    terms and how many products hold each; ``stem``: English word -> its terms (the BM25 stemmer),
+    so "handbags" meets a sense "handbag"; ``table``: more shop words, as :class:`Translator`'s.
+    Among the catalogue words one English word names, the one whose sense comes first wins, then
+    the one more products hold."""
+
+    def __init__(self, terms: Mapping[str, int], stem: Callable[[str], Sequence[str]],
+                 table: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.stem = stem
+        found: dict[tuple[str, ...], tuple[int, int, str]] = {}
+        shop, more = shop_words(), table or {}
+        vocab = dict(terms)
+        for zh in [*shop, *more]:  # a shop word the index holds in parts ("t恤": "t" and "恤")
+            parts = re.findall(f"[a-z0-9]+|[{segment.CJK}]+", zh)
+            if zh not in vocab and len(parts) > 1 and all(terms.get(p, 0) for p in parts):
+                vocab[zh] = min(int(terms[p]) for p in parts)
+        for zh, df in vocab.items():
+            if not segment.segment_worthy(zh):
+                continue
+            glosses = shop.get(zh) or more.get(zh) or cedict.glosses(zh)
+            for i, g in enumerate(glosses[:3]):
+                for phrase in gloss_phrases(g):
+                    words = content_words(phrase)
+                    if not 0 < len(words) <= 2:
+                        continue
+                    key = self._key(words)
+                    cand = (i, -int(df), zh)
+                    if key and (key not in found or cand < found[key]):
+                        found[key] = cand
+        self.words = {k: v[2] for k, v in found.items()}
+
+    def _key(self, words: Sequence[str]) -> tuple[str, ...]:
+        return tuple(t for w in words for t in self.stem(w))
+
+    def translate(self, text: str) -> Translation:
+        """``text``'s words read as the catalogue's Chinese words (two-word senses first, "flip
+        flops" -> 人字拖); a word none names is kept as typed (a brand, a model)."""
+        words = segment.words(text)
+        readings: list[WordReading] = []
+        i = 0
+        while i < len(words):
+            two = self.words.get(self._key(words[i:i + 2])) if i + 1 < len(words) else None
+            if two:
+                readings.append(WordReading(" ".join(words[i:i + 2]), [two], "dictionary"))
+                i += 2
+                continue
+            one = self.words.get(self._key(words[i:i + 1]))
+            readings.append(WordReading(words[i], [one], "dictionary") if one else WordReading(words[i], [], "kept"))
+            i += 1
+        return Translation(source=text, text=" ".join(e for r in readings for e in r.english), words=readings)

@@ -18,15 +18,19 @@ import threading
 import time
 from dataclasses import dataclass
 
+from functools import lru_cache
+
 from vitrine.index.bm25 import MemoryBM25, word_terms
+from vitrine.intent.slots import lexicon
 from vitrine.lang import segment
-from vitrine.lang.translate import Translation, Translator, cjk_share
+from vitrine.lang.translate import ToChinese, Translation, Translator, cjk_share
 from vitrine.search.read_context import ReadContext
 
 log = logging.getLogger(__name__)
 
 CHINESE_CATALOGUE = 0.5  # share of the catalogue's word occurrences that are Chinese: read Chinese as typed
 MIXED_CATALOGUE = 0.1  # above this share (and below the one above): search both the typed and the read text
+CATALOGUE_LANGUAGE = "en"  # the language of the catalogue words a query is read into
 
 
 @dataclass
@@ -38,6 +42,17 @@ class Reading:
     text: str | None
     language: str = "en"
     translation: Translation | None = None
+
+    @property
+    def searched_language(self) -> str:
+        """The language the ranking reads, whose slot-filter decision applies: a query read in full
+        into an English catalogue's words is searched as English (the tune measured that); one read
+        in part, or searched as typed, stays in its own language, and its slots filter (the text
+        side cannot read all of it)."""
+        tr = self.translation
+        if tr is not None and tr.text.strip() and self.text == tr.text and tr.read_share >= 1.0:
+            return CATALOGUE_LANGUAGE
+        return self.language
 
     @property
     def typed(self) -> str | None:
@@ -55,6 +70,7 @@ class QueryTranslation:
         self._share = 0.0
         self._key: tuple[int, int] | None = None
         self._at = -float("inf")
+        self._to_chinese: tuple[Translator, ToChinese] | None = None
 
     def translator(self) -> tuple[Translator, float]:
         """The catalogue's translator and the Chinese share of its words (refreshed as the slot vocabulary is)."""
@@ -69,7 +85,7 @@ class QueryTranslation:
             if self._translator is None or key != self._key:
                 t0 = time.perf_counter()
                 terms = self._terms()
-                self._translator = Translator(terms, word_terms, len(state))
+                self._translator = Translator(terms, word_terms, len(state), table=lexicon_words())
                 self._share = cjk_share(terms)
                 self._key = key
                 log.info("query translation: %d catalogue terms (%.0f%% Chinese) in %.2fs", len(terms),
@@ -88,10 +104,20 @@ class QueryTranslation:
                 out[t] = out.get(t, 0) + 1
         return out
 
+    def to_chinese(self) -> ToChinese:
+        """English onto this (Chinese) catalogue's words, built with the translator's vocabulary."""
+        translator, _ = self.translator()
+        with self._lock:
+            if self._to_chinese is None or self._to_chinese[0] is not translator:
+                self._to_chinese = (translator, ToChinese(translator.terms, word_terms, table=lexicon_words()))
+            return self._to_chinese[1]
+
     def read(self, text: str | None) -> Reading:
-        """The text to search for ``text`` (unchanged unless it holds Chinese)."""
-        if not text or not segment.has_cjk(text):
+        """The text to search for ``text`` (unchanged unless it holds Chinese, or the catalogue does)."""
+        if not text:
             return Reading(text)
+        if not segment.has_cjk(text):
+            return self._read_english(text)
         try:
             translator, share = self.translator()
         except (OSError, ValueError, RuntimeError, KeyError, sqlite3.Error) as e:  # searched as typed then
@@ -104,6 +130,37 @@ class QueryTranslation:
             return Reading(text, "zh", tr)
         searched = f"{text} {tr.text}" if share >= MIXED_CATALOGUE else tr.text
         return Reading(searched, "zh", tr)
+
+    def _read_english(self, text: str) -> Reading:
+        """An English query: as typed, and on a catalogue whose words are mostly Chinese also as the
+        catalogue's Chinese words for it ("black handbag" -> "black handbag 黑色 手提包")."""
+        try:
+            _, share = self.translator()  # built once per catalogue change (warm-up builds it)
+            if share < CHINESE_CATALOGUE:  # an English (or mixed) catalogue: the query as typed
+                return Reading(text)
+            tr = self.to_chinese().translate(text)
+        except (OSError, ValueError, RuntimeError, KeyError, sqlite3.Error) as e:
+            log.warning("query translation unavailable: %s", e)
+            return Reading(text)
+        if not tr.text.strip():
+            return Reading(text)
+        return Reading(f"{text} {tr.text}", "en", tr)
+
+
+@lru_cache(maxsize=1)
+def lexicon_words() -> dict[str, list[str]]:
+    """The hand-written intent lexicon's Chinese forms, each read as its value's English forms
+    ("女朋友" -> women, woman, ...; "米白色" -> off white): the words a shopper uses for a gender, a
+    colour, a category, a brand, which the dictionary reads otherwise ("girl friend", "mother")."""
+    out: dict[str, list[str]] = {}
+    lex = lexicon()
+    for field in ("gender", "colour", "category", "brand"):
+        for value, forms in lex.get(field, {}).items():
+            latin = [f for f in forms if not segment.has_cjk(f)] or [value.lower()]
+            for form in forms:
+                if segment.has_cjk(form):
+                    out.setdefault(form.lower(), latin)
+    return out
 
 
 def query_fields(reading: Reading) -> dict[str, object]:

@@ -300,7 +300,7 @@ def plan(reader: ReadContext, qu: QueryUnderstanding | None, req: SearchRequest,
         if p.answer_only:
             return p
         p.notes["answer_with_products"] = True
-    if reader.slot_filters_on(reading.language if reading is not None else "en") and p.slots:
+    if reader.slot_filters_on(reading.searched_language if reading is not None else "en") and p.slots:
         _slot_filters(reader, req, p)
     return p
 

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,11 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 SHOWN = 10  # ids of the page the shopper saw kept for references ("the second one")
-CAS_TRIES = 5  # a turn applied again on what a concurrent turn of the session wrote, at most this often
+# A turn that lost the race to a concurrent turn of its session is applied again on what the winner
+# wrote until it is saved, for at least CAS_MIN_TRIES tries and then while CAS_BUDGET_S lasts (a
+# loaded machine slows every try; a fixed small count could run out while the winners kept writing)
+CAS_MIN_TRIES = 5
+CAS_BUDGET_S = 10.0
 PHOTO_VOTES = 5  # of a photo's 10 nearest products, how many must agree for a category or gender to be its own
 
 
@@ -510,18 +515,24 @@ class Sessions:
     def _save(self, turn: Turn, resp: SearchResponse) -> None:
         """Write the turn's state if the session is still at the version the turn read; else another
         turn of the session wrote in between: this turn is applied again on what that one wrote
-        (compare-and-swap), so neither update is lost."""
-        for _ in range(CAS_TRIES):
+        (compare-and-swap), so neither update is lost. The turn is applied again as the response
+        reads it (a refinement stays one, a new search stays one: the decision is not taken again
+        on a standing query the shopper never saw), until saved (:data:`CAS_BUDGET_S`)."""
+        deadline = time.monotonic() + CAS_BUDGET_S
+        tries = 0
+        while True:
+            tries += 1
             vec = None if turn.vector is None else np.asarray(turn.vector, dtype=np.float32).tobytes()
             if self.store.put(turn.sid, turn.state, vec, expected=turn.version):
                 return
-            if turn.asked is None:
-                break
-            again = self.begin(*turn.asked)
+            if turn.asked is None or (tries >= CAS_MIN_TRIES and time.monotonic() > deadline):
+                raise StorageError(f"session {turn.sid[:16]}: {tries} tries in a row lost to concurrent "
+                                   "turns of the session")
+            req, text, image = turn.asked
+            again = self.begin(req.model_copy(update={"new_search": bool(turn.info.get("new_search"))}), text, image)
             self._keep(again, resp)
             turn.state, turn.vector, turn.version = again.state, again.vector, again.version
             turn.info["merged"] = True  # a concurrent turn of this session wrote first: this one applied on it
-        raise StorageError(f"session {turn.sid[:16]}: {CAS_TRIES} concurrent writes in a row")
 
     def finish(self, turn: Turn, resp: SearchResponse, compare: Callable[[list[str]], CompareResponse]) -> None:
         """Keep the standing query (and the ids shown) and say it in the response."""
@@ -533,9 +544,11 @@ class Sessions:
                 turn.info.setdefault("notes", []).append(f"compare: {e}")
         try:
             self._save(turn, resp)
-        except VitrineError as e:  # the search stands; the session is not kept this time
+            turn.info["saved"] = True
+        except VitrineError as e:  # the search stands; the session is not kept this time, and it says so
             log.warning("session %s not saved: %s", turn.sid[:16], e)
-            turn.info.setdefault("notes", []).append("session not saved")
+            turn.info["saved"] = False
+            turn.info.setdefault("notes", []).append(f"session not saved: {e}")
         state = turn.state
         eff = turn.req.filters.model_dump(exclude_none=True) if turn.req.filters else {}
         resp.session = {**turn.info, "turn": state["turn"], "text": turn.text, "image": bool(state.get("image")),

@@ -114,14 +114,10 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
     since = until - 30 * 86400.0 if since is None else float(since)
     if since >= until:
         raise InvalidInput("since must be before until")
-    aggregate = getattr(log, "aggregate", None)
-    if aggregate is None:
-        raise InvalidInput("this event log has no analytics")
     bucket = BUCKET_S[granularity]
-    rows = aggregate(since, until, bucket, top)
+    rows = log.aggregate(since, until, bucket, top)
     total = rows["totals"][0] if rows["totals"] else (0,) * (len(ANALYTICS_FIELDS) + 1)
-    bots = getattr(log, "bots", None)
-    caught = bots(since, until, bot_per_minute) if bots is not None and bot_per_minute > 0 else (0, 0)
+    caught = log.bots(since, until, bot_per_minute) if bot_per_minute > 0 else (0, 0)
     series = [BucketFigures(start=b * bucket, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(b * bucket)),
                             **figures(r)) for b, *r in rows["buckets"]]
     return AnalyticsReport(

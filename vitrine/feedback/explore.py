@@ -140,13 +140,7 @@ def figures(log: EventLogAPI, since: float, until: float) -> dict[str, Any]:
     """Explored pages in [since, until) and the clicks on their explored product (analytics). Only the
     explored searches and their clicks are read (``experiment_searches``, in the store): an analytics
     read never loads the whole log into this process (it would hold searches back while it did)."""
-    pick = getattr(log, "experiment_searches", None)
-    if pick is not None:
-        rows, clicks = pick(EXPERIMENT, since, until)
-    else:
-        fb = log.read(since=since, until=until)
-        rows = [(s.query_id, list(s.ids), s.variant) for s in fb.searches if s.experiment == EXPERIMENT]
-        clicks = [(e.query_id, e.product_id) for e in fb.events if e.type == "click"]
+    rows, clicks = log.experiment_searches(EXPERIMENT, since, until)
     shown: dict[str, Explored] = {}
     for qid, ids, variant in rows:
         if variant:

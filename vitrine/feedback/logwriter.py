@@ -2,11 +2,10 @@
 
 :class:`BatchedSearchLog` wraps a feedback log (SQLite or PostgreSQL): ``log_search`` only queues
 the search and returns; one background thread writes what queued in batches (``log_searches``: one
-transaction per batch where the log has it, else one row at a time), so a search never waits on the
-log's connection, its lock or its disk. Whatever reads the log first waits for what queued before it
-to be written (any other method of the log flushes first), so an event posted right after its
-search, an analytics report or a learn always sees the searches logged before it. Closing writes
-what is left.
+transaction per batch), so a search never waits on the log's connection, its lock or its disk.
+Whatever reads the log first waits for what queued before it to be written (any other method of the
+log flushes first), so an event posted right after its search, an analytics report or a learn
+always sees the searches logged before it. Closing writes what is left.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from collections import deque
 from typing import Any
 
 from vitrine.errors import VitrineError
-from vitrine.feedback.types import SearchLog
+from vitrine.feedback.types import EventLogAPI, SearchLog
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class BatchedSearchLog:
     _DIRECT = frozenset({"hash_user", "log_search", "path", "url", "close", "flush", "counts_cached",
                          "check_writable"})
 
-    def __init__(self, inner: Any, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, inner: EventLogAPI, *, max_batch: int = MAX_BATCH) -> None:
         self._inner = inner
         self._max_batch = max_batch
         self._queue: deque[SearchLog] = deque()
@@ -44,13 +43,11 @@ class BatchedSearchLog:
         self._thread.start()
 
     @property
-    def inner(self) -> Any:
+    def inner(self) -> EventLogAPI:
         return self._inner
 
     def log_search(self, s: SearchLog) -> None:
-        check = getattr(self._inner, "check_writable", None)
-        if check is not None:  # the database is known to be down: unlogged now, not lost later
-            check()
+        self._inner.check_writable()  # the database is known to be down: unlogged now, not lost later
         if not self._thread.is_alive():  # the writer died: write here rather than queue forever
             self._inner.log_search(s)
             return
@@ -75,12 +72,7 @@ class BatchedSearchLog:
                     return
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
             try:
-                many = getattr(self._inner, "log_searches", None)
-                if many is not None:
-                    many(batch)
-                else:
-                    for s in batch:
-                        self._inner.log_search(s)
+                self._inner.log_searches(batch)
             except (VitrineError, OSError) as e:  # the writer outlives one bad batch
                 log.error("%d searches not logged: %s", len(batch), e)
             except BaseException:

@@ -300,6 +300,7 @@ class Engine:
 
     def close(self) -> None:
         try:
+            self.reader.suggestions.settle()  # a suggestion build underway is kept by the last version
             self.save()
         finally:
             self.index.close()

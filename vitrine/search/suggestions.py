@@ -104,6 +104,7 @@ class Suggestions:
         self._queries_at = -float("inf")
         self._lock = threading.Lock()  # one catalogue build at a time
         self._building = False
+        self._build_thread: threading.Thread | None = None
         self._refreshing = False
         self._cache: LRU[list[suggest.Match]] = LRU(cache_size)
         state.parts.add(SNAPSHOT_FILE, lambda: self._catalogue, self._save_part)
@@ -182,7 +183,17 @@ class Suggestions:
             finally:
                 self._building = False
 
-        threading.Thread(target=run, name="vitrine-suggest-build", daemon=True).start()
+        self._build_thread = threading.Thread(target=run, name="vitrine-suggest-build", daemon=True)
+        self._build_thread.start()
+
+    def settle(self, timeout_s: float = 30.0) -> bool:
+        """Wait (up to ``timeout_s``) for a catalogue build running in the background to finish, so
+        a snapshot taken next keeps it; returns whether none is running now. A build slower than
+        :data:`INLINE_BUILD_S` (a large catalogue, or a loaded machine) always runs in the background."""
+        thread = self._build_thread
+        if thread is not None:
+            thread.join(timeout_s)
+        return thread is None or not thread.is_alive()
 
     def catalogue(self, *, wait: bool = True) -> suggest.SuggestIndex | None:
         """The catalogue's index, following the record store (``wait``: build it now if none

@@ -96,6 +96,7 @@ def fuzz(schema, headers: dict[str, str] | None, examples: int, bucket: str) -> 
     return per_op
 
 
+@pytest.mark.slow
 def test_fuzz_the_api_over_the_session_engine(read_schema):
     """Generated requests against every operation (writes and admin actions without the key)."""
     per_op = fuzz(read_schema, None, 70, "read")

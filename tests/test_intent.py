@@ -557,6 +557,7 @@ def test_weights_are_checked_on_load(tmp_path):
 
 
 # -- training (tiny smoke run) and --init-from -------------------------------------------------------------------
+@pytest.mark.slow
 def test_training_smoke(tmp_path, tok_cache):
     from vitrine.intent.classifier import IntentClassifier
     from vitrine.training.intent import train_intent

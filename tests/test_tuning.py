@@ -232,6 +232,7 @@ def test_robust_objective_measures_each_pool_against_its_own_floor(engine):
         del sub
 
 
+@pytest.mark.slow
 def test_shop_queries_join_the_fit_with_their_share(engine, tmp_path):
     """`vitrine tune --queries FILE`: the shop's judged queries (eval JSONL) fit beside the
     pseudo-queries as one kind per file, split by text, with LABELLED_SHARE of the objective
@@ -304,6 +305,7 @@ def test_tune_serves_the_mean_of_one_fit_per_sample(engine):
     assert res.report["queries"]["total"] > max(30 + 10 + 5 + 20, 3 * 40)  # three samples' queries
 
 
+@pytest.mark.slow
 def test_tune_writes_and_engine_loads(tuned_dir, settings_factory, encoder):
     d, res = tuned_dir
     saved = json.loads((d / calibration.FILE).read_text())
@@ -328,6 +330,7 @@ def test_tune_writes_and_engine_loads(tuned_dir, settings_factory, encoder):
         eng.records.close()
 
 
+@pytest.mark.slow
 def test_stale_tuning_is_ignored(tuned_dir, settings_factory, encoder, tmp_path):
     import shutil
 

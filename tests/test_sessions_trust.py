@@ -5,6 +5,7 @@ references that follow the page the shopper saw, and concurrent turns of one ses
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -117,6 +118,8 @@ def test_concurrent_turns_of_one_session_never_lose_an_update(client, engine, su
             turns = [f.result(timeout=120) for f in [pool.submit(turn, c) for c in colours]]
         unsaved = [(t.get("saved"), t.get("new_search"), t.get("notes")) for t in turns
                    if t["new_search"] is not False or t["saved"] is not True]
+        if unsaved:  # said in the run's warnings summary too: an xfail hides its assertion's message
+            warnings.warn(f"concurrent turns not kept: {unsaved}", stacklevel=1)
         assert not unsaved, unsaved  # what each turn not kept said, in full
         after = search(client, session=s, session_drop=["not.colour:none-such"])
         assert sorted(after["session"]["filters"]["exclude"]["colour"]) == sorted(colours), after["session"]

@@ -8,6 +8,7 @@ however it was typed (traditional, full-width, spaces); the UI's language."""
 from __future__ import annotations
 
 import pytest
+from conftest import SOURCE
 from fastapi.testclient import TestClient
 
 KEY = {"X-API-Key": "s3cret"}
@@ -149,6 +150,37 @@ def test_lexicon_learns_a_brands_chinese_name_from_the_catalogue():
     assert ex.extract("耐克 跑鞋").brand == ["Nike/耐克"] and ex.extract("nike shoes").brand == ["Nike/耐克"]
 
 
+
+def test_a_title_of_brand_and_chinese_words_teaches_no_brand_name(subset_rows):
+    """A Chinese shop's title "Image 女士太阳镜" is a brand and what it sells, not the brand's
+    Chinese name: on the bundled catalogue written in Chinese (convert-fashion --language zh), the
+    query 女士太阳镜 read as brand Image and lost its gender and category slots."""
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import to_record
+    from vitrine.ingest.fashion_zh import renderer
+    from vitrine.intent import lexicon_zh
+    from vitrine.intent.slots import SlotExtractor, Vocabulary, key_norm
+
+    r = renderer()
+    image = [row for row in read_styles(SOURCE) if row["id"] in {"16937", "16939", "16957"}]
+    rows = [r.record(to_record(row, "")) for row in [*subset_rows, *image]]
+    titles = [row["title"] for row in rows]
+    assert "Image 女士太阳镜" in titles and "Image 男士太阳镜" in titles  # the shop's own titles
+    brands = sorted({str(row.get("brand") or row["title"].split()[0]) for row in rows})
+    paired = [t for t in titles if lexicon_zh.learn_pairs([t], whole=True)]  # "Brand 中文..." titles
+    assert len(paired) >= 10
+    learned = lexicon_zh.learn_pairs(titles)
+    for t in paired:
+        latin, _, zh = t.partition(" ")
+        assert zh not in learned.get(key_norm(latin), {}), t
+    assert learned["nike"].most_common(1)[0][0] == "耐克"  # "Nike/耐克 ..." still names the brand
+    # a name run on into what the product is ends where the lexicon's words begin, either side
+    assert dict(lexicon_zh.learn_pairs(["Nike/耐克女士黑色手表", "男士耐克/Nike 跑鞋"])["nike"]) == {"耐克": 2}
+    vocab = Vocabulary.of(brands=["Image", "Nike"], categories=sorted({c for row in rows for c in row["category"]}),
+                          genders=sorted({row["attributes"]["gender"] for row in rows}))
+    got = SlotExtractor(vocab, lexicon_data=lexicon_zh.merged_lexicon(vocab, titles)).extract("女士太阳镜")
+    assert got.brand == [] and got.category == ["太阳镜"] and got.gender == ["女士"], got
+    assert len(brands) > 20
 def test_dictionary_gives_any_catalogues_values_chinese_forms():
     from vitrine.intent import lexicon_zh
 

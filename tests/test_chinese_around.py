@@ -99,6 +99,37 @@ def test_pinyin_reads_typed_forms_against_a_words_readings():
     assert "hang" in pinyin.readings("行") and "xing" in pinyin.readings("行")  # heteronyms kept
 
 
+def test_pinyin_lookup_stops_early_but_finds_what_a_full_scan_finds(subset_rows):
+    """The pinyin index verifies entries heaviest first and stops once it has ``k``: on the real
+    subset written in Chinese (convert-fashion --language zh) every typed form of its phrases
+    (whole pinyin, initials, mixed, a character then letters) gets exactly the first ``k`` of the
+    full scan (``k`` past every entry)."""
+    from vitrine.index import suggest
+    from vitrine.ingest.fashion import to_record
+    from vitrine.ingest.fashion_zh import renderer
+    from vitrine.lang import pinyin
+
+    r = renderer()
+    idx = suggest.SuggestIndex(suggest.catalogue_phrases([r.record(to_record(row, "")) for row in subset_rows]))
+    py = idx.pinyin()
+    chinese = [t for t in idx.texts if pinyin.has_cjk(t)]
+    assert py.chinese and len(chinese) > 100
+    typed: set[str] = set()
+    for p in chinese[::5]:
+        chars = "".join(ch for ch in p if pinyin.is_cjk_char(ch))[:6]
+        sylls = pinyin.syllables(chars)
+        full, ini = pinyin.full(sylls), pinyin.initials(sylls)
+        typed |= {full[:i] for i in range(2, len(full) + 1, 3)} | {ini[:i] for i in range(2, len(ini) + 1)}
+        typed.add(chars[0] + pinyin.full(sylls[1:]))
+    assert len(typed) > 200
+    answered = 0
+    for q in sorted(typed):
+        every = py.lookup(q, 10**6)
+        for k in (1, 8, 16):
+            assert py.lookup(q, k) == every[:k], (q, k)
+        answered += bool(every)
+    assert answered > 0.75 * len(typed)  # a form made across a Latin word ("Q&Q 男士...") reads nothing
+
 # -- suggestions through the API ----------------------------------------------------------------------
 def test_chinese_shop_suggests_by_prefix_pinyin_initials_and_homophone(zh_client):
     c = zh_client

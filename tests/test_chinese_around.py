@@ -8,6 +8,7 @@ however it was typed (traditional, full-width, spaces); the UI's language."""
 from __future__ import annotations
 
 import pytest
+from conftest import SOURCE
 from fastapi.testclient import TestClient
 
 KEY = {"X-API-Key": "s3cret"}
@@ -98,6 +99,37 @@ def test_pinyin_reads_typed_forms_against_a_words_readings():
     assert "hang" in pinyin.readings("行") and "xing" in pinyin.readings("行")  # heteronyms kept
 
 
+def test_pinyin_lookup_stops_early_but_finds_what_a_full_scan_finds(subset_rows):
+    """The pinyin index verifies entries heaviest first and stops once it has ``k``: on the real
+    subset written in Chinese (convert-fashion --language zh) every typed form of its phrases
+    (whole pinyin, initials, mixed, a character then letters) gets exactly the first ``k`` of the
+    full scan (``k`` past every entry)."""
+    from vitrine.index import suggest
+    from vitrine.ingest.fashion import to_record
+    from vitrine.ingest.fashion_zh import renderer
+    from vitrine.lang import pinyin
+
+    r = renderer()
+    idx = suggest.SuggestIndex(suggest.catalogue_phrases([r.record(to_record(row, "")) for row in subset_rows]))
+    py = idx.pinyin()
+    chinese = [t for t in idx.texts if pinyin.has_cjk(t)]
+    assert py.chinese and len(chinese) > 100
+    typed: set[str] = set()
+    for p in chinese[::5]:
+        chars = "".join(ch for ch in p if pinyin.is_cjk_char(ch))[:6]
+        sylls = pinyin.syllables(chars)
+        full, ini = pinyin.full(sylls), pinyin.initials(sylls)
+        typed |= {full[:i] for i in range(2, len(full) + 1, 3)} | {ini[:i] for i in range(2, len(ini) + 1)}
+        typed.add(chars[0] + pinyin.full(sylls[1:]))
+    assert len(typed) > 200
+    answered = 0
+    for q in sorted(typed):
+        every = py.lookup(q, 10**6)
+        for k in (1, 8, 16):
+            assert py.lookup(q, k) == every[:k], (q, k)
+        answered += bool(every)
+    assert answered > 0.75 * len(typed)  # a form made across a Latin word ("Q&Q 男士...") reads nothing
+
 # -- suggestions through the API ----------------------------------------------------------------------
 def test_chinese_shop_suggests_by_prefix_pinyin_initials_and_homophone(zh_client):
     c = zh_client
@@ -149,6 +181,37 @@ def test_lexicon_learns_a_brands_chinese_name_from_the_catalogue():
     assert ex.extract("耐克 跑鞋").brand == ["Nike/耐克"] and ex.extract("nike shoes").brand == ["Nike/耐克"]
 
 
+
+def test_a_title_of_brand_and_chinese_words_teaches_no_brand_name(subset_rows):
+    """A Chinese shop's title "Image 女士太阳镜" is a brand and what it sells, not the brand's
+    Chinese name: on the bundled catalogue written in Chinese (convert-fashion --language zh), the
+    query 女士太阳镜 read as brand Image and lost its gender and category slots."""
+    from vitrine.bundled import read_styles
+    from vitrine.ingest.fashion import to_record
+    from vitrine.ingest.fashion_zh import renderer
+    from vitrine.intent import lexicon_zh
+    from vitrine.intent.slots import SlotExtractor, Vocabulary, key_norm
+
+    r = renderer()
+    image = [row for row in read_styles(SOURCE) if row["id"] in {"16937", "16939", "16957"}]
+    rows = [r.record(to_record(row, "")) for row in [*subset_rows, *image]]
+    titles = [row["title"] for row in rows]
+    assert "Image 女士太阳镜" in titles and "Image 男士太阳镜" in titles  # the shop's own titles
+    brands = sorted({str(row.get("brand") or row["title"].split()[0]) for row in rows})
+    paired = [t for t in titles if lexicon_zh.learn_pairs([t], whole=True)]  # "Brand 中文..." titles
+    assert len(paired) >= 10
+    learned = lexicon_zh.learn_pairs(titles)
+    for t in paired:
+        latin, _, zh = t.partition(" ")
+        assert zh not in learned.get(key_norm(latin), {}), t
+    assert learned["nike"].most_common(1)[0][0] == "耐克"  # "Nike/耐克 ..." still names the brand
+    # a name run on into what the product is ends where the lexicon's words begin, either side
+    assert dict(lexicon_zh.learn_pairs(["Nike/耐克女士黑色手表", "男士耐克/Nike 跑鞋"])["nike"]) == {"耐克": 2}
+    vocab = Vocabulary.of(brands=["Image", "Nike"], categories=sorted({c for row in rows for c in row["category"]}),
+                          genders=sorted({row["attributes"]["gender"] for row in rows}))
+    got = SlotExtractor(vocab, lexicon_data=lexicon_zh.merged_lexicon(vocab, titles)).extract("女士太阳镜")
+    assert got.brand == [] and got.category == ["太阳镜"] and got.gender == ["女士"], got
+    assert len(brands) > 20
 def test_dictionary_gives_any_catalogues_values_chinese_forms():
     from vitrine.intent import lexicon_zh
 

@@ -155,3 +155,83 @@ def run(source: Path, out: Path, n: int = 3000) -> Path:
                      "chinese_phrases", "pinyin_entries", "build_s", "pinyin_build_s"],
               "Lookup latency by what was typed")
     return rep.write()
+
+
+def chinese_prefixes(phrases: list[str], n: int, seed: int = 0) -> list[str]:
+    """Keystrokes of Chinese phrases as an input method commits them: 1, 2, 3... characters."""
+    from vitrine.lang import pinyin
+
+    rng = random.Random(seed)
+    out: list[str] = []
+    for p in phrases:
+        chars = "".join(ch for ch in p if pinyin.is_cjk_char(ch))[:6]
+        out += [chars[:i] for i in range(1, len(chars) + 1)]
+    rng.shuffle(out)
+    return out[:n]
+
+
+def served(data_dir: Path, out: Path, n: int = 300) -> Path:
+    """GET /v1/suggest on a served data dir (a Chinese shop), in process through the app: the index
+    warmed as at start-up, each typed form asked once (distinct forms, so the response cache never
+    answers), for whole pinyin, initials, mixed and homophone forms of the shop's own Chinese phrases,
+    Chinese character prefixes, and the issue's own examples."""
+    from fastapi.testclient import TestClient
+
+    from vitrine.lang import pinyin
+    from vitrine.search.engine import Engine
+    from vitrine.settings import Settings
+    from vitrine.web.app import create_app
+
+    rep = Report("suggest_chinese_served", out, "GET /v1/suggest on a served Chinese shop: pinyin, initials, prefixes")
+    engine = Engine.open(Settings(data_dir=data_dir))
+    t0 = time.perf_counter()
+    warm_s = engine.suggestions.warm()
+    idx = engine.suggestions.catalogue()
+    assert idx is not None
+    chinese = [t for t in idx.texts if pinyin.has_cjk(t)]
+    pools: dict[str, list[str]] = {"issue": ["shoubiao", "sb", "shoub", "手b", "手标", "手表", "lianyiqun", "lyq",
+                                             "shoutibao", "stb", "heise", "hs", "nanshi"]}
+    pools.update(pinyin_prefixes(chinese, n))
+    pools["chinese prefix"] = chinese_prefixes(chinese, n)
+    seen: set[str] = set()
+    rows: list[dict[str, Any]] = []
+    base = {"products": len(engine.records.ids()), "phrases": len(idx), "chinese_phrases": len(chinese),
+            "pinyin_entries": len(idx.pinyin()), "warm_s": round(warm_s, 2), "open_s": round(time.perf_counter() - t0, 2)}
+    with TestClient(create_app(engine=engine)) as client:
+        client.get("/v1/suggest", params={"q": "warm-up"})
+        for kind, pool in pools.items():
+            lat: list[float] = []
+            server: list[float] = []
+            answered = 0
+            for q in pool:
+                if q in seen:
+                    continue
+                seen.add(q)
+                t = time.perf_counter()
+                r = client.get("/v1/suggest", params={"q": q})
+                lat.append(time.perf_counter() - t)
+                body = r.json()
+                server.append(body["took_ms"] / 1000)
+                answered += bool(body["suggestions"])
+                if kind == "issue":
+                    rows.append({**base, "typed": q, "first": (body["suggestions"] or [{"text": ""}])[0]["text"],
+                                 **{f"http_{k}": v for k, v in summary_ms(lat[-1:]).items() if k == "p50_ms"}})
+            s = summary_ms(server)
+            rows.append({**base, "typed": kind, "prefixes": len(lat), "answered": round(answered / max(1, len(lat)), 3),
+                         "server_p50_ms": s["p50_ms"], "server_p99_ms": s["p99_ms"],
+                         **{f"http_{k}": v for k, v in summary_ms(lat).items() if k in ("p50_ms", "p99_ms")}})
+            r0 = rows[-1]
+            print(f"{kind:15s} n={r0['prefixes']} answered={r0['answered']} server p50={r0['server_p50_ms']:.2f} "
+                  f"p99={r0['server_p99_ms']:.2f} ms; http p50={r0['http_p50_ms']:.2f} p99={r0['http_p99_ms']:.2f}",
+                  flush=True)
+    rep.add("data_dir", str(data_dir))
+    rep.add("results", rows)
+    rep.text("GET /v1/suggest through the app in process (FastAPI TestClient), k=8, the suggestion indexes warmed "
+             "as at start-up; each typed form asked once (the response cache never answers). `server`: the "
+             "response's took_ms (the lookup); `http`: the whole call through the app. Typed forms are made from "
+             "the shop's own Chinese phrases (see vitrine_bench/suggest_zh.py `pinyin_prefixes`, `chinese_prefixes`).")
+    rep.table([r for r in rows if "prefixes" in r], ["typed", "prefixes", "answered", "server_p50_ms", "server_p99_ms",
+                                                     "http_p50_ms", "http_p99_ms", "phrases", "chinese_phrases",
+                                                     "pinyin_entries", "warm_s"], "Latency by what was typed")
+    rep.table([r for r in rows if "first" in r], ["typed", "first", "http_p50_ms"], "The issue's examples: first suggestion")
+    return rep.write()

@@ -433,14 +433,20 @@ def bench_suggest(data_dir: Path, rates: str, clients: int, duration: float, out
 @bench.command("suggest-zh")
 @click.option("--n", "n", type=int, default=3000, show_default=True, help="Typed forms per kind")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
-def bench_suggest_zh(n: int, out: Path) -> None:
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="A served data dir (a Chinese shop): time GET /v1/suggest on it instead, each typed form once")
+def bench_suggest_zh(n: int, out: Path, data_dir: Path | None) -> None:
     """Suggestions for Chinese shoppers: the index alone (in process) over the bundled catalogue with
     its Chinese forms and over a Chinese-titled variant; lookup p50/p99 for whole pinyin, initials,
-    mixed and homophone prefixes, English prefixes beside them."""
+    mixed and homophone prefixes, English prefixes beside them. With --data: GET /v1/suggest on
+    that data dir's own Chinese phrases (n typed forms per kind)."""
     _bench()
     from vitrine.bundled import bundled_dir
     from vitrine_bench import suggest_zh
 
+    if data_dir is not None:
+        click.echo(f"report: {suggest_zh.served(data_dir, out, n=n)}")
+        return
     click.echo(f"report: {suggest_zh.run(bundled_dir(), out, n=n)}")
 
 

@@ -267,17 +267,28 @@ class SuggestIndex:
         if len(got) < k:
             for pid in self._word_postings(words, typos=False)[: 2 * k].tolist():
                 got.setdefault(pid, 1.0 + float(self.weights[pid]))
+        # a mostly Chinese index reads a Latin query as pinyin before as a mistyped word ("heise" is
+        # 黑色 there, not "Heusen"); an English one after
+        first = not all(is_cjk(w) for w in words) and len(got) < k and self.pinyin().chinese
+        if first:
+            self._by_sound(query, words, k, got)
         if len(got) < k:
             for pid in self._word_postings(words, typos=True)[: 2 * k].tolist():
                 got.setdefault(pid, float(self.weights[pid]))
-        if len(got) < k and self.pinyin().wanted(query):  # pinyin, initials, homophones of Chinese phrases
-            exact = all(is_cjk(w) for w in words)  # only characters typed: a match by sound is a typo
-            chinese = self.pinyin().chinese  # else a Latin query is English first, its pinyin after
-            for pid, start in self.pinyin().lookup(query, 2 * k):
-                w = float(self.weights[pid])
-                got.setdefault(pid, 0.9 * w if exact else (1.0 if start else 0.0) + w if chinese else 0.5 * w)
+        if not first and len(got) < k:
+            self._by_sound(query, words, k, got)
         best = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [Match(self.texts[i], self.kinds[i], round(s, 4), self.keys[i]) for i, s in best]
+
+    def _by_sound(self, query: str, words: Sequence[str], k: int, got: dict[int, float]) -> None:
+        """Chinese phrases ``query`` reads as by pinyin, initials or sound, added to ``got``."""
+        if not self.pinyin().wanted(query):
+            return
+        exact = all(is_cjk(w) for w in words)  # only characters typed: a match by sound is a typo
+        chinese = self.pinyin().chinese  # else a Latin query is English first, its pinyin after
+        for pid, start in self.pinyin().lookup(query, 2 * k):
+            w = float(self.weights[pid])
+            got.setdefault(pid, 0.9 * w if exact else (1.0 if start else 0.0) + w if chinese else 0.5 * w)
 
     def top(self, k: int, kinds: Sequence[str] = ("query", "facet", "category", "brand")) -> list[Match]:
         """Representative phrases (a home page's examples): the heaviest example phrase of each

@@ -24,7 +24,7 @@ from vitrine.lang import pinyin
 _CJK = re.compile(f"[{pinyin.CJK}]")
 MAX_CHARS = 12  # syllables kept per entry (what a typed form can reach from its start)
 SHORT_PHRASE = 8  # a phrase up to this many characters is findable from each of its characters
-MAX_CANDIDATES = 4000  # entries verified per lookup (the heaviest phrases' first)
+MAX_CANDIDATES = 4000  # entries verified per lookup pass at most (the heaviest phrases first)
 MIN_TYPED = 2  # a Latin query shorter than this is left to the prefix index (too many readings)
 
 
@@ -78,22 +78,40 @@ class PinyinIndex:
 
     def lookup(self, query: str, k: int) -> list[tuple[int, bool]]:
         """Up to ``k`` phrase ids (heaviest first) ``query`` reads as the start of a Chinese word
-        of, each with whether it reads as the phrase's own start."""
+        of, each with whether it reads as the phrase's own start. Phrases found from their start
+        rank first: the entries at a phrase's start are verified first, heaviest first, then the
+        others, each pass stopping once it has what it needs."""
         if not self.wanted(query) or k <= 0:
             return []
-        found: dict[int, bool] = {}
-        for units in pinyin.query_units(query, self.known):
+        seqs = pinyin.query_units(query, self.known)
+        cands: list[np.ndarray] = []
+        which: list[np.ndarray] = []
+        for n, units in enumerate(seqs):
             heads = [""]
             for u in units:  # the initials the units stand for ("=xing|hang": x or h)
                 firsts = sorted({r[0] for r in u[1:].split("|") if r}) if u.startswith("=") else [u[0]]
                 heads = [h + f for h in heads for f in firsts][:8]
-            rows = np.unique(np.concatenate([self._range(h) for h in heads])) if heads else np.zeros(0, np.int64)
-            if len(rows) > MAX_CANDIDATES:  # the heaviest phrases' entries (lowest ids) first
-                rows = rows[np.argsort(self._pids[rows], kind="stable")[:MAX_CANDIDATES]]
-            for r in rows.tolist():
+            # the heads of one sequence have one length: their ranges are disjoint (no np.unique)
+            rows = np.concatenate([self._range(h) for h in heads]) if heads else np.zeros(0, np.int64)
+            cands.append(rows)
+            which.append(np.full(len(rows), n, dtype=np.int32))
+        if not cands:
+            return []
+        rows, seq = np.concatenate(cands), np.concatenate(which)
+        at_start = self._starts[rows] == 0
+        found: dict[int, bool] = {}
+        for start_pass in (True, False):  # phrases read from their start, then from a word inside
+            sel = np.flatnonzero(at_start == start_pass)
+            sel = sel[np.argsort(self._pids[rows[sel]], kind="stable")][:MAX_CANDIDATES]  # heaviest first
+            for i in sel.tolist():
+                r = int(rows[i])
                 pid, start = int(self._pids[r]), int(self._starts[r])
-                if found.get(pid):
+                if pid in found:
                     continue
-                if pinyin.matches(units, self._sylls[pid][start:start + MAX_CHARS]):
-                    found[pid] = found.get(pid, False) or start == 0
+                if pinyin.matches(seqs[int(seq[i])], self._sylls[pid][start:start + MAX_CHARS]):
+                    found[pid] = start_pass
+                    if len(found) >= k:
+                        break
+            if len(found) >= k:
+                break
         return sorted(found.items(), key=lambda kv: (not kv[1], kv[0]))[:k]

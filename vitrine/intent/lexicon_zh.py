@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 FIELDS = ("category", "colour", "brand", "material")
 MAX_DICT_FORMS = 3
 MAX_SENSES = 4
+MAX_SLOT_WORD = 6  # characters of the longest lexicon word looked for after a brand's name (learn_pairs)
+NAME_SHARE = 0.8  # of a brand's paired runs that share a head for it to belong to the name (learn_pairs)
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _LATIN = r"[A-Za-z0-9][A-Za-z0-9&'.+\-]*(?: [A-Za-z0-9&'.+\-]+){0,4}"
 _ZH = rf"[{_CJK}][{_CJK}·]{{0,9}}"
@@ -122,11 +124,17 @@ def dictionary_forms(value: str, field: str) -> list[str]:
     return out[:MAX_DICT_FORMS]
 
 
-def learn_pairs(texts: Iterable[str]) -> dict[str, Counter[str]]:
+def learn_pairs(texts: Iterable[str], *, whole: bool = False) -> dict[str, Counter[str]]:
     """English words written with their Chinese name beside them in ``texts`` (brand fields,
     titles): normalised Latin (each run of its last words, so "Air Max Nike/耐克" teaches "nike"
-    too) -> Chinese forms, counted."""
-    out: dict[str, Counter[str]] = {}
+    too) -> Chinese forms, counted. A pair needs its mark (a slash, brackets); ``whole``: each
+    text is one value by itself (a brand field), so "Nike 耐克", the two names side by side, pairs
+    too. A title never pairs that way: "Image 女士太阳镜" is a brand and what it sells ("women
+    sunglasses"), not the brand's Chinese name. A title runs the name on into what the product
+    is ("Nike/耐克女士黑色手表"): the name is the part of the run most of the brand's runs share
+    (:func:`_names`)."""
+    heads: dict[str, Counter[str]] = {}  # the name starts the run (written after the Latin)
+    tails: dict[str, Counter[str]] = {}  # the name ends it (written before the Latin: "男士耐克/Nike")
 
     def add(latin: str, zh: str, from_end: bool) -> None:
         words = key_norm(latin).split()
@@ -134,29 +142,71 @@ def learn_pairs(texts: Iterable[str]) -> dict[str, Counter[str]]:
             [" ".join(words[:i]) for i in range(len(words), 0, -1)]
         for r in runs:
             if r and not r.isdigit():
-                out.setdefault(r, Counter())[zh] += 1
+                (heads if from_end else tails).setdefault(r, Counter())[zh] += 1
 
     for t in texts:
         if not t or not re.search(f"[{_CJK}]", t) or not re.search("[A-Za-z]", t):
             continue
-        whole = _WHOLE.match(t.strip())
-        if whole:
-            if whole.group(1):
-                add(whole.group(1), whole.group(2), True)
+        both = _WHOLE.match(t.strip()) if whole else None
+        if both:
+            if both.group(1):
+                add(both.group(1), both.group(2), True)
             else:
-                add(whole.group(4), whole.group(3), False)
+                add(both.group(4), both.group(3), False)
         for rx in _PAIRS:
             for m in rx.finditer(t):
                 add(m.group(1), m.group(2), True)
         for rx in _PAIRS_ZH_FIRST:
             for m in rx.finditer(t):
                 add(m.group(2), m.group(1), False)
+    out: dict[str, Counter[str]] = {}
+    words = _slot_words() if heads or tails else frozenset()
+    for runs, from_start in ((heads, True), (tails, False)):
+        for latin, counted in runs.items():
+            out.setdefault(latin, Counter()).update(_names(counted, from_start, words))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _slot_words() -> frozenset[str]:
+    """The hand-written lexicon's Chinese forms of two characters or more (genders, colours,
+    categories...): where a title runs a brand's name on into them, the name has ended."""
+    return frozenset(f for per in lexicon().values() if isinstance(per, dict) for forms in per.values()
+                     if isinstance(forms, list) for f in forms
+                     if isinstance(f, str) and len(f) > 1 and re.fullmatch(f"[{_CJK}]+", f))
+
+
+def _names(runs: Counter[str], from_start: bool, words: frozenset[str] = frozenset()) -> Counter[str]:
+    """The Chinese name in each of a brand's ``runs`` (counted): the longest head (``from_start``,
+    else tail) that at least :data:`NAME_SHARE` of the runs beginning (ending) with its first two
+    characters share, cut shorter where a shorter head is itself a whole run ("李维斯男士" where
+    "李维斯" stands alone elsewhere). "耐克女士", "耐克男士蓝色", "耐克" -> 耐克; a run seen once stays whole."""
+    def side(x: str) -> str:
+        return x if from_start else x[::-1]
+
+    support: Counter[str] = Counter()
+    for s, n in runs.items():
+        r = side(s)
+        for i in range(2, len(r) + 1):
+            support[r[:i]] += n
+    out: Counter[str] = Counter()
+    for s, n in runs.items():
+        r = side(s)
+        end = min(2, len(r))
+        while end < len(r) and support[r[:end + 1]] >= NAME_SHARE * support[r[:2]]:
+            end += 1
+        whole = [i for i in range(2, end) if side(r[:i]) in runs]  # the name seen alone ("李维斯 ...")
+        end = whole[-1] if whole else end
+        # a slot word where the name would go on: "李维斯男士..." -> 李维斯 (男士: a gender)
+        slot = [i for i in range(2, end) if any((side(r[i:])[:k] if from_start else side(r[i:])[-k:]) in words
+                                                for k in range(2, MAX_SLOT_WORD + 1))]
+        out[side(r[:slot[0] if slot else end])] += n
     return out
 
 
 def _own_forms(value: str) -> tuple[str | None, list[str]]:
     """A value written in both scripts ("Nike/耐克"): its Latin part and its Chinese forms."""
-    learned = learn_pairs([value])
+    learned = learn_pairs([value], whole=True)
     if not learned:
         return None, []
     latin = max(learned, key=len)

@@ -108,11 +108,18 @@ def parses(text: str, known: frozenset[str]) -> list[list[str]]:
             acc.pop()
         # the last unit, a start of a syllable being typed ("shoubi" -> shou + bi(ao))
         rest = s[i:]
-        if len(rest) > 1 and rest not in known and any(k.startswith(rest) for k in known):
+        if len(rest) > 1 and rest not in known and rest in starts:
             out.append([*acc, rest])
 
+    starts = syllable_starts(known)
     walk(0, [])
     return out
+
+
+@lru_cache(maxsize=8)
+def syllable_starts(known: frozenset[str]) -> frozenset[str]:
+    """Every start of a syllable of ``known`` (a set lookup per typed tail, not a scan of them all)."""
+    return frozenset(k[:i] for k in known for i in range(1, len(k) + 1))
 
 
 def query_units(text: str, known: frozenset[str]) -> list[list[str]]:

@@ -278,3 +278,45 @@ def test_one_client_flooding_the_8th_result_does_not_lift_it(client, own_engine,
     served = [h["id"] for h in search(client, text)["results"]]
     assert target not in served[:5]
     assert text not in dict(own_engine.feedback.popular_queries())  # nor suggested
+
+
+def test_position_biased_shoppers_get_a_table_kept_that_the_paired_test_judged(engine, settings_factory, encoder,
+                                                                                tmp_path):
+    """Simulated shoppers (one page of ten, attention falling with rank) who want the products at
+    ranks 6-10 of six queries: the table learned from them is kept by the one-sided paired test
+    over the judged queries (its p-value below alpha, at least learn_min_judged queries), and
+    serves the wanted products higher; the same log with alpha so strict that no six queries can
+    reach it (2^-6 is the least p-value of six) keeps nothing."""
+    from vitrine.evals import simulate as sim
+    from vitrine.evals.log_tuning import tune_from_logs
+    from vitrine.feedback.stage import LearnedRerank
+    from vitrine.search.models import SearchRequest
+    from vitrine.web.app import create_app
+
+    eng = engine_copy(engine, settings_factory, encoder, tmp_path / "data", api_key="s3cret", learn_interval_s=0,
+                      explore_share=0.0, learn_ranker=False)
+    try:
+        texts = ["blue shirt", "red dress", "black leather bag", "casual shoes", "blue jeans", "white sports shoes"]
+        cold = {t: [h.id for h in eng.search(SearchRequest(text=t, k=10)).results] for t in texts}
+        qs = [sim.JudgedQuery(t, t, {p: 1.0 for p in cold[t][5:10]}) for t in texts]
+        with TestClient(create_app(engine=eng)) as c:
+            sim.simulate(c, qs, 40, key="s3cret", shopper=sim.Shopper(), seed=1)
+        fs = eng.settings.feedback
+        fs.learn_alpha = 0.01
+        strict = tune_from_logs(eng, save=False)
+        assert strict.table is None and strict.report["judge"]["p_value"] >= 2 ** -6
+        fs.learn_alpha = 0.05
+        got = tune_from_logs(eng)
+        judge = got.report["judge"]
+        assert judge["queries"] >= fs.learn_min_judged
+        assert got.table is not None and judge["p_value"] < fs.learn_alpha
+        assert judge["nDCG@10_learned"] > judge["nDCG@10_serving"]
+        eng.stage(LearnedRerank).learned.reload()
+        served = {t: [h.id for h in eng.search(SearchRequest(text=t, k=50)).results] for t in texts}
+
+        def mean_rank(t: str) -> float:
+            return sum(served[t].index(p) if p in served[t] else 50 for p in cold[t][5:10]) / 5
+
+        assert sum(mean_rank(t) < 7 for t in texts) >= 5  # the wanted ones sit higher (cold: 7) nearly everywhere
+    finally:
+        eng.close()

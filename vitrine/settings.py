@@ -442,9 +442,9 @@ class FeedbackSettings(_Section):
                                        "it (0: no filter).")
     learn_min_judged: int = Field(5, ge=1, description="A learned table replaces what serves only when judged on "
                                   "at least this many queries of the later slice of the log.")
-    learn_alpha: float = Field(0.05, gt=0, le=1, description="...and only when the Wilcoxon signed-rank test over "
-                               "those queries' nDCG@10 (learned vs serving, one-sided) is below this p-value "
-                               "(1: no test, a higher mean is enough).")
+    learn_alpha: float = Field(0.05, gt=0, le=1, description="...and only when the paired randomisation test over "
+                               "those queries' nDCG@10 (learned vs serving, one-sided, on the mean difference) is below "
+                               "this p-value (1: no test, a higher mean is enough).")
     suggest_min_clients: int = Field(3, ge=1, description="A logged query becomes a suggestion only once this many "
                                      "distinct clients chose a result of it (never a bot's).")
 

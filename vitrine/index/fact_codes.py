@@ -81,9 +81,11 @@ class FactCodes:
             index = self._postings[field] = (order, starts)
         order, starts = index
         parts = [order[starts[c]:starts[c + 1]] for c in sorted(set(codes)) if 0 <= c < len(starts) - 1]
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        if len(parts) == 1:
+            return parts[0]
+        out = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        out.flags.writeable = False  # as a single code's slice of the index
+        return out
 
     def of(self, iids: np.ndarray, fields: Sequence[str]) -> np.ndarray:
         """Codes of ``fields`` for each of ``iids``, (len(iids), len(fields)) int32 (``ABSENT`` rows

@@ -100,6 +100,9 @@ def compare(before: Path, after: Path, tol: float = 1e-6) -> list[str]:
     if [r["request"] for r in a] != [r["request"] for r in b]:
         return ["the dumps hold different requests"]
     out: list[str] = []
+    for name, dump_ in (("before", a), ("after", b)):  # a degraded search ranked otherwise: not comparable
+        out += [f"[{i}] {r['request']['text']!r}: degraded {r['response']['degraded']} in {name}"
+                for i, r in enumerate(dump_) if r["response"].get("degraded")]
     for i, (x, y) in enumerate(zip(a, b)):
         _diff(x["response"], y["response"], f"[{i}] {x['request']['text']!r}", tol, out)
     return out

@@ -108,6 +108,10 @@ class MemoryBM25:
         self._doc_delta: dict[int, tuple[str, ...]] = {}
         self._vocab: list[str] | None = None  # the terms, for typo corrections (built on first use)
         self._fixes = fuzzy.Corrections()
+        # query term -> (iids, its BM25 part per iid) until the postings change (:meth:`_vocab_changed`): a
+        # common word's part (lengths, tf saturation, idf over thousands of products) was recomputed per search
+        self._parts: LRU[tuple[np.ndarray, np.ndarray]] = LRU(4096, max_weight=4_000_000, weight=lambda p: len(p[0]),
+                                                              locked=False)
         self.on_rebuilt: Callable[[], None] | None = None  # told when a build read the whole FTS table
 
     def close(self) -> None:
@@ -277,6 +281,7 @@ class MemoryBM25:
     def _vocab_changed(self) -> None:
         self._vocab = None
         self._fixes.clear()
+        self._parts.clear()
 
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(iids, weighted tf) of the products holding ``term`` (None: none)."""
@@ -346,23 +351,20 @@ class MemoryBM25:
             n = self._n_rows
             if n == 0:
                 return {}
-            avgdl = self._total / n
             docs, parts = [], []
             for t, w in terms:
-                post = self._postings(t)
-                if post is None and self.typo_tolerance:
-                    fixed = self.correct(t, w)
-                    post = self._postings(fixed) if fixed is not None else None
-                if post is None:
-                    continue
-                ids, f = post
-                nhit = len(ids)
-                idf = math.log((n - nhit + 0.5) / (nhit + 0.5))
-                if idf <= 0.0:
-                    idf = 1e-6
-                dl = self._len[ids]
-                docs.append(ids)
-                parts.append(idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * dl / avgdl))))
+                key = (t, fuzzy.max_edits(w), self.typo_tolerance)  # what a correction of ``t`` depends on
+                hit = self._parts.get(key)
+                if hit is None:
+                    post = self._postings(t)
+                    if post is None and self.typo_tolerance:
+                        fixed = self.correct(t, w)
+                        post = self._postings(fixed) if fixed is not None else None
+                    if post is None:
+                        continue
+                    hit = self._term_part(key, post)
+                docs.append(hit[0])
+                parts.append(hit[1])
         if not docs:
             return {}
         if len(docs) == 1:  # one term: its postings are already sorted and unique
@@ -375,6 +377,24 @@ class MemoryBM25:
         tot = np.bincount(all_ids, weights=np.concatenate(parts), minlength=size)
         uniq = np.flatnonzero(hits)
         return BM25Scores(uniq, tot[uniq])
+
+
+    def _term_part(self, key: tuple[str, int, bool], post: tuple[np.ndarray, np.ndarray]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """(iids, BM25 part per iid) of the postings ``post`` a query term read, remembered under
+        ``key`` until the postings change (a misspelt term: those of its correction). Under the lock."""
+        n = self._n_rows
+        avgdl = self._total / n
+        ids, f = post
+        nhit = len(ids)
+        idf = math.log((n - nhit + 0.5) / (nhit + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        dl = self._len[ids]
+        part = idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * dl / avgdl)))
+        part.flags.writeable = False  # shared by every search of the term
+        self._parts.put(key, (ids, part))
+        return ids, part
 
 
 class BM25Scores(Mapping[int, float]):

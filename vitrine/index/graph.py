@@ -119,6 +119,10 @@ class ProductGraph:
         """See :meth:`GraphStore.products_with`."""
         return self.store.products_with(f, values)
 
+    def product_ids_with(self, f: str, values: Iterable[str]) -> np.ndarray:
+        """See :meth:`GraphStore.product_ids_with`."""
+        return self.store.product_ids_with(f, values)
+
     def product_set(self, key: Hashable, compute: Callable[[], Iterable[int]]) -> np.ndarray:
         """See :meth:`GraphStore.product_set`."""
         return self.store.product_set(key, compute)

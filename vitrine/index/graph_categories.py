@@ -16,7 +16,13 @@ class CategoryRelations:
     def __init__(self, store: GraphStore) -> None:
         self.store = store
         self._prox_cache: dict[tuple[str | None, tuple[str, ...]], float] = {}
-        self._prox_epoch = store.categories_epoch  # the cache holds for this category tree
+        # per category tree (dropped with the proximities): a category's taxonomy node and mapping
+        # confidence, a taxonomy node's root-ward chain, a query term's (taxonomy node, confidence)
+        # pairs. Read per candidate category of every text search, they were networkx edge walks.
+        self._tax_cache: dict[str, tuple[str | None, float]] = {}
+        self._chain_cache: dict[str, tuple[str, ...]] = {}
+        self._term_cache: dict[str, frozenset[tuple[str | None, float]]] = {}
+        self._prox_epoch = store.categories_epoch  # the caches hold for this category tree
 
     def mapping(self) -> list[dict[str, Any]]:
         """Every leaf category's place on the taxonomy: source, taxonomy id and path, confidence."""
@@ -31,17 +37,35 @@ class CategoryRelations:
                                 "products": len(s.postings(s.category_node(d["name"])))})
         return sorted(out, key=lambda m: (-m["products"], m["category"]))
 
-    def taxonomy_of(self, category: str | None) -> str | None:
-        if not category:
-            return None
+    def _fresh(self) -> None:
+        """Drop what was derived from an older category tree."""
+        if self._prox_epoch != self.store.categories_epoch:
+            self._prox_cache.clear()
+            self._tax_cache.clear()
+            self._chain_cache.clear()
+            self._term_cache.clear()
+            self._prox_epoch = self.store.categories_epoch
+
+    def _placed(self, category: str) -> tuple[str | None, float]:
+        """(its taxonomy node, the mapping's confidence) of a category (None, 0: not mapped)."""
+        self._fresh()
+        hit = self._tax_cache.get(category)
+        if hit is None:
+            hit = self._tax_cache[category] = self._read_placed(category)
+        return hit
+
+    def _read_placed(self, category: str) -> tuple[str | None, float]:
         g = self.store.g
         node = self.store.category_node(category)
         if node not in g:
-            return None
-        for _, target, key in g.out_edges(node, keys=True):
+            return None, 0.0
+        for _, target, key, d in g.out_edges(node, keys=True, data=True):
             if key == "maps_to":
-                return target
-        return None
+                return target, float(d.get("confidence", 1.0))
+        return None, 0.0
+
+    def taxonomy_of(self, category: str | None) -> str | None:
+        return self._placed(category)[0] if category else None
 
     def taxonomy_distance(self, a: str | None, b: str | None) -> int | None:
         """Tree distance between two taxonomy nodes (None when either is unknown)."""
@@ -51,6 +75,13 @@ class CategoryRelations:
         return _tree_distance(self._ancestors(a), self._ancestors(b))
 
     def _ancestors(self, node: str) -> tuple[str, ...]:
+        self._fresh()
+        hit = self._chain_cache.get(node)
+        if hit is None:
+            hit = self._chain_cache[node] = self._read_ancestors(node)
+        return hit
+
+    def _read_ancestors(self, node: str) -> tuple[str, ...]:
         chain = [node]
         while True:
             nxt = [t for _, t, k in self.store.g.out_edges(chain[-1], keys=True) if k == "subcategory_of"]
@@ -63,9 +94,7 @@ class CategoryRelations:
         for taxonomy distance d between their Google nodes (0.5 for two article types on the
         same node, 0.125 for sibling nodes), times the confidence of the less sure of the two
         mappings (1 for reviewed ones); 0 beyond 4 hops or without a mapping."""
-        if self._prox_epoch != self.store.categories_epoch:
-            self._prox_cache.clear()
-            self._prox_epoch = self.store.categories_epoch
+        self._fresh()
         key = (category, tuple(terms))
         hit = self._prox_cache.get(key)
         if hit is not None:
@@ -79,31 +108,29 @@ class CategoryRelations:
         tp = self.taxonomy_of(category)
         if tp is None:
             return 0.0
-        g = self.store.g
         sure = self.mapping_confidence(category)
         best = 0.0
         for t in terms:
-            tax_nodes = {(t, 1.0)} if t.startswith("taxonomy:") else {
-                (self.taxonomy_of(name), self.mapping_confidence(name)) for name in
-                (g.nodes[leaf].get("name") for leaf in self.store.category_leaves(t) if leaf in g)}
-            for tn, c in tax_nodes:
+            for tn, c in self._term_places(t):
                 d = self.taxonomy_distance(tp, tn)
                 if d is not None and d <= 4:  # as sure as the less sure of the two mappings
                     best = max(best, 0.5 ** (1 + d) * min(sure, c))
         return best
 
+    def _term_places(self, t: str) -> frozenset[tuple[str | None, float]]:
+        """(taxonomy node, mapping confidence) of each category leaf under query term ``t``."""
+        self._fresh()
+        hit = self._term_cache.get(t)
+        if hit is None:
+            g = self.store.g
+            hit = self._term_cache[t] = frozenset({(t, 1.0)}) if t.startswith("taxonomy:") else frozenset(
+                (self.taxonomy_of(name), self.mapping_confidence(name)) for name in
+                (g.nodes[leaf].get("name") for leaf in self.store.category_leaves(t) if leaf in g))
+        return hit
+
     def mapping_confidence(self, category: str | None) -> float:
         """How sure the category's place on the taxonomy is (1 for the reviewed mapping)."""
-        if not category:
-            return 0.0
-        g = self.store.g
-        node = self.store.category_node(category)
-        if node not in g:
-            return 0.0
-        for _, _, key, d in g.out_edges(node, keys=True, data=True):
-            if key == "maps_to":
-                return float(d.get("confidence", 1.0))
-        return 0.0
+        return self._placed(category)[1] if category else 0.0
 
     def category_name(self, node: str) -> str:
         d = self.store.g.nodes.get(node) or {}

@@ -273,8 +273,7 @@ class GraphStore:
         placed = [fc for n in nodes for fc in self._node_codes.get(n, ())]
         if not placed:
             return np.zeros(0, dtype=np.int64)
-        codes = np.array([c for _, c in placed], dtype=np.int32)
-        return np.flatnonzero(np.isin(self._codes.column(placed[0][0]), codes))
+        return self._codes.postings(placed[0][0], [c for _, c in placed])
 
     def facts(self, iid: int) -> ProductFacts | None:
         pid = self._pids[iid] if 0 <= iid < len(self._pids) else None
@@ -301,18 +300,22 @@ class GraphStore:
     def products_with(self, f: str, values: Iterable[str]) -> set[int]:
         """iids of products holding any of ``values`` for field ``f`` (categories expand to
         every leaf under the named category or taxonomy node)."""
+        return set(self.product_ids_with(f, values).tolist())
+
+    def product_ids_with(self, f: str, values: Iterable[str]) -> np.ndarray:
+        """:meth:`products_with` as ascending iids (read-only: it may be the postings' own array)."""
         with self.lock:
             if f == "category":
                 nodes = {leaf for v in values for leaf in self.category_leaves(v)}
             else:
                 nodes = {f"{f}:{norm_key(v)}" for v in values}
-            return set(self._on_nodes(nodes).tolist())
+            return self._on_nodes(nodes)
 
     def product_set(self, key: Hashable, compute: Callable[[], Iterable[int]]) -> np.ndarray:
         """The sorted iids ``compute()`` gives, remembered under ``key`` until any product changes
         (read-only: shared by every caller with this key)."""
         with self.lock:
-            out = self._sets_cache.get(key, lambda: np.array(sorted(compute()), dtype=np.int64))
+            out = self._sets_cache.get(key, lambda: _sorted_ids(compute()))
             assert out is not None
             return out
 
@@ -361,3 +364,10 @@ class GraphStore:
             return fam is not None and fam not in self.data.colours.universal and any(
                 self.on_node(f"colour:{k}") for k, kf in self.data.colours.family.items() if kf == fam)
         return False
+
+
+def _sorted_ids(ids: Iterable[int]) -> np.ndarray:
+    """Ascending int64 ids of an iterable of distinct ids (an array as it is, sorted)."""
+    if isinstance(ids, np.ndarray):
+        return np.sort(ids.astype(np.int64, copy=False))
+    return np.array(sorted(ids), dtype=np.int64)

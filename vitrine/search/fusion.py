@@ -131,28 +131,47 @@ class Pool:
 # -- graph signals --------------------------------------------------------------------------------
 def graph_candidates(graph: ProductGraph, terms: QueryTerms) -> set[int]:
     """Products holding every value the query names (relaxed field by field when none do)."""
-    sets: dict[str, set[int]] = {}
+    return set(graph_candidate_array(graph, terms).tolist())
+
+
+def graph_candidate_array(graph: ProductGraph, terms: QueryTerms) -> np.ndarray:
+    """:func:`graph_candidates` as ascending iids, intersected as arrays (smallest first, through a
+    mask over the iids), not Python sets: a named gender alone is half the catalogue."""
+    sets: dict[str, np.ndarray] = {}
     for f in ("category", *GRAPH_FIELDS):
         vals = terms.get(f)
         if vals:
-            sets[f] = graph.products_with(f, vals)
+            sets[f] = graph.product_ids_with(f, vals)
     if not sets:
-        return set()
+        return np.zeros(0, dtype=np.int64)
     fields = list(sets)
     while fields:
-        out = set.intersection(*(sets[f] for f in fields))
-        if out:
+        out = _intersect([sets[f] for f in fields])
+        if len(out):
             return out
         drop = next((f for f in _RELAX_ORDER if f in fields), None)
         if drop is None:
             break
         fields.remove(drop)
-    return sets.get("category", set())
+    return sets.get("category", np.zeros(0, dtype=np.int64))
+
+
+def _intersect(arrays: list[np.ndarray]) -> np.ndarray:
+    """The ids in every one of ``arrays`` (each ascending, distinct, non-negative), ascending."""
+    arrays = sorted(arrays, key=len)
+    out = arrays[0]
+    for other in arrays[1:]:
+        if not len(out):
+            break
+        mask = np.zeros(int(max(out[-1], other[-1] if len(other) else 0)) + 1, dtype=bool)
+        mask[other] = True
+        out = out[mask[out]]
+    return out
 
 
 def graph_candidate_ids(graph: ProductGraph, terms: QueryTerms) -> np.ndarray:
     """:func:`graph_candidates` as sorted iids, remembered per query terms until a product changes."""
-    return graph.product_set(("graph_candidates", terms.key()), lambda: graph_candidates(graph, terms))
+    return graph.product_set(("graph_candidates", terms.key()), lambda: graph_candidate_array(graph, terms))
 
 
 class GraphScorer:

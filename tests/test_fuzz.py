@@ -104,12 +104,14 @@ def test_fuzz_the_api_over_the_session_engine(read_schema):
     assert len(per_op) >= 14
 
 
+@pytest.mark.slow
 def test_fuzz_writes_and_admin_with_the_key(write_schema):
     per_op = fuzz(write_schema, {"X-API-Key": KEY}, 70, "write")
     print("schemathesis cases per operation (with the key):", per_op)
     assert set(per_op) == {"PUT /v1/products/{pid}", "DELETE /v1/products/{pid}", "POST /v1/admin/snapshot"}
 
 
+@pytest.mark.slow
 def test_fuzz_ran_over_a_thousand_cases_without_a_server_error():
     """(Runs after the two fuzz tests above.) The bar: >= 1,000 generated cases, zero 5xx."""
     total = CASES["read"] + CASES["write"]

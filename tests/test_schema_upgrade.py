@@ -62,7 +62,12 @@ def test_the_previous_release_event_log_opens_upgraded(tmp_path):
     assert "client" not in _columns(d / "events.sqlite", "searches")  # the fixture is the old schema
     log = open_event_log(None, d)
     try:
-        assert _versions(d / "events.sqlite")["feedback"] == tables.VERSION == 2
+        assert _versions(d / "events.sqlite")["feedback"] == tables.VERSION == 3
+        # version 3: covering indexes replace the single-column ones (analytics read indexes only)
+        with contextlib.closing(sqlite3.connect(d / "events.sqlite")) as c:
+            idx = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' "
+                                           "AND sql IS NOT NULL")}
+        assert idx == {"events_ts_client", "events_query_type"}
         assert {"client", "sort", "filters"} <= set(_columns(d / "events.sqlite", "searches"))
         assert "client" in _columns(d / "events.sqlite", "events")
         # every old row, as it was; the new columns read as absent
@@ -144,7 +149,7 @@ def test_a_store_from_a_newer_vitrine_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(StorageError) as e:
         open_event_log(None, d)
     msg = str(e.value)
-    assert "newer Vitrine" in msg and "version 7" in msg and "knows up to 2" in msg and "upgrade Vitrine" in msg
+    assert "newer Vitrine" in msg and "version 7" in msg and "knows up to 3" in msg and "upgrade Vitrine" in msg
 
 
 def test_a_failed_upgrade_changes_nothing_and_says_why(tmp_path):
@@ -185,6 +190,9 @@ def test_the_previous_release_postgres_event_log_opens_upgraded(pg_url):
         finally:
             log.close()
         with eng.connect() as c:
-            assert dict(c.exec_driver_sql("SELECT store, version FROM vitrine_schema").all()) == {"feedback": 2}
+            assert dict(c.exec_driver_sql("SELECT store, version FROM vitrine_schema").all()) == {"feedback": 3}
+            assert {r[0] for r in c.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE tablename = "
+                                                    "'vitrine_events' AND indexname <> 'vitrine_events_pkey'")} \
+                == {"vitrine_events_ts_client", "vitrine_events_query_type"}
     finally:
         eng.dispose()

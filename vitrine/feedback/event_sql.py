@@ -53,13 +53,24 @@ def event_from_row(r: Sequence) -> EventRecord:
 # another sort of it. The group's first search gives its query, user, time bucket and emptiness; the
 # events on any of its pages count with it; ``pages`` counts its logged pages.
 CONTINUE_S = 1800
+# One statement gives every part of a report (``part``: totals, buckets, queries, no_results,
+# no_clicks), from one materialised table of search groups ``j``: each search joined once to its
+# events (read from the covering index on (query_id, type, position), vitrine/feedback/tables.py),
+# then the groups. Five statements over the same CTE read the log five times.
 _ANALYTICS_BASE = """
 WITH s0 AS (
-    SELECT query_id, norm, user_hash, ts, {bucket} AS bucket,
-           CASE WHEN total = 0 OR ids = '[]' THEN 1 ELSE 0 END AS nores,
-           COALESCE(session, user_hash, client, '~' || query_id) AS who, COALESCE(filters, '') AS fl,
-           COALESCE(sort, '') AS so, "offset" AS off
-    FROM {searches} WHERE ts >= {p} AND ts < {p}),
+    SELECT s.query_id, s.norm, s.user_hash, s.ts, {bucket} AS bucket,
+           CASE WHEN s.total = 0 OR s.ids = '[]' THEN 1 ELSE 0 END AS nores,
+           COALESCE(s.session, s.user_hash, s.client, '~' || s.query_id) AS who, COALESCE(s.filters, '') AS fl,
+           COALESCE(s.sort, '') AS so, s."offset" AS off,
+           MAX(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicked,
+           MAX(CASE WHEN e.type = 'add_to_cart' THEN 1 ELSE 0 END) AS carted,
+           MAX(CASE WHEN e.type = 'purchase' THEN 1 ELSE 0 END) AS bought,
+           SUM(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicks,
+           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos
+    FROM {searches} s LEFT JOIN {events} e ON e.query_id = s.query_id
+    WHERE s.ts >= {p} AND s.ts < {p}
+    GROUP BY s.query_id),
 s1 AS (
     SELECT s0.*, LAG(ts) OVER w AS prev_ts, LAG(so) OVER w AS prev_so
     FROM s0 WINDOW w AS (PARTITION BY who, norm, fl ORDER BY ts, query_id)),
@@ -68,36 +79,34 @@ s2 AS (
                       ELSE 0 END AS new
     FROM s1),
 s AS (
-    SELECT query_id, norm, user_hash, bucket, nores, new,
-           who || '|' || norm || '|' || fl || '|' || CAST(SUM(new) OVER (PARTITION BY who, norm, fl ORDER BY ts, query_id
-                                                                     ROWS UNBOUNDED PRECEDING) AS TEXT) AS gid
+    SELECT s2.*, SUM(new) OVER (PARTITION BY who, norm, fl ORDER BY ts, query_id ROWS UNBOUNDED PRECEDING) AS grp
     FROM s2),
-j AS (
-    SELECT s.gid, MAX(s.norm) AS norm,
-           MAX(CASE WHEN s.new = 1 THEN s.user_hash END) AS user_hash,
-           MAX(CASE WHEN s.new = 1 THEN s.bucket END) AS bucket,
-           MAX(CASE WHEN s.new = 1 THEN s.nores ELSE 0 END) AS nores,
-           MAX(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicked,
-           MAX(CASE WHEN e.type = 'add_to_cart' THEN 1 ELSE 0 END) AS carted,
-           MAX(CASE WHEN e.type = 'purchase' THEN 1 ELSE 0 END) AS bought,
-           SUM(CASE WHEN e.type = 'click' THEN 1 ELSE 0 END) AS clicks,
-           SUM(CASE WHEN e.type = 'click' THEN e.position ELSE 0 END) AS click_pos,
-           COUNT(DISTINCT s.query_id) AS pages
-    FROM s LEFT JOIN {events} e ON e.query_id = s.query_id
-    GROUP BY s.gid)
+j AS MATERIALIZED (
+    SELECT MAX(norm) AS norm,
+           MAX(CASE WHEN new = 1 THEN user_hash END) AS user_hash,
+           MAX(CASE WHEN new = 1 THEN bucket END) AS bucket,
+           MAX(CASE WHEN new = 1 THEN nores ELSE 0 END) AS nores,
+           MAX(clicked) AS clicked, MAX(carted) AS carted, MAX(bought) AS bought,
+           SUM(clicks) AS clicks, SUM(click_pos) AS click_pos, COUNT(*) AS pages
+    FROM s GROUP BY who, norm, fl, grp)
 """ % {"continue_s": CONTINUE_S}
 ANALYTICS_FIELDS = ("searches", "users", "no_results", "clicked", "carted", "bought", "clicks", "click_pos", "pages")
 _AGG = ("COUNT(*), COUNT(DISTINCT user_hash), SUM(nores), SUM(clicked), SUM(carted), SUM(bought), SUM(clicks), "
         "SUM(click_pos), SUM(pages)")
-_ANALYTICS_QUERIES = {
-    "totals": f"SELECT {_AGG}, COUNT(DISTINCT norm) FROM j",
-    "buckets": f"SELECT bucket, {_AGG} FROM j GROUP BY bucket ORDER BY bucket",
-    "queries": f"SELECT norm, {_AGG} FROM j GROUP BY norm ORDER BY COUNT(*) DESC, norm {{c}} LIMIT {{p}}",
-    "no_results": "SELECT norm, COUNT(*), COUNT(DISTINCT user_hash) FROM j WHERE nores = 1 GROUP BY norm "
-                  "ORDER BY COUNT(*) DESC, norm {c} LIMIT {p}",
-    "no_clicks": "SELECT norm, COUNT(*), COUNT(DISTINCT user_hash) FROM j WHERE nores = 0 GROUP BY norm "
-                 "HAVING SUM(clicked) = 0 ORDER BY COUNT(*) DESC, norm {c} LIMIT {p}",
-}
+_NONE = "CAST(NULL AS BIGINT)"  # PostgreSQL types a bare NULL in a sub-select as text
+_COUNTS = "COUNT(*), COUNT(DISTINCT user_hash), " + ", ".join([_NONE] * (len(ANALYTICS_FIELDS) - 2))
+# every row: (part, query, bucket, the ANALYTICS_FIELDS counts, distinct queries); no_results and
+# no_clicks fill searches and users only
+_ANALYTICS_PARTS = f"""
+SELECT 'totals', CAST(NULL AS TEXT), CAST(NULL AS BIGINT), {_AGG}, COUNT(DISTINCT norm) FROM j
+UNION ALL SELECT 'buckets', CAST(NULL AS TEXT), bucket, {_AGG}, {_NONE} FROM j GROUP BY bucket
+UNION ALL SELECT * FROM (SELECT 'queries', norm, {_NONE}, {_AGG}, {_NONE} FROM j GROUP BY norm
+                         ORDER BY COUNT(*) DESC, norm {{c}} LIMIT {{p}}) q
+UNION ALL SELECT * FROM (SELECT 'no_results', norm, {_NONE}, {_COUNTS}, {_NONE} FROM j WHERE nores = 1 GROUP BY norm
+                         ORDER BY COUNT(*) DESC, norm {{c}} LIMIT {{p}}) r
+UNION ALL SELECT * FROM (SELECT 'no_clicks', norm, {_NONE}, {_COUNTS}, {_NONE} FROM j WHERE nores = 0 GROUP BY norm
+                         HAVING SUM(clicked) = 0 ORDER BY COUNT(*) DESC, norm {{c}} LIMIT {{p}}) c
+"""
 
 # per experiment unit (the hashed user, else the session) and variant: searches, searches with a
 # click / add-to-cart / purchase, and the sum over searches of 1 / (1 + the first click's rank)
@@ -121,10 +130,9 @@ EXPERIMENT_CLICKS_SQL = """
 SELECT t.query_id, t.teams, e.product_id FROM {teams} t JOIN {events} e ON e.query_id = t.query_id
 WHERE t.experiment = {p} AND e.type = 'click' AND e.ts >= {p} ORDER BY t.query_id, e.ts
 """
-def analytics_sql(*, p: str, bucket: str, c: str, searches: str = "searches", events: str = "events") -> dict[str, str]:
-    """The analytics queries in one SQL dialect (see the comment above ``_ANALYTICS_BASE``)."""
-    base = _ANALYTICS_BASE.format(p=p, bucket=bucket, searches=searches, events=events)
-    return {k: base + q.format(p=p, c=c) for k, q in _ANALYTICS_QUERIES.items()}
+def analytics_sql(*, p: str, bucket: str, c: str, searches: str = "searches", events: str = "events") -> str:
+    """The analytics statement in one SQL dialect (see the comment above ``_ANALYTICS_BASE``)."""
+    return _ANALYTICS_BASE.format(p=p, bucket=bucket, searches=searches, events=events) + _ANALYTICS_PARTS.format(p=p, c=c)
 
 
 # clients the bot filter catches in a window (more than {p} events in one minute: vitrine/feedback/clicks.py)
@@ -153,14 +161,27 @@ def _ints(row: Sequence) -> tuple:
     return tuple(int(v or 0) if not isinstance(v, str) else v for v in row)
 
 
-def analytics_rows(run: Callable[[str, tuple], list[tuple]], sql: dict[str, str], since: float, until: float,
+def analytics_rows(run: Callable[[str, tuple], list[tuple]], sql: str, since: float, until: float,
                    bucket_s: float, top: int) -> dict[str, list[tuple]]:
-    """Run the analytics queries with ``run(sql, params)``; integer rows per query."""
-    base = (bucket_s, since, until)
-    out = {}
-    for name, q in sql.items():
-        rows = run(q, base if name in ("totals", "buckets") else (*base, top))
-        out[name] = [_ints(r) for r in rows]
+    """Run the analytics statement with ``run(sql, params)``: integer rows per part, as the parts
+    were written one statement each: ``totals`` (the counts, distinct queries), ``buckets`` (bucket,
+    the counts) and ``queries`` (query, the counts) in order; ``no_results`` and ``no_clicks``
+    (query, searches, users), most searched first (ties by the query's code points, as the store's
+    byte-order collation sorts them)."""
+    n = len(ANALYTICS_FIELDS)
+    out: dict[str, list[tuple]] = {"totals": [], "buckets": [], "queries": [], "no_results": [], "no_clicks": []}
+    for part, query, bucket, *counts in run(sql, (bucket_s, since, until, top, top, top)):
+        if part == "totals":
+            out[part].append(_ints(counts))
+        elif part == "buckets":
+            out[part].append(_ints((bucket, *counts[:n])))
+        elif part == "queries":
+            out[part].append(_ints((query, *counts[:n])))
+        else:
+            out[part].append(_ints((query, *counts[:2])))
+    out["buckets"].sort()
+    for part in ("queries", "no_results", "no_clicks"):
+        out[part].sort(key=lambda r: (-r[1], r[0]))
     return out
 
 

@@ -85,11 +85,11 @@ class EventLog:
         p = self._db.placeholder
         names = {"searches": self.t.searches.name, "events": self.t.events.name}
         if self.postgres:
-            self._sql = analytics_sql(p=p, bucket="CAST(FLOOR(ts / %s) AS BIGINT)", c='COLLATE "C"', **names)
+            self._sql = analytics_sql(p=p, bucket="CAST(FLOOR(s.ts / %s) AS BIGINT)", c='COLLATE "C"', **names)
             self._units = EXPERIMENT_UNITS_SQL.format(p=p, c='COLLATE "C"', **names)
             self._bots = BOTS_SQL.format(p=p, minute="CAST(FLOOR(ts / %s) AS BIGINT)", events=names["events"])
         else:
-            self._sql = analytics_sql(p=p, bucket="CAST(ts / ? AS INTEGER)", c="", **names)
+            self._sql = analytics_sql(p=p, bucket="CAST(s.ts / ? AS INTEGER)", c="", **names)
             self._units = EXPERIMENT_UNITS_SQL.format(p=p, c="", **names)
             self._bots = BOTS_SQL.format(p=p, minute="CAST(ts / ? AS INTEGER)", events=names["events"])
         self._exp_searches = EXPERIMENT_SEARCHES_SQL.format(p=p, searches=names["searches"])

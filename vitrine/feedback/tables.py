@@ -10,6 +10,9 @@ Versions of the schema ``feedback``:
 1. searches, events and meta (the first release; the experiment tables were made on first use).
 2. ``client`` on searches and events, ``sort`` and ``filters`` on searches (issue 53); the
    experiment tables made with the others.
+3. Covering indexes for the aggregations (analytics, the bot filter): events by
+   ``(query_id, type, position)`` and by ``(ts, client)``, replacing those on ``query_id`` and on
+   ``ts`` alone (prefixes of them), so a report reads indexes only, never the events' rows.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from sqlalchemy.engine import Connection
 from vitrine.sqldb import SqlDb, Upgrade, add_missing_columns
 
 STORE = "feedback"
-VERSION = 2
+VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,8 @@ def _tables(prefix: str, meta_name: str) -> FeedbackTables:
         sa.Column("user_hash", sa.Text),
         sa.Column("session", sa.Text),
         sa.Column("client", sa.Text),  # version 2
-        sa.Index(f"{e}_ts", "ts"),
-        sa.Index(f"{e}_query", "query_id"),
+        sa.Index(f"{e}_ts_client", "ts", "client"),  # version 3 (before: ts alone)
+        sa.Index(f"{e}_query_type", "query_id", "type", "position"),  # version 3 (before: query_id alone)
     )
     meta = sa.Table(meta_name, m, sa.Column("key", sa.Text, primary_key=True),
                     sa.Column("value", sa.Text, nullable=False))
@@ -98,7 +101,16 @@ def _v2(c: Connection, db: SqlDb) -> None:
     add_missing_columns(c, t.events, ("client",))
 
 
-UPGRADES = (Upgrade(2, "client, sort and filters columns on searches and events", _v2),)
+def _v3(c: Connection, db: SqlDb) -> None:
+    t = tables_for(db)
+    for index in t.events.indexes:
+        index.create(c, checkfirst=True)
+    for old in ("query", "ts"):
+        c.execute(sa.text(f"DROP INDEX IF EXISTS {t.events.name}_{old}"))
+
+
+UPGRADES = (Upgrade(2, "client, sort and filters columns on searches and events", _v2),
+            Upgrade(3, "covering indexes on events for analytics and the bot filter", _v3))
 
 
 def ensure(db: SqlDb) -> int:

@@ -57,3 +57,40 @@ def test_a_page_or_a_re_sort_is_not_a_new_search_and_bots_are_counted(client, ow
     assert out.exit_code == 0, out.output
     assert "3 searches by" in out.output and "(5 pages)" in out.output
     assert "bot filter: 1 clients, 70 events" in out.output
+
+
+def test_analytics_run_on_the_side_work_thread_below_the_searches_priority(client, monkeypatch):
+    """Issue 53 item 8: a dashboard polling analytics must not take the CPU from searches. The report
+    is computed on the API's side-work thread, whose nice value is above the request threads' (Linux:
+    per thread), so the kernel serves searches first."""
+    import os
+    import sys
+    import threading
+
+    from vitrine.feedback import analytics
+    from vitrine.web.sidework import lower_this_thread
+
+    seen: list[tuple[str, int]] = []
+    real = analytics.report
+
+    def spy(*a, **kw):
+        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(analytics, "report", spy)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert search(client, text="watches", session="side-1")["results"]
+    for _ in range(2):
+        r = client.get("/v1/analytics", headers=KEY)
+        assert r.status_code == 200, r.text
+        assert r.json()["totals"]["searches"] >= 1
+    assert len(seen) == 2 and {name for name, _ in seen} == {"vitrine-side-work_0"}  # one thread, reused
+    if sys.platform.startswith("linux"):
+        assert {nice for _, nice in seen} == {min(19, base + 10)}  # side_work_nice's default
+        # lowering is per thread: the caller's own priority is untouched
+        got: list[int] = []
+        t = threading.Thread(target=lambda: (lower_this_thread(3), got.append(
+            os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))))
+        t.start()
+        t.join()
+        assert got == [min(19, base + 3)] and os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base

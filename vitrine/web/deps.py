@@ -1,4 +1,4 @@
-"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the API key."""
+"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work thread, the API key."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from vitrine.errors import Unauthorized
 from vitrine.search.engine import Engine
 from vitrine.settings import Settings
 from vitrine.web.metrics import Metrics
+from vitrine.web.sidework import SideWork
 
 
 # async: FastAPI runs a plain-def dependency in its thread pool, a hand-off per request
@@ -28,7 +29,12 @@ async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+async def get_side_work(request: Request) -> SideWork:
+    return request.app.state.side_work
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
+SideWorkDep = Annotated[SideWork, Depends(get_side_work)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 

@@ -1,5 +1,6 @@
 """The API's lifespan: open (or take) the engine, warm it up, and run the background loops that
-follow other writers of the data dir, snapshot the indexes and learn from the search log."""
+follow other writers of the data dir, snapshot the indexes and learn from the search log (learning
+and retention on the side-work thread, vitrine/web/sidework.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from vitrine.search.state import LoadedIndexes
 from vitrine.settings import Settings
 from vitrine.web.memory import limit_heap_growth
 from vitrine.web.metrics import Metrics
+from vitrine.web.sidework import SideWork
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
+        side = app.state.side_work = SideWork(settings.web.side_work_nice)
         if own and settings.web.tune_malloc:
             limit_heap_growth()
         eng = engine if engine is not None else await asyncio.to_thread(lambda: Engine.open(settings, loaded=loaded))
@@ -57,9 +60,9 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
         fb = settings.feedback
         if fb.log_searches:  # popular logged queries in suggestions; learning from the log as it grows
             await asyncio.to_thread(eng.suggestions.set_popular, eng.feedback.popular_queries)
-        learner = asyncio.create_task(_learn_loop(eng, fb.learn_interval_s)) \
+        learner = asyncio.create_task(_learn_loop(eng, side, fb.learn_interval_s)) \
             if fb.log_searches and fb.learn_interval_s > 0 else None
-        retention = asyncio.create_task(_retention_loop(eng, fb.events_purge_interval_s)) \
+        retention = asyncio.create_task(_retention_loop(eng, side, fb.events_purge_interval_s)) \
             if fb.log_searches and fb.events_purge_interval_s > 0 else None
         try:
             yield
@@ -73,6 +76,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
             if snapshots is not None:
                 snapshots.cancel()
                 await asyncio.to_thread(eng.wait_for_writes)  # a snapshot in flight finishes first
+            side.close()
             if own:
                 await asyncio.to_thread(eng.close)
 
@@ -94,7 +98,7 @@ async def _follow_loop(eng: Engine, every_s: float) -> None:
             log.exception("catching up with the data dir failed; trying again in %gs", every_s)
 
 
-async def _learn_loop(eng: Engine, every_s: float) -> None:
+async def _learn_loop(eng: Engine, side: SideWork, every_s: float) -> None:
     """Learn from the search log every ``every_s`` when new events arrived (vitrine/feedback/learning.py:
     a candidate is kept only if it beats what serves on a later slice of the log). One process of a
     data dir at a time (a lock file): sibling workers read the result from ``learned.json``."""
@@ -103,7 +107,7 @@ async def _learn_loop(eng: Engine, every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
         try:
-            n = (await asyncio.to_thread(eng.feedback.log.counts))["events"]
+            n = (await side.run(eng.feedback.log.counts))["events"]
             if n == seen:
                 continue
             with open(lock_path, "a+") as lock:
@@ -111,7 +115,7 @@ async def _learn_loop(eng: Engine, every_s: float) -> None:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # a sibling worker is learning
-                await asyncio.to_thread(eng.learn_from_log)
+                await side.run(eng.learn_from_log)
             seen = n
         except (StorageError, OSError, VitrineError) as e:
             log.error("learning from the search log failed (%s); trying again in %gs", e, every_s)
@@ -119,12 +123,12 @@ async def _learn_loop(eng: Engine, every_s: float) -> None:
             log.exception("learning from the search log failed; trying again in %gs", every_s)
 
 
-async def _retention_loop(eng: Engine, every_s: float) -> None:
+async def _retention_loop(eng: Engine, side: SideWork, every_s: float) -> None:
     """Forget searches and events older than the retention every ``every_s`` (the first time right
     away): retention holds without anyone running ``vitrine events purge``."""
     while True:
         try:
-            n = await asyncio.to_thread(eng.feedback.purge)
+            n = await side.run(eng.feedback.purge)
             if n:
                 log.info("retention: forgot %d searches and events", n)
         except (StorageError, OSError, VitrineError) as e:

@@ -1,16 +1,16 @@
-"""Search analytics for merchants (vitrine/feedback/analytics.py): needs the API key."""
+"""Search analytics for merchants (vitrine/feedback/analytics.py): needs the API key; computed on
+the side-work thread (vitrine/web/sidework.py)."""
 
 from __future__ import annotations
 
 import functools
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Query
 
 from vitrine.feedback import analytics
 from vitrine.feedback.analytics import AnalyticsReport
-from vitrine.web.deps import EngineDep, KeyRequired
+from vitrine.web.deps import EngineDep, KeyRequired, SideWorkDep
 from vitrine.web.errors import errors_for
 
 router = APIRouter(tags=["analytics"])
@@ -19,6 +19,7 @@ router = APIRouter(tags=["analytics"])
 @router.get("/analytics", response_model=AnalyticsReport, dependencies=[KeyRequired], responses=errors_for(401))
 async def get_analytics(
     engine: EngineDep,
+    side: SideWorkDep,
     since: Annotated[str | None, Query(description="Start: Unix seconds, an ISO date, or a span back (7d, 12h); "
                                                    "default 30 days before until")] = None,
     until: Annotated[str | None, Query(description="End (excluded), same forms; default now")] = None,
@@ -31,4 +32,4 @@ async def get_analytics(
     fn = functools.partial(analytics.report, engine.feedback.log, since=analytics.parse_time(since),
                            until=analytics.parse_time(until), granularity=granularity, top=top,
                            bot_per_minute=engine.feedback.settings.bot_events_per_minute)
-    return await anyio.to_thread.run_sync(fn)
+    return await side.run(fn)  # a scan of the log: searches get the CPU first

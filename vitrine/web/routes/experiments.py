@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from vitrine.experiments.models import Experiment, ExperimentCreate, ExperimentReport, SplitChange
-from vitrine.web.deps import EngineDep, KeyRequired
+from vitrine.web.deps import EngineDep, KeyRequired, SideWorkDep
 from vitrine.web.errors import errors_for
 
 router = APIRouter(tags=["experiments"], dependencies=[KeyRequired])
@@ -31,11 +31,11 @@ async def list_experiments(engine: EngineDep) -> list[Experiment]:
 
 
 @router.get("/experiments/{name}", response_model=ExperimentReport, responses=errors_for(401, 404))
-async def experiment_status(name: str, engine: EngineDep) -> ExperimentReport:
+async def experiment_status(name: str, engine: EngineDep, side: SideWorkDep) -> ExperimentReport:
     """Per variant: searches, users, CTR, add-to-cart rate, conversion, mean reciprocal click rank,
     each with a 95% interval (delta method over users), the comparisons with the control and the
     verdict; for an interleaved experiment, the team-draft wins and their sign test."""
-    return await anyio.to_thread.run_sync(engine.experiments.status, name)
+    return await side.run(engine.experiments.status, name)  # a scan of the log (vitrine/web/sidework.py)
 
 
 async def _split(name: str, body: SplitChange, engine: EngineDep) -> Experiment:

@@ -130,6 +130,31 @@ def test_pinyin_lookup_stops_early_but_finds_what_a_full_scan_finds(subset_rows)
         answered += bool(every)
     assert answered > 0.75 * len(typed)  # a form made across a Latin word ("Q&Q 男士...") reads nothing
 
+def test_chinese_then_pinyin_reads_the_characters_after_the_typed_ones(subset_rows):
+    """"手b" on the real subset written in Chinese (convert-fashion --language zh): 手 as typed, b the
+    start of the next syllable, so 手表 (shou-biao) and the phrases holding it come first; "Baggit
+    ...手提包", found only because its Latin brand starts with b, after every one of them."""
+    from vitrine.index import suggest
+    from vitrine.ingest.fashion import to_record
+    from vitrine.ingest.fashion_zh import renderer
+
+    r = renderer()
+    idx = suggest.SuggestIndex(suggest.catalogue_phrases([r.record(to_record(row, "")) for row in subset_rows]))
+    assert [m.text for m in idx.lookup("手bi", 20)][0] == "手表"
+    for q in ("手b", "手 b"):
+        got = [m.text for m in idx.lookup(q, 20)]
+        assert got[0] == "手表", (q, got)
+        watches = [i for i, t in enumerate(got) if "手表" in t]
+        baggit = [i for i, t in enumerate(got) if t.startswith("Baggit")]
+        assert len(watches) >= 4 and baggit, (q, got)  # both readings still suggested ...
+        assert max(watches) < min(baggit), (q, got)  # ... the pinyin of the characters first
+    scores = {m.text: m.score for m in idx.lookup("手b", 20)}
+    assert scores["手表"] > 2 and all(1 < v < 2 for t, v in scores.items() if t != "手表")
+    got = idx.lookup("手t", 20)  # 手提包 (shou-ti-bao) before the titles of "Taj", "Toned", "Titan"
+    assert [m.text for m in got[:2]] == ["手提包", "黑色 手提包"] and len(got) > 2, got
+    assert all(1 < m.score < 1.5 for m in got[2:]), got
+
+
 # -- suggestions through the API ----------------------------------------------------------------------
 def test_chinese_shop_suggests_by_prefix_pinyin_initials_and_homophone(zh_client):
     c = zh_client
@@ -139,7 +164,7 @@ def test_chinese_shop_suggests_by_prefix_pinyin_initials_and_homophone(zh_client
     assert texts(c, "sb")[0] == "手表"  # initials
     assert texts(c, "shoub")[0] == "手表"  # mixed: a whole syllable, then an initial
     assert texts(c, "shou biao")[0] == "手表"  # syllables apart, as some input methods show them
-    assert "手表" in texts(c, "手b")  # characters, then letters still being typed
+    assert texts(c, "手b")[0] == "手表"  # characters, then letters still being typed (the next syllable)
     got = texts(c, "手标")  # a homophone the input method offered first: 标 (biao) for 表 (biao)
     assert got and got[0] == "手表" and "手标" not in got
     assert "手提包" in texts(c, "shoutibao") and "手提包" in texts(c, "stb")

@@ -168,6 +168,53 @@ def test_convert_fashion_writes_the_chinese_variant(tmp_path):
     assert all(segment.has_cjk(r["title"]) for r in zh) and not any(segment.has_cjk(r["title"]) for r in en)
 
 
+def test_convert_fashion_out_anywhere_is_ingestible(tmp_path, fresh_engine, monkeypatch):
+    """`vitrine convert-fashion --out FILE` with FILE outside the source folder: its photos are placed
+    in images/ beside FILE (hard links, copies where linking fails), never named by a path that
+    leaves FILE's folder, and `vitrine ingest FILE` reads every one of them."""
+    import errno
+    import os
+
+    from click.testing import CliRunner
+
+    from vitrine.cli.app import main
+    from vitrine.ingest.catalog import PhotoResolver, ingest_file
+    from vitrine.ingest.fashion import place_photos
+
+    from conftest import SOURCE
+
+    out = tmp_path / "elsewhere" / "shop"
+    runner = CliRunner()
+    for lang in ("en", "zh"):  # the second run finds the photos already there and keeps them
+        res = runner.invoke(main, ["convert-fashion", "--source", str(SOURCE), "--limit", "6", "--language", lang,
+                                   "--out", str(out / f"{lang}.jsonl")])
+        assert res.exit_code == 0, res.output
+    recs = [json.loads(x) for x in (out / "zh.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(recs) == 6 and all(segment.has_cjk(r["title"]) for r in recs)
+    for r in recs:
+        assert r["image"] == f"images/{r['id']}.jpg"
+        photo = out / r["image"]
+        assert photo.is_file() and os.path.samefile(photo, SOURCE / "images" / f"{r['id']}.jpg")  # a link
+        assert PhotoResolver(out).fetch(r["image"]) == (SOURCE / "images" / f"{r['id']}.jpg").read_bytes()
+    report = ingest_file(fresh_engine, out / "en.jsonl", progress=False)
+    assert report.upserted == 6 and not report.failed, report.failed
+    assert all(fresh_engine.get(r["id"]).image_url for r in recs)
+
+    # linking refused (another filesystem): the photos are copied instead, byte for byte
+    def no_link(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    ids = [r["id"] for r in recs]
+    placed = place_photos(SOURCE / "images", tmp_path / "copied", ids)
+    assert (placed.linked, placed.copied, placed.missing) == (0, 6, 0)
+    for pid in ids:
+        copy = tmp_path / "copied" / f"{pid}.jpg"
+        assert not os.path.samefile(copy, SOURCE / "images" / f"{pid}.jpg")
+        assert copy.read_bytes() == (SOURCE / "images" / f"{pid}.jpg").read_bytes()
+    assert place_photos(SOURCE / "images", tmp_path / "copied", ids).kept == 6
+
+
 def test_content_hash_changes_only_for_chinese_records():
     """A data dir ingested before the rendering re-embeds its Chinese records on re-ingest, never
     its English ones (their hash is the plain digest, as before)."""

@@ -155,7 +155,9 @@ def demo(data_dir: Path, full: bool, limit: int | None, host: str | None, port: 
 @click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder with styles.csv + images/ (default: the bundled catalogue)")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="JSONL to write (photo paths relative to it; keep it beside images/)")
+              help="JSONL to write, anywhere: its photo paths are relative to its folder, and when the "
+                   "source's images/ is not inside that folder the photos are hard-linked (copied "
+                   "across filesystems) into an images/ folder beside it, so `vitrine ingest FILE` reads them")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), multiple=True,
               help="Only these splits (repeatable)")
 @click.option("--limit", type=int, default=None, help="A stratified subset of N products")

@@ -23,7 +23,11 @@ whole, initials or mixed ("shoubiao", "sb", "shoub", "手b"), finds the Chinese 
 one, whose Chinese phrases are its values' Chinese forms, half the weight: after the English
 matches), and a Chinese query whose characters
 find nothing is read by their sound ("手标" -> 手表, a homophone the input method offered), ranked
-as a typo.
+as a typo. A mixed query, characters then pinyin letters ("手b": 手 turned by the input method, b
+the start of the next syllable), is read by sound first: a phrase whose characters after the
+typed ones spell the letters ranks as a prefix match from its start (2 + weight: 手表 for "手b"),
+from a word inside it above a phrase that only holds a Latin word the letters start ("Baggit
+手提包": both in the 1 + tier, the sound reading's half above the Latin word's).
 
 Typo tolerance: a query word no phrase word starts with is read as the index's prefixes within
 the edits its length allows (vitrine/index/fuzzy.py: none under 4 characters, one from 4, two
@@ -54,6 +58,7 @@ import numpy as np
 from vitrine.errors import StorageError
 from vitrine.index import fuzzy, vector_files
 from vitrine.index.suggest_pinyin import PinyinIndex
+from vitrine.lang import pinyin as pinyin_text
 
 KINDS = ("query", "category", "brand", "facet", "title")
 KIND_BASE = {"query": 1.0, "category": 0.9, "brand": 0.85, "facet": 0.7, "title": 0.5}
@@ -62,6 +67,9 @@ MAX_CJK_RUN = 16  # characters of a Chinese/Japanese run indexed from each start
 MAX_PHRASE_CHARS = 120
 MAX_COMBOS = 3000  # brand/colour + category pairs kept (the most common)
 MIN_COMBO = 2  # products a pair needs to be a suggestion
+# a mixed query ("手b"): the 1 + tier split in halves, the phrases read by sound from a word inside
+# them (1.5 + MIXED_SHARE x weight) above those holding a Latin word the letters start (1 + ...)
+MIXED_SHARE = 0.45
 
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _CJK = re.compile(f"[{_CJK_CHARS}]+")
@@ -264,18 +272,24 @@ class SuggestIndex:
         got: dict[int, float] = {}
         for pid in self._phrase_prefix(key, k).tolist():
             got[pid] = 2.0 + float(self.weights[pid])
+        # characters then letters ("手b"): the letters spell the characters after the typed ones
+        # (手表), read before the Latin words they merely start ("Baggit 手提包")
+        mixed = pinyin_text.is_mixed(query)
+        if mixed:
+            self._by_sound_mixed(query, k, got)
         if len(got) < k:
             for pid in self._word_postings(words, typos=False)[: 2 * k].tolist():
-                got.setdefault(pid, 1.0 + float(self.weights[pid]))
+                w = float(self.weights[pid])
+                got.setdefault(pid, 1.0 + (MIXED_SHARE * w if mixed else w))
         # a mostly Chinese index reads a Latin query as pinyin before as a mistyped word ("heise" is
         # 黑色 there, not "Heusen"); an English one after
-        first = not all(is_cjk(w) for w in words) and len(got) < k and self.pinyin().chinese
+        first = not mixed and not all(is_cjk(w) for w in words) and len(got) < k and self.pinyin().chinese
         if first:
             self._by_sound(query, words, k, got)
         if len(got) < k:
             for pid in self._word_postings(words, typos=True)[: 2 * k].tolist():
                 got.setdefault(pid, float(self.weights[pid]))
-        if not first and len(got) < k:
+        if not first and not mixed and len(got) < k:
             self._by_sound(query, words, k, got)
         best = sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [Match(self.texts[i], self.kinds[i], round(s, 4), self.keys[i]) for i, s in best]
@@ -289,6 +303,13 @@ class SuggestIndex:
         for pid, start in self.pinyin().lookup(query, 2 * k):
             w = float(self.weights[pid])
             got.setdefault(pid, 0.9 * w if exact else (1.0 if start else 0.0) + w if chinese else 0.5 * w)
+
+    def _by_sound_mixed(self, query: str, k: int, got: dict[int, float]) -> None:
+        """Chinese phrases a mixed query ("手b") reads as, added to ``got``: from a phrase's start as
+        a prefix match, from a word inside it in the upper half of the 1 + tier."""
+        for pid, start in self.pinyin().lookup(query, 2 * k):
+            w = float(self.weights[pid])
+            got.setdefault(pid, 2.0 + w if start else 1.5 + MIXED_SHARE * w)
 
     def top(self, k: int, kinds: Sequence[str] = ("query", "facet", "category", "brand")) -> list[Match]:
         """Representative phrases (a home page's examples): the heaviest example phrase of each

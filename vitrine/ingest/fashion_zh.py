@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterable
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vitrine.atomic import atomic_path
-from vitrine.ingest.fashion import styles_of, to_record
+from vitrine.ingest.fashion import photo_prefix, styles_of, to_record
 from vitrine.intent.slots import lexicon
 from vitrine.lang import cedict, segment
 from vitrine.lang.translate import content_words, gloss_phrases, shop_words
@@ -179,11 +178,12 @@ def renderer() -> ChineseRenderer:
 
 
 def convert_zh(source: Path, out: Path, ids: Iterable[str] | None = None) -> int:
-    """Write the Chinese-titled catalogue as JSONL at ``out`` (ids and photos as the English one's)."""
+    """Write the Chinese-titled catalogue as JSONL at ``out`` (ids and photos as the English one's,
+    placed beside ``out`` as :func:`~vitrine.ingest.fashion.convert` does)."""
     source, out = Path(source), Path(out)
     rows = styles_of(source, ids)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rel = os.path.relpath((source / "images").resolve(), out.parent.resolve())
+    rel = photo_prefix(source, out, [row["id"] for row in rows])
     r = renderer()
     with atomic_path(out, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for row in rows:

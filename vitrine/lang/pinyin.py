@@ -11,7 +11,8 @@ typed forms against them; pypinyin's dictionary (PyPI) gives the readings, loade
 - :func:`initials`: the first letters of a syllable sequence ("手表" -> "sb");
 - :func:`parses`: the ways a typed Latin run splits into syllables and initials ("shoub" ->
   ["shou", "b"]), over the syllables a caller knows (its catalogue's);
-- :func:`matches`: whether a typed form reads as the start of a syllable sequence.
+- :func:`matches`: whether a typed form reads as the start of a syllable sequence;
+- :func:`is_mixed`: whether a typed form is characters followed by letters ("手b").
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def full(sylls: Sequence[Sequence[str]]) -> str:
 def is_typed_pinyin(text: str) -> bool:
     """Whether ``text`` could be pinyin as typed: Latin letters, apostrophes and spaces only."""
     return bool(text) and bool(_TYPED.match(text))
+
+
+_MIXED = re.compile(rf"[{CJK}][\s']*[a-zA-Z\u00fc\u00dc][a-zA-Z\u00fc\u00dc' ]*$")
+
+
+def is_mixed(text: str) -> bool:
+    """Whether ``text`` ends in pinyin letters typed after Chinese characters ("手b", "男士 shoub"):
+    the characters the input method already turned, then the letters of the next ones."""
+    return bool(_MIXED.search(text.strip()))
 
 
 def typed(text: str) -> str:

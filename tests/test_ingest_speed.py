@@ -110,7 +110,11 @@ def test_pipelined_ingest_and_jobs_build_the_same_index(settings_factory, encode
         rb = b[pid]
         assert ra.doc == rb.doc and ra.content_hash == rb.content_hash and ra.model_key == rb.model_key
         for f in ("fused", "text", "native"):
-            np.testing.assert_allclose(ra.vectors[f], rb.vectors[f], atol=1e-4)
+            # the thread count changes the order of the towers' sums: float noise whose size depends on
+            # the CPU's kernels (up to 3.4e-4 on the 12-07 machine), never a different vector
+            np.testing.assert_allclose(ra.vectors[f], rb.vectors[f], atol=1e-3)
+            assert float(np.dot(ra.vectors[f], rb.vectors[f])) > 0.9999 * float(
+                np.linalg.norm(ra.vectors[f]) * np.linalg.norm(rb.vectors[f]))
 
 
 def test_reader_error_is_raised_and_stops_the_pipeline(fresh_engine, tmp_path):

@@ -90,8 +90,9 @@ def test_references_follow_the_page_the_shopper_saw(client):
 
 
 @pytest.mark.xfail(strict=False, reason="in the full suite (not alone, not under CPU burners) one of four "
-                   "concurrent turns on the shared engine answers saved: false: the response says so, so the "
-                   "update is not lost silently; why the store's put fails there is not yet explained")
+                   "concurrent turns on the shared engine is sometimes not kept as a refinement: on 12-07 it "
+                   "answered saved: true, new_search: true (read as a new search, not a lost update); the "
+                   "warning names how it was decided (decided_by, p_refine, merged)")
 def test_concurrent_turns_of_one_session_never_lose_an_update(client, engine, subset_rows):
     """Four exclusions sent at once to one session (threads through the API, released together):
     every one of them stands afterwards (the store's compare-and-swap applies a turn that lost the race
@@ -116,8 +117,8 @@ def test_concurrent_turns_of_one_session_never_lose_an_update(client, engine, su
         # turn that raised raises here
         with ThreadPoolExecutor(len(colours)) as pool:
             turns = [f.result(timeout=120) for f in [pool.submit(turn, c) for c in colours]]
-        unsaved = [(t.get("saved"), t.get("new_search"), t.get("notes")) for t in turns
-                   if t["new_search"] is not False or t["saved"] is not True]
+        unsaved = [(t.get("saved"), t.get("new_search"), t.get("decided_by"), t.get("p_refine"), t.get("merged"),
+                    t.get("notes")) for t in turns if t["new_search"] is not False or t["saved"] is not True]
         if unsaved:  # said in the run's warnings summary too: an xfail hides its assertion's message
             warnings.warn(f"concurrent turns not kept: {unsaved}", stacklevel=1)
         assert not unsaved, unsaved  # what each turn not kept said, in full

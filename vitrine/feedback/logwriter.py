@@ -26,11 +26,10 @@ MAX_BATCH = 500
 class BatchedSearchLog:
     """``inner`` with its searches written by a background thread, in batches of at most ``max_batch``."""
 
-    # attributes read on the request thread (or cheap and state-free): never wait for the queue
-    # methods that never need the queued searches written first. The experiments' specs and teams
-    # are read and written on the search path (every search checks the running experiment once a
-    # second): flushing there made that search wait for the queued searches' write, which waits its
-    # turn for the file's write lock behind the events' durable commits (p99 under an events flood).
+    # attributes read on the request thread (or cheap and state-free): never wait for the queue. The
+    # experiments' specs and teams are among them: every search checks the running experiment once a
+    # second, and a flush there waited for the queued searches' write, itself behind the events'
+    # durable commits for the file's write lock (p99 under an events flood).
     _DIRECT = frozenset({"hash_user", "log_search", "path", "url", "close", "flush", "counts_cached",
                          "check_writable", "experiment_specs", "log_teams"})
 

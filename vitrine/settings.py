@@ -374,9 +374,13 @@ class WebSettings(_Section):
                                     "server's thread pool, 40). 2 shortened text tails on a tuned catalogue "
                                     "but cost photo throughput (bench-results/search-concurrency).")
     side_work_nice: int = Field(10, ge=0, le=19, description="How much lower than searches the API runs its side "
-                                "work (analytics reads, experiment reports, learning, retention), on one thread "
-                                "of its own: a nice increment (Linux, per thread; 0: the same priority). Searches "
-                                "then get the CPU first while a dashboard polls analytics (vitrine/web/sidework.py).")
+                                "work (analytics reads, experiment reports, learning, retention) and its intake "
+                                "of shopper events, each on one thread of its own: a nice increment (Linux, per "
+                                "thread; 0: the same priority). Searches then get the CPU first while a dashboard polls analytics (vitrine/web/sidework.py).")
+    side_work_idle: bool = Field(True, description="Run the API's side work and the intake of shopper events "
+                                 "in the kernel's idle scheduling class too (Linux SCHED_IDLE, per thread): they "
+                                 "take only the CPU searches leave, where nice 19 still takes a share "
+                                 "(bench-results/side-work.md).")
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")

@@ -1,4 +1,4 @@
-"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work thread, the API key."""
+"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work and intake threads, the API key."""
 
 from __future__ import annotations
 
@@ -33,8 +33,13 @@ async def get_side_work(request: Request) -> SideWork:
     return request.app.state.side_work
 
 
+async def get_intake(request: Request) -> SideWork:
+    return request.app.state.intake
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SideWorkDep = Annotated[SideWork, Depends(get_side_work)]
+IntakeDep = Annotated[SideWork, Depends(get_intake)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 

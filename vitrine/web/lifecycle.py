@@ -35,7 +35,9 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
-        side = app.state.side_work = SideWork(settings.web.side_work_nice)
+        web = settings.web
+        side = app.state.side_work = SideWork(web.side_work_nice, idle=web.side_work_idle)
+        intake = app.state.intake = SideWork(web.side_work_nice, name="intake", idle=web.side_work_idle)
         if own and settings.web.tune_malloc:
             limit_heap_growth()
         eng = engine if engine is not None else await asyncio.to_thread(lambda: Engine.open(settings, loaded=loaded))
@@ -77,6 +79,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
                 snapshots.cancel()
                 await asyncio.to_thread(eng.wait_for_writes)  # a snapshot in flight finishes first
             side.close()
+            intake.close()
             if own:
                 await asyncio.to_thread(eng.close)
 

@@ -1,13 +1,16 @@
 """Side work: what the API does beside answering shoppers (merchant analytics, experiment
-reports, learning from the log, retention), on one thread of its own at a lower CPU priority.
+reports, learning from the log, retention; and, on a thread of its own, the intake of shopper
+events), on one thread of its own at a lower CPU priority.
 
 A search must not wait for side work (issue 53). Reading analytics is a scan of the log; a
 dashboard that polls it back to back keeps a core busy. On the request threads that core is
 taken from searches; here the kernel gives searches the CPU first and the side work the rest:
 on Linux a thread has its own nice value (``setpriority`` on the thread's id), so only this
-thread is lowered. One thread: side work queues behind itself, never beside searches on more
-cores than one, and a second report asked for while one runs waits instead of doubling the
-scan. Elsewhere than Linux the priority stays as it is (logged once).
+thread is lowered, and by default also put in the kernel's idle class (SCHED_IDLE): nice +10
+still took a share of a core from searches under an events flood (search p99 1.39x of alone),
+the idle class takes only what they leave (1.25x; bench-results/side-work.md). One thread:
+side work queues behind itself, never beside searches on more cores than one, and a second
+report asked for while one runs waits instead of doubling the scan. Elsewhere than Linux the priority stays as it is (logged once).
 
 Python's interpreter lock is shared, so the lower priority only helps while the side work runs
 outside it: the SQL of analytics and of learning does (SQLite and the PostgreSQL driver let the
@@ -31,33 +34,52 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def lower_this_thread(nice: int) -> bool:
-    """Lower the calling thread's CPU priority by ``nice`` (Linux: per thread); False where the
-    platform cannot or the call was refused."""
-    if nice <= 0 or not sys.platform.startswith("linux"):
+def lower_this_thread(nice: int, idle: bool = False) -> bool:
+    """Lower the calling thread's CPU priority by ``nice`` and, with ``idle``, to the kernel's idle
+    class (``SCHED_IDLE``: it runs only on a core no other thread wants, and a waking search takes
+    the core from it at once; nice 19 still competes for a share). Linux only, per thread; False
+    where the platform cannot or the call was refused."""
+    if (nice <= 0 and not idle) or not sys.platform.startswith("linux"):
         return False
     tid = threading.get_native_id()
     try:
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        if nice > 0:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        if idle:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     except OSError as e:
-        log.warning("side work keeps the searches' CPU priority: setpriority refused (%s)", e)
+        log.warning("side work keeps the searches' CPU priority: the kernel refused (%s)", e)
         return False
     return True
 
 
 class SideWork:
-    """The API's side-work thread (see the module docstring); ``nice`` 0: same priority as searches."""
+    """One side-work thread (see the module docstring); ``nice`` 0: same priority as searches.
+    The API keeps two: ``side-work`` (reports, learning, retention) and ``intake`` (shopper events),
+    so a batch of events never queues behind an analytics scan."""
 
-    def __init__(self, nice: int) -> None:
-        self.nice = nice
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vitrine-side-work",
+    def __init__(self, nice: int, name: str = "side-work", *, idle: bool = False) -> None:
+        self.nice, self.name, self.idle = nice, name, idle
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vitrine-{name}",
                                         initializer=self._start)
         self.lowered: bool | None = None  # known once the thread started
 
     def _start(self) -> None:
-        self.lowered = lower_this_thread(self.nice)
-        if self.nice and not self.lowered:
-            log.info("side work runs at the searches' priority on this platform")
+        self.lowered = lower_this_thread(self.nice, self.idle)
+        if (self.nice or self.idle) and not self.lowered:
+            log.info("%s runs at the searches' priority on this platform", self.name)
+
+    def policy(self) -> tuple[int, int] | None:
+        """(scheduling policy, nice) of the side-work thread as the kernel has them (Linux; None
+        elsewhere): what the tests check."""
+        if not sys.platform.startswith("linux"):
+            return None
+
+        def read() -> tuple[int, int]:
+            tid = threading.get_native_id()
+            return os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)
+
+        return self._pool.submit(read).result(timeout=10)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on the side-work thread."""

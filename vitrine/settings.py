@@ -381,6 +381,12 @@ class WebSettings(_Section):
                                  "in the kernel's idle scheduling class too (Linux SCHED_IDLE, per thread): they "
                                  "take only the CPU searches leave, where nice 19 still takes a share "
                                  "(bench-results/side-work.md).")
+    side_work_duty: float = Field(0.25, gt=0, le=1, description="The most of one core the API's side work "
+                                  "(analytics reads, experiment reports, learning, retention) takes when asked back "
+                                  "to back: a job that used c s of CPU is followed by c * (1 / duty - 1) s of rest "
+                                  "before the next starts (1: no rest). A dashboard polling analytics in a loop "
+                                  "then waits its turn instead of slowing searches; a single read answers at once. "
+                                  "The intake of events is never paced.")
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")

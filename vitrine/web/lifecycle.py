@@ -36,7 +36,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
         web = settings.web
-        side = app.state.side_work = SideWork(web.side_work_nice, idle=web.side_work_idle)
+        side = app.state.side_work = SideWork(web.side_work_nice, idle=web.side_work_idle, duty=web.side_work_duty)
         intake = app.state.intake = SideWork(web.side_work_nice, name="intake", idle=web.side_work_idle)
         if own and settings.web.tune_malloc:
             limit_heap_growth()

@@ -10,7 +10,9 @@ thread is lowered, and by default also put in the kernel's idle class (SCHED_IDL
 still took a share of a core from searches under an events flood (search p99 1.39x of alone),
 the idle class takes only what they leave (1.25x; bench-results/side-work.md). One thread:
 side work queues behind itself, never beside searches on more cores than one, and a second
-report asked for while one runs waits instead of doubling the scan. Elsewhere than Linux the priority stays as it is (logged once).
+report asked for while one runs waits instead of doubling the scan. The side-work thread is also
+paced (``duty``): after each job it rests in proportion to the CPU the job used, so back-to-back
+jobs hold at most that share of a core (1.18x with a quarter); events are never paced. Elsewhere than Linux the priority stays as it is (logged once).
 
 Python's interpreter lock is shared, so the lower priority only helps while the side work runs
 outside it: the SQL of analytics and of learning does (SQLite and the PostgreSQL driver let the
@@ -25,6 +27,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -58,32 +61,42 @@ class SideWork:
     The API keeps two: ``side-work`` (reports, learning, retention) and ``intake`` (shopper events),
     so a batch of events never queues behind an analytics scan."""
 
-    def __init__(self, nice: int, name: str = "side-work", *, idle: bool = False) -> None:
-        self.nice, self.name, self.idle = nice, name, idle
+    def __init__(self, nice: int, name: str = "side-work", *, idle: bool = False, duty: float = 1.0) -> None:
+        if not 0.0 < duty <= 1.0:
+            raise ValueError(f"duty: {duty}; a share of one core in (0, 1]")
+        self.nice, self.name, self.idle, self.duty = nice, name, idle, duty
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vitrine-{name}",
                                         initializer=self._start)
         self.lowered: bool | None = None  # known once the thread started
+        self._rest_until = 0.0  # read and written by the pool's one thread only
 
     def _start(self) -> None:
         self.lowered = lower_this_thread(self.nice, self.idle)
         if (self.nice or self.idle) and not self.lowered:
             log.info("%s runs at the searches' priority on this platform", self.name)
 
-    def policy(self) -> tuple[int, int] | None:
-        """(scheduling policy, nice) of the side-work thread as the kernel has them (Linux; None
-        elsewhere): what the tests check."""
-        if not sys.platform.startswith("linux"):
-            return None
-
-        def read() -> tuple[int, int]:
-            tid = threading.get_native_id()
-            return os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)
-
-        return self._pool.submit(read).result(timeout=10)
-
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on the side-work thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        """``fn(*args, **kwargs)`` on the side-work thread, paced to ``duty``."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._paced, functools.partial(fn, *args, **kwargs))
+
+    def rest_s(self) -> float:
+        """Seconds before the next job may start (0: at once)."""
+        return max(0.0, self._rest_until - time.monotonic())
+
+    def _paced(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` after the rest its predecessor earned: a job that took ``c`` s of this thread's
+        CPU is followed by ``c * (1 / duty - 1)`` s of rest, so back-to-back jobs hold at most
+        ``duty`` of one core. A job that arrives after the rest starts at once."""
+        rest = self.rest_s()
+        if rest > 0:
+            time.sleep(rest)
+        cpu = time.thread_time()
+        try:
+            return fn()
+        finally:
+            if self.duty < 1.0:
+                self._rest_until = time.monotonic() + (time.thread_time() - cpu) * (1.0 / self.duty - 1.0)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

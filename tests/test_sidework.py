@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import pytest
-from vitrine.web.sidework import SideWork
+from vitrine.web.sidework import MAX_REST_S, SideWork
 
 
 def burn(seconds: float) -> tuple[float, float, float]:
@@ -34,6 +34,17 @@ def test_back_to_back_jobs_rest_in_proportion_to_the_cpu_they_used():
         assert 0 < side.rest_s() <= 3 * jobs[-1][2]  # the last job's rest, still running
         time.sleep(side.rest_s())
         assert side.rest_s() == 0  # a job asked for after the rest starts at once
+    finally:
+        side.close()
+
+
+def test_a_long_job_rests_at_most_max_rest_s():
+    """A learn from the whole log may take seconds of CPU: the next analytics read must not wait three
+    times that (a request would time out)."""
+    side = SideWork(0, duty=0.01)  # a job using c s of CPU would earn 99c s of rest
+    try:
+        run_jobs(side, 1, 0.05)  # 4.95 s uncapped
+        assert 0 < side.rest_s() <= MAX_REST_S
     finally:
         side.close()
 

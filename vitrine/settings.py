@@ -376,7 +376,8 @@ class WebSettings(_Section):
     side_work_nice: int = Field(10, ge=0, le=19, description="How much lower than searches the API runs its side "
                                 "work (analytics reads, experiment reports, learning, retention) and its intake "
                                 "of shopper events, each on one thread of its own: a nice increment (Linux, per "
-                                "thread; 0: the same priority). Searches then get the CPU first while a dashboard polls analytics (vitrine/web/sidework.py).")
+                                "thread; 0: the same priority). Searches then get the CPU first while a dashboard "
+                                "polls analytics (vitrine/web/sidework.py).")
     side_work_idle: bool = Field(True, description="Run the API's side work and the intake of shopper events "
                                  "in the kernel's idle scheduling class too (Linux SCHED_IDLE, per thread): they "
                                  "take only the CPU searches leave, where nice 19 still takes a share "
@@ -384,7 +385,7 @@ class WebSettings(_Section):
     side_work_duty: float = Field(0.25, gt=0, le=1, description="The most of one core the API's side work "
                                   "(analytics reads, experiment reports, learning, retention) takes when asked back "
                                   "to back: a job that used c s of CPU is followed by c * (1 / duty - 1) s of rest "
-                                  "before the next starts (1: no rest). A dashboard polling analytics in a loop "
+                                  "(at most 1 s) before the next starts (1: no rest). A dashboard polling analytics in a loop "
                                   "then waits its turn instead of slowing searches; a single read answers at once. "
                                   "The intake of events is never paced.")
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")

@@ -1,6 +1,6 @@
 """Side work: what the API does beside answering shoppers (merchant analytics, experiment
-reports, learning from the log, retention; and, on a thread of its own, the intake of shopper
-events), on one thread of its own at a lower CPU priority.
+reports, learning from the log, retention, and the intake of shopper events), on threads of
+their own at a lower CPU priority.
 
 A search must not wait for side work (issue 53). Reading analytics is a scan of the log; a
 dashboard that polls it back to back keeps a core busy. On the request threads that core is
@@ -11,8 +11,9 @@ still took a share of a core from searches under an events flood (search p99 1.3
 the idle class takes only what they leave (1.25x; bench-results/side-work.md). One thread:
 side work queues behind itself, never beside searches on more cores than one, and a second
 report asked for while one runs waits instead of doubling the scan. The side-work thread is also
-paced (``duty``): after each job it rests in proportion to the CPU the job used, so back-to-back
-jobs hold at most that share of a core (1.18x with a quarter); events are never paced. Elsewhere than Linux the priority stays as it is (logged once).
+paced (``duty``): after each job it rests in proportion to the CPU the job used (at most
+:data:`MAX_REST_S`), so back-to-back jobs hold at most that share of a core (1.18-1.22x with a
+quarter); events are never paced. Elsewhere than Linux the priority stays as it is (logged once).
 
 Python's interpreter lock is shared, so the lower priority only helps while the side work runs
 outside it: the SQL of analytics and of learning does (SQLite and the PostgreSQL driver let the
@@ -35,6 +36,10 @@ from typing import Any, TypeVar
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+MAX_REST_S = 1.0
+"""The longest rest after one job: a long one (a learn from the whole log) must not hold the next
+analytics read for three times its own length."""
 
 
 def lower_this_thread(nice: int, idle: bool = False) -> bool:
@@ -86,8 +91,9 @@ class SideWork:
 
     def _paced(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` after the rest its predecessor earned: a job that took ``c`` s of this thread's
-        CPU is followed by ``c * (1 / duty - 1)`` s of rest, so back-to-back jobs hold at most
-        ``duty`` of one core. A job that arrives after the rest starts at once."""
+        CPU is followed by ``c * (1 / duty - 1)`` s of rest (at most :data:`MAX_REST_S`), so
+        back-to-back jobs hold at most ``duty`` of one core. A job that arrives after the rest starts
+        at once."""
         rest = self.rest_s()
         if rest > 0:
             time.sleep(rest)
@@ -96,7 +102,8 @@ class SideWork:
             return fn()
         finally:
             if self.duty < 1.0:
-                self._rest_until = time.monotonic() + (time.thread_time() - cpu) * (1.0 / self.duty - 1.0)
+                rest = min(MAX_REST_S, (time.thread_time() - cpu) * (1.0 / self.duty - 1.0))
+                self._rest_until = time.monotonic() + rest
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

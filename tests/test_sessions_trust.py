@@ -89,10 +89,11 @@ def test_references_follow_the_page_the_shopper_saw(client):
         assert out["session"]["reference"]["ids"] == [seen[idx]], (ref, out["session"], seen)
 
 
-@pytest.mark.xfail(strict=False, reason="in the full suite (not alone, not under CPU burners) one of four "
-                   "concurrent turns on the shared engine is sometimes not kept as a refinement: on 12-07 it "
-                   "answered saved: true, new_search: true (read as a new search, not a lost update); the "
-                   "warning names how it was decided (decided_by, p_refine, merged)")
+@pytest.mark.xfail(strict=False, reason="in the full suite only (not alone, not under CPU burners, not after copies of "
+                   "the data dir), about one run in four: one of four concurrent turns is not kept. On 12-07 17:18 "
+                   "SQLite answered its write 'disk I/O error' (saved: false, said in the response); earlier a turn "
+                   "answered saved: true, new_search: true, as a failed read does. The store now tries a failed "
+                   "SQLite read or write again (SQLITE_TRIES); the cause of the I/O error is not known")
 def test_concurrent_turns_of_one_session_never_lose_an_update(client, engine, subset_rows):
     """Four exclusions sent at once to one session (threads through the API, released together):
     every one of them stands afterwards (the store's compare-and-swap applies a turn that lost the race
@@ -140,3 +141,43 @@ def test_a_write_naming_a_stale_version_fails(engine):
     got = store.get(s)
     assert got is not None and got.state == {"turn": 2} and got.version == 2
     assert not store.put(s, {"turn": 9}, None, expected=0)
+
+
+def test_a_failed_sqlite_read_or_write_of_a_session_is_tried_again(tmp_path, monkeypatch):
+    """Under concurrent turns SQLite once answered a session write "disk I/O error" (the turn was
+    not saved): a session read or write on SQLite that fails is tried again (SQLITE_TRIES), and
+    one that keeps failing still raises StorageError (the turn says it was not saved)."""
+    from contextlib import contextmanager
+
+    from vitrine.conversation.store import SQLITE_TRIES, SessionStore
+    from vitrine.errors import StorageError
+    from vitrine.sqldb import SqlDb
+
+    store = SessionStore(tmp_path / "sessions.sqlite", ttl_s=60, max_sessions=10)
+    real = SqlDb.tx
+    fails = {"left": 0, "calls": 0}
+
+    @contextmanager
+    def flaky(self, **kw):
+        fails["calls"] += 1
+        if fails["left"] > 0:
+            fails["left"] -= 1
+            raise StorageError("session store: disk I/O error")
+        with real(self, **kw) as c:
+            yield c
+
+    monkeypatch.setattr(SqlDb, "tx", flaky)
+    try:
+        fails.update(left=SQLITE_TRIES - 1, calls=0)
+        assert store.put("s1", {"turn": 1}, None, expected=0)  # the CAS lands on the last try
+        assert fails["calls"] == SQLITE_TRIES
+        fails.update(left=SQLITE_TRIES - 1, calls=0)
+        got = store.get("s1")
+        assert got is not None and got.state == {"turn": 1} and fails["calls"] == SQLITE_TRIES
+        fails.update(left=SQLITE_TRIES, calls=0)
+        with pytest.raises(StorageError):
+            store.get("s1")
+        assert fails["calls"] == SQLITE_TRIES
+    finally:
+        monkeypatch.undo()
+        store.close()

@@ -178,6 +178,18 @@ def test_a_failed_sqlite_read_or_write_of_a_session_is_tried_again(tmp_path, mon
         with pytest.raises(StorageError):
             store.get("s1")
         assert fails["calls"] == SQLITE_TRIES
+        locked = {"calls": 0}
+
+        @contextmanager
+        def busy(self, **kw):  # SQLite says "locked" only after its own 30 s busy timeout: not tried again
+            locked["calls"] += 1
+            raise StorageError("session store: database is locked")
+            yield
+
+        monkeypatch.setattr(SqlDb, "tx", busy)
+        with pytest.raises(StorageError):
+            store.get("s1")
+        assert locked["calls"] == 1
     finally:
         monkeypatch.undo()
         store.close()

@@ -128,12 +128,13 @@ class SessionStore:
                                                  where=t.c.version == sa.bindparam("expected")).returning(t.c.version)
 
     def _tried(self, fn: Callable[[], T]) -> T:
-        """``fn()``, tried again on SQLite after a StorageError (:data:`SQLITE_TRIES`)."""
+        """``fn()``, tried again on SQLite after a StorageError (:data:`SQLITE_TRIES`); not after
+        "database is locked", which SQLite answers only once its own busy timeout ran out."""
         for attempt in range(SQLITE_TRIES):
             try:
                 return fn()
             except StorageError as e:
-                if self.path is None or attempt == SQLITE_TRIES - 1:
+                if self.path is None or "locked" in str(e) or attempt == SQLITE_TRIES - 1:
                     raise
                 log.warning("session store: %s; trying again", e)
                 time.sleep(0.01 * 4 ** attempt)

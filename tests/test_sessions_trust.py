@@ -149,9 +149,9 @@ def test_a_failed_sqlite_read_or_write_of_a_session_is_tried_again(tmp_path, mon
     one that keeps failing still raises StorageError (the turn says it was not saved)."""
     from contextlib import contextmanager
 
-    from vitrine.conversation.store import SQLITE_TRIES, SessionStore
+    from vitrine.conversation.store import SessionStore
     from vitrine.errors import StorageError
-    from vitrine.sqldb import SqlDb
+    from vitrine.sqldb import SQLITE_TRIES, SqlDb
 
     store = SessionStore(tmp_path / "sessions.sqlite", ttl_s=60, max_sessions=10)
     real = SqlDb.tx

@@ -27,11 +27,12 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -41,6 +42,13 @@ from vitrine.index.store import is_database_url
 from vitrine.sqlite import connect_wal
 
 log = logging.getLogger(__name__)
+
+SQLITE_TRIES = 3
+""":meth:`SqlDb.tried` on SQLite: a statement that failed runs again, 10 then 40 ms later. Under
+four concurrent turns of one session the fast suite saw SQLite answer "disk I/O error" to a write
+(the turn was then not saved). PostgreSQL, known down through its health check, fails at once."""
+
+T = TypeVar("T")
 
 SCHEMA_TABLE = "vitrine_schema"
 _meta = sa.MetaData()
@@ -195,6 +203,21 @@ class SqlDb:
         if self.postgres:
             return StorageError(f"{self.what} refused: {str(orig).strip()}")
         return StorageError(f"{self.what} ({self.location}): {str(orig).strip()}")
+
+    def tried(self, fn: Callable[[], T]) -> T:
+        """``fn()`` (one or more :meth:`tx` blocks), run again on SQLite after a StorageError
+        (:data:`SQLITE_TRIES`), but not after "database is locked", which SQLite answers only once its
+        own busy timeout ran out. A write run again must be safe to repeat (an upsert, or a
+        compare-and-swap, whose second run fails as a lost race if the first did land)."""
+        for attempt in range(SQLITE_TRIES):
+            try:
+                return fn()
+            except StorageError as e:
+                if self.postgres or "locked" in str(e) or attempt == SQLITE_TRIES - 1:
+                    raise
+                log.warning("%s: %s; trying again", self.what, e)
+                time.sleep(0.01 * 4 ** attempt)
+        raise AssertionError("unreachable")
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Rows of a statement in the driver's own SQL (``placeholder`` marks the parameters)."""

@@ -28,9 +28,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -41,14 +40,6 @@ from vitrine.index.store import is_database_url
 from vitrine.sqldb import SqlDb
 
 log = logging.getLogger(__name__)
-
-SQLITE_TRIES = 3
-"""A session read or write on SQLite that fails is tried again, 10 then 40 ms later: under four
-concurrent turns of one session the whole fast suite saw SQLite answer "disk I/O error" to a
-write (the turn was then not saved, and said so); a read that fails is read as a new search. A
-PostgreSQL store that is down fails at once (its health check), never waits here."""
-
-T = TypeVar("T")
 
 
 class MemorySessionStore:
@@ -127,25 +118,12 @@ class SessionStore:
         self._put_if = ins.on_conflict_do_update(index_elements=["id"], set_=upsert,
                                                  where=t.c.version == sa.bindparam("expected")).returning(t.c.version)
 
-    def _tried(self, fn: Callable[[], T]) -> T:
-        """``fn()``, tried again on SQLite after a StorageError (:data:`SQLITE_TRIES`); not after
-        "database is locked", which SQLite answers only once its own busy timeout ran out."""
-        for attempt in range(SQLITE_TRIES):
-            try:
-                return fn()
-            except StorageError as e:
-                if self.path is None or "locked" in str(e) or attempt == SQLITE_TRIES - 1:
-                    raise
-                log.warning("session store: %s; trying again", e)
-                time.sleep(0.01 * 4 ** attempt)
-        raise AssertionError("unreachable")
-
     def get(self, sid: str) -> StoredSession | None:
         def read() -> Any:
             with self._db.tx(single=True) as c:
                 return c.execute(self._get, {"sid": sid}).first()
 
-        row = self._tried(read)
+        row = self._db.tried(read)
         if row is None:
             return None
         if time.time() - row[2] > self.ttl_s:
@@ -157,14 +135,14 @@ class SessionStore:
         doc = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
         values = {"id": sid, "state": doc, "vec": vector, "touched": time.time(), "version": (expected or 0) + 1}
 
-        def write() -> bool:  # tried again after an error: a CAS that did land fails the second time, as a lost race
+        def write() -> bool:  # safe to run again (SqlDb.tried): a CAS that did land fails as a lost race
             with self._db.tx(write=True, single=True) as c:
                 if expected is None:
                     c.execute(self._put, values)
                     return True
                 return c.execute(self._put_if, {**values, "expected": expected}).first() is not None
 
-        done = self._tried(write)
+        done = self._db.tried(write)
         with self._lock:
             self._writes += 1
             due = self._writes % PURGE_EVERY == 0

@@ -81,7 +81,7 @@ def _csv_value(key: str, v: str) -> object:
         except ValueError:
             return v  # let validation say what is wrong
     if key == "version":
-        return int(v) if v.isdigit() else (v or None)
+        return int(v) if v.isdecimal() else (v or None)  # "²" is a digit, not a decimal: int() refuses it
     if key == "attributes" and v.startswith("{"):
         try:
             return json.loads(v)

@@ -139,7 +139,7 @@ def demo_subset(source: Path, n: int) -> list[str]:
     if n >= len(rows):
         return [r["id"] for r in rows]
     by_type: dict[str, list[str]] = {}
-    for r in sorted(rows, key=lambda r: int(r["id"]) if r["id"].isdigit() else 0):
+    for r in sorted(rows, key=lambda r: int(r["id"]) if r["id"].isdecimal() else 0):
         by_type.setdefault(r["articleType"], []).append(r["id"])
     chosen: list[str] = []
     # round-robin over article types, in proportion to their size

@@ -12,7 +12,8 @@ import pytest
 from conftest import engine_copy
 from fastapi.testclient import TestClient
 
-from vitrine.feedback import clicks, explore
+from vitrine.feedback import clicks
+from vitrine.feedback import explored as explored_log
 from vitrine.feedback.intake import LearnedTable, save_learned
 from vitrine.feedback.stage import LearnedRerank
 from vitrine.feedback.types import EventRecord, FeedbackSlice, SearchLog
@@ -152,9 +153,9 @@ def test_exploration_share_is_respected_and_logged_with_its_propensity(own_engin
             assert r.status_code == 202, r.text
             got = c.get("/v1/analytics", headers=KEY).json()["exploration"]
             assert got["impressions"] == len(explored) and got["clicks"] == 1
-        logged = [s for s in eng.feedback.log.read().searches if s.experiment == explore.EXPERIMENT]
+        logged = [s for s in eng.feedback.log.read().searches if s.experiment == explored_log.EXPERIMENT]
         assert len(logged) == len(explored)
-        tag = explore.Explored.of_variant("", logged[0].variant or "")
+        tag = explored_log.Explored.of_variant("", logged[0].variant or "")
         assert tag is not None and tag.propensity == pytest.approx(0.5 / 40 / 10)
     finally:
         eng.settings.feedback.explore_share = 0.0

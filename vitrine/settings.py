@@ -375,11 +375,11 @@ class WebSettings(_Section):
                                     "but cost photo throughput (bench-results/search-concurrency).")
     side_work_nice: int = Field(10, ge=0, le=19, description="How much lower than searches the API runs its side "
                                 "work (analytics reads, experiment reports, learning, retention) and its intake "
-                                "of shopper events, each on one thread of its own: a nice increment (Linux, per "
-                                "thread; 0: the same priority). Searches then get the CPU first while a dashboard "
-                                "polls analytics (vitrine/web/sidework.py).")
+                                "of shopper events (in side processes or on threads of their own): a nice increment "
+                                "(Linux, per thread; 0: the same priority). Searches then get the CPU first while a "
+                                "dashboard polls analytics (vitrine/web/sidework.py).")
     side_work_idle: bool = Field(True, description="Run the API's side work and the intake of shopper events "
-                                 "in the kernel's idle scheduling class too (Linux SCHED_IDLE, per thread): they "
+                                 "in the kernel's idle scheduling class too (Linux SCHED_IDLE, per thread or side process): they "
                                  "take only the CPU searches leave, where nice 19 still takes a share "
                                  "(bench-results/side-work.md).")
     side_work_duty: float = Field(0.25, gt=0, le=1, description="The most of one core the API's side work "
@@ -388,6 +388,10 @@ class WebSettings(_Section):
                                   "(at most 1 s) before the next starts (1: no rest). A dashboard polling analytics in a loop "
                                   "then waits its turn instead of slowing searches; a single read answers at once. "
                                   "The intake of events is never paced.")
+    side_work_process: bool = Field(True, description="Store shopper events and build analytics reports in a "
+                                    "process of their own each (spawned on first use, lowered and paced like the side "
+                                    "work): they then never hold the interpreter lock searches need "
+                                    "(vitrine/web/sideproc.py, bench-results/side-work.md). Off: on the API's own threads.")
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from vitrine.errors import InvalidInput
-from vitrine.feedback import explore
+from vitrine.feedback import explored
 from vitrine.feedback.event_sql import ANALYTICS_FIELDS
 from vitrine.feedback.types import EventLogAPI
 
@@ -127,7 +127,7 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
         no_result_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_results"]],
         no_click_queries=[QueryCount(query=q, searches=n, users=u) for q, n, u in rows["no_clicks"]],
         bots={"per_minute": bot_per_minute, "clients": caught[0], "events": caught[1]},
-        exploration=explore.figures(log, since, until))
+        exploration=explored.figures(log, since, until))
 
 
 def parse_time(value: str | float | None) -> float | None:

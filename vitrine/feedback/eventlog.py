@@ -71,6 +71,7 @@ class EventLog:
     def __init__(self, target: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
         self.postgres = is_database_url(str(target))
         self.path = None if self.postgres else Path(target)
+        self.target = str(target)  # what another process opens to read and write the same log
         # SQLite: events FULL (a 202 means on disk); searches NORMAL (survives a killed process; a
         # search lost to a power cut only loses its events' context). PostgreSQL: one engine.
         self._db = SqlDb(target, what="event log", synchronous="FULL", timeout_s=timeout_s)

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vitrine.watched import WatchedFile
 from vitrine.atomic import atomic_write_bytes
 from vitrine.errors import InvalidInput
-from vitrine.feedback import ltr
+from vitrine.feedback import explored, ltr
 from vitrine.feedback.blocklist import Blocklist, blocked
 from vitrine.feedback.logwriter import BatchedSearchLog
 from vitrine.feedback.types import EventLogAPI, EventRecord, SearchLog, event_key, new_query_id, query_id_time
@@ -91,14 +91,27 @@ def filters_json(req: SearchRequest) -> str | None:
     return json.dumps(got, ensure_ascii=False, sort_keys=True, default=str) if got else None
 
 
+FRESH_S = 10.0
+"""A search made this recently that the log lacks may still be in another process's writer."""
+WAIT_S = 0.5
+"""The longest a batch waits for such searches (then they are unknown: a 422)."""
+
+
 class Feedback:
     """Search logging and event intake over one event log (see the module docstring)."""
 
     def __init__(self, events: EventLogAPI, settings: FeedbackSettings, *, batched: bool = True) -> None:
         # searches are logged by a background writer, in batches (vitrine/feedback/logwriter.py): a
         # search never waits on the log; any read of the log waits for what was queued before it
-        self.log: EventLogAPI = cast(EventLogAPI, BatchedSearchLog(events)) if batched else events
+        self._writer = BatchedSearchLog(events) if batched else None
+        self.log: EventLogAPI = cast(EventLogAPI, self._writer) if self._writer is not None else events
         self.settings = settings
+
+    def flush(self) -> None:
+        """Wait until the searches logged so far are written (another process reading the log,
+        vitrine/web/sideproc.py, then sees them)."""
+        if self._writer is not None:
+            self._writer.flush()
 
     @property
     def retention_s(self) -> float:
@@ -120,7 +133,7 @@ class Feedback:
         variant = resp.variant
         ex = resp.exploration
         if ex and experiment is None:  # an explored page (vitrine/feedback/explore.py): its draw and propensity
-            experiment, variant = "explore", f"{ex['from_rank']}>{ex['position']}@{ex['propensity']:.6g}"
+            experiment, variant = explored.EXPERIMENT, explored.variant_of(ex["from_rank"], ex["position"], ex["propensity"])
         self.log.log_search(SearchLog(
             query_id=qid, ts=now, text=text, norm=normalise_query(text), ids=tuple(h.id for h in resp.results),
             offset=req.offset, total=resp.total, image=bool(resp.query.get("image")) if resp.query else False,
@@ -138,7 +151,7 @@ class Feedback:
         if not events:
             raise InvalidInput("events: the batch is empty")
         now = time.time()
-        logged = self.log.searches([e.query_id for e in events])
+        logged = self.logged_searches([e.query_id for e in events], now)
         fp = self.client_hash(client)
         rows = [self._row(f"events[{i}]", e, logged, now, fp) for i, e in enumerate(events)]
         new = self.log.add_events(rows)
@@ -155,7 +168,7 @@ class Feedback:
         step = self.settings.events_max_batch
         for start in range(0, len(events), step):
             part = events[start:start + step]
-            logged = self.log.searches([e.query_id for e in part])
+            logged = self.logged_searches([e.query_id for e in part], now)
             rows = []
             for i, e in enumerate(part, start):
                 try:
@@ -164,6 +177,25 @@ class Feedback:
                     bad.append((i, str(err)))
             new += self.log.add_events(rows)
         return len(events) - len(bad), new, bad
+
+    def logged_searches(self, query_ids: Sequence[str], now: float) -> dict[str, SearchLog]:
+        """The logged searches of ``query_ids``. One made in the last :data:`FRESH_S` s that the log
+        does not hold yet is waited for (at most :data:`WAIT_S` s in all): another process answered it
+        (a sibling worker, or the API process when events go to a process of their own) and its
+        background writer may not have written it yet (vitrine/feedback/logwriter.py). A search this
+        process logged is always there (reads flush the writer first)."""
+        ids = list(dict.fromkeys(query_ids))
+        logged = self.log.searches(ids)
+        pause, waited = 0.02, 0.0
+        while waited < WAIT_S:
+            fresh = [q for q in ids if q not in logged and now - FRESH_S <= (query_id_time(q) or 0.0) <= now + 1.0]
+            if not fresh:
+                break
+            time.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, WAIT_S - waited)
+            logged.update(self.log.searches(fresh))
+        return logged
 
     def _row(self, where: str, e: EventIn, logged: Mapping[str, SearchLog], now: float,
              client: str | None = None) -> EventRecord:

@@ -30,7 +30,7 @@ class BatchedSearchLog:
     # experiments' specs and teams are among them: every search checks the running experiment once a
     # second, and a flush there waited for the queued searches' write, itself behind the events'
     # durable commits for the file's write lock (p99 under an events flood).
-    _DIRECT = frozenset({"hash_user", "log_search", "path", "url", "close", "flush", "counts_cached",
+    _DIRECT = frozenset({"hash_user", "log_search", "path", "target", "close", "flush", "counts_cached",
                          "check_writable", "experiment_specs", "log_teams"})
 
     def __init__(self, inner: EventLogAPI, *, max_batch: int = MAX_BATCH) -> None:

@@ -93,6 +93,8 @@ def event_key(query_id: str, etype: str, product_id: str, user: str | None, ts: 
 class EventLogAPI(Protocol):
     """What the engine needs from a feedback log (vitrine/feedback/eventlog.py: SQLite or PostgreSQL)."""
 
+    target: str  # the SQLite file or PostgreSQL URL it opened (another process opens the same log)
+
     def hash_user(self, user: str | None) -> str | None: ...
 
     def log_search(self, s: SearchLog) -> None: ...

@@ -1,4 +1,4 @@
-"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work and intake threads, the API key."""
+"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work thread, where events and analytics run, the API key."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from vitrine.errors import Unauthorized
 from vitrine.search.engine import Engine
 from vitrine.settings import Settings
 from vitrine.web.metrics import Metrics
+from vitrine.web.sideproc import FeedbackJobs
 from vitrine.web.sidework import SideWork
 
 
@@ -33,13 +34,13 @@ async def get_side_work(request: Request) -> SideWork:
     return request.app.state.side_work
 
 
-async def get_intake(request: Request) -> SideWork:
-    return request.app.state.intake
+async def get_feedback_jobs(request: Request) -> FeedbackJobs:
+    return request.app.state.feedback_jobs
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SideWorkDep = Annotated[SideWork, Depends(get_side_work)]
-IntakeDep = Annotated[SideWork, Depends(get_intake)]
+FeedbackJobsDep = Annotated[FeedbackJobs, Depends(get_feedback_jobs)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 

@@ -22,6 +22,7 @@ from vitrine.search.state import LoadedIndexes
 from vitrine.settings import Settings
 from vitrine.web.memory import limit_heap_growth
 from vitrine.web.metrics import Metrics
+from vitrine.web.sideproc import FeedbackJobs
 from vitrine.web.sidework import SideWork
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
             limit_heap_growth()
         eng = engine if engine is not None else await asyncio.to_thread(lambda: Engine.open(settings, loaded=loaded))
         app.state.engine = eng
+        jobs = app.state.feedback_jobs = FeedbackJobs.open(eng, intake, side, web)
         if own:  # after the models loaded their libraries: the limits apply to loaded ones
             set_search_threads(settings.index.search_threads or 1)
         await asyncio.to_thread(eng.warm_up)  # the query fast path, BM25 and vocabularies: built before traffic
@@ -78,6 +80,7 @@ def lifespan_for(settings: Settings, engine: Engine | None, metrics: Metrics, fr
             if snapshots is not None:
                 snapshots.cancel()
                 await asyncio.to_thread(eng.wait_for_writes)  # a snapshot in flight finishes first
+            jobs.close()
             side.close()
             intake.close()
             if own:

@@ -1,6 +1,8 @@
 """Side work: what the API does beside answering shoppers (merchant analytics, experiment
 reports, learning from the log, retention, and the intake of shopper events), on threads of
-their own at a lower CPU priority.
+their own at a lower CPU priority. By default the intake of events and analytics reports run in
+processes of their own instead (vitrine/web/sideproc.py: their own interpreter lock), lowered and
+paced with this module's helpers; experiment reports, learning and retention stay on a thread here.
 
 A search must not wait for side work (issue 53). Reading analytics is a scan of the log; a
 dashboard that polls it back to back keeps a core busy. On the request threads that core is
@@ -61,39 +63,24 @@ def lower_this_thread(nice: int, idle: bool = False) -> bool:
     return True
 
 
-class SideWork:
-    """One side-work thread (see the module docstring); ``nice`` 0: same priority as searches.
-    The API keeps two: ``side-work`` (reports, learning, retention) and ``intake`` (shopper events),
-    so a batch of events never queues behind an analytics scan."""
+class Pacer:
+    """Paces the jobs of one thread to ``duty`` of a core: a job that took ``c`` s of this thread's
+    CPU is followed by ``c * (1 / duty - 1)`` s of rest (at most :data:`MAX_REST_S`), so back-to-back
+    jobs hold at most ``duty`` of one core. A job that arrives after the rest starts at once. Used
+    by one thread only (a side-work thread, or a side-work process's: vitrine/web/sideproc.py)."""
 
-    def __init__(self, nice: int, name: str = "side-work", *, idle: bool = False, duty: float = 1.0) -> None:
+    def __init__(self, duty: float = 1.0) -> None:
         if not 0.0 < duty <= 1.0:
             raise ValueError(f"duty: {duty}; a share of one core in (0, 1]")
-        self.nice, self.name, self.idle, self.duty = nice, name, idle, duty
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vitrine-{name}",
-                                        initializer=self._start)
-        self.lowered: bool | None = None  # known once the thread started
-        self._rest_until = 0.0  # read and written by the pool's one thread only
-
-    def _start(self) -> None:
-        self.lowered = lower_this_thread(self.nice, self.idle)
-        if (self.nice or self.idle) and not self.lowered:
-            log.info("%s runs at the searches' priority on this platform", self.name)
-
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on the side-work thread, paced to ``duty``."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, self._paced, functools.partial(fn, *args, **kwargs))
+        self.duty = duty
+        self._rest_until = 0.0
 
     def rest_s(self) -> float:
         """Seconds before the next job may start (0: at once)."""
         return max(0.0, self._rest_until - time.monotonic())
 
-    def _paced(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` after the rest its predecessor earned: a job that took ``c`` s of this thread's
-        CPU is followed by ``c * (1 / duty - 1)`` s of rest (at most :data:`MAX_REST_S`), so
-        back-to-back jobs hold at most ``duty`` of one core. A job that arrives after the rest starts
-        at once."""
+    def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` after the rest its predecessor earned."""
         rest = self.rest_s()
         if rest > 0:
             time.sleep(rest)
@@ -104,6 +91,33 @@ class SideWork:
             if self.duty < 1.0:
                 rest = min(MAX_REST_S, (time.thread_time() - cpu) * (1.0 / self.duty - 1.0))
                 self._rest_until = time.monotonic() + rest
+
+
+class SideWork:
+    """One side-work thread (see the module docstring); ``nice`` 0: same priority as searches.
+    The API keeps two: ``side-work`` (reports, learning, retention) and ``intake`` (shopper events),
+    so a batch of events never queues behind an analytics scan."""
+
+    def __init__(self, nice: int, name: str = "side-work", *, idle: bool = False, duty: float = 1.0) -> None:
+        self.nice, self.name, self.idle, self.duty = nice, name, idle, duty
+        self._pacer = Pacer(duty)  # used by the pool's one thread only
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"vitrine-{name}",
+                                        initializer=self._start)
+        self.lowered: bool | None = None  # known once the thread started
+
+    def _start(self) -> None:
+        self.lowered = lower_this_thread(self.nice, self.idle)
+        if (self.nice or self.idle) and not self.lowered:
+            log.info("%s runs at the searches' priority on this platform", self.name)
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the side-work thread, paced to ``duty``."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._pacer.run, functools.partial(fn, *args, **kwargs))
+
+    def rest_s(self) -> float:
+        """Seconds before the next job may start (0: at once)."""
+        return self._pacer.rest_s()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

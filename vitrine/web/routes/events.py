@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from vitrine.errors import Unauthorized
 from vitrine.feedback.intake import EventsAccepted, EventsRequest
-from vitrine.web.deps import EngineDep, IntakeDep, SettingsDep
+from vitrine.web.deps import FeedbackJobsDep, SettingsDep
 from vitrine.web.errors import errors_for
 from vitrine.web.limits import client_of
 
@@ -34,11 +34,11 @@ async def require_events_key(settings: SettingsDep, request: Request,
 
 @router.post("/events", status_code=202, response_model=EventsAccepted, dependencies=[Depends(require_events_key)],
              responses=errors_for(401, 403, 429))
-async def post_events(body: EventsRequest, engine: EngineDep, intake: IntakeDep, request: Request) -> JSONResponse:
+async def post_events(body: EventsRequest, jobs: FeedbackJobsDep, request: Request) -> JSONResponse:
     """A batch of shopper events (up to 1,000) on logged searches, each naming its search's
     `query_id`. All or nothing: a bad event is a 422 naming its field, and nothing of the batch is
     stored. An event sent twice (same `event_id`) is stored once."""
     client = client_of(request.app.state.settings, request.client.host if request.client else None,
                        request.headers.get("user-agent"), request.headers.get("x-api-key"))
-    accepted, new = await intake.run(engine.record_events, body.events, client=client)
+    accepted, new = await jobs.record_events(body.events, client)
     return JSONResponse(EventsAccepted(accepted=accepted, new=new).model_dump(), status_code=202)

@@ -1,0 +1,188 @@
+"""Side work in a process of its own: the intake of shopper events and analytics reads.
+
+A search must not wait for side work (issue 53). On threads of the API's own process
+(vitrine/web/sidework.py), in the kernel's idle class, side work still slowed searches under an
+events flood and a dashboard polling analytics (search p99 1.18-1.22x of alone): the threads
+share the process's interpreter lock, and validating a batch, hashing its users, building and
+encoding a report all hold it. A second ``vitrine serve`` taking the flood and the reads, the
+searches' process untouched, gave 1.06x (bench-results/side-work.md). So the two jobs that run
+for every event batch and every dashboard poll run in a spawned process of their own, one each
+(:class:`SideProcess`): its own interpreter and lock, lowered like the side-work threads
+(nice, SCHED_IDLE), paced like them. The process opens the same feedback log (the SQLite file or
+PostgreSQL database the API logs searches to) and needs nothing else: no models, no indexes (it
+imports only the feedback modules).
+
+- The request keeps its contract: the batch is stored, or refused with its field named, before
+  the answer leaves. The API's own search log writes what it queued first (an event posted right
+  after its search always finds it; vitrine/feedback/logwriter.py).
+- A process that died (killed, out of memory) is replaced on the next job; the job that was in
+  it answers 503 (StorageError), and the client sends it again (an event sent twice is stored once).
+- ``web.side_work_process`` off: both run on the API's threads as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import multiprocessing
+import multiprocessing.process
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from vitrine.errors import StorageError
+from vitrine.feedback import analytics
+from vitrine.feedback.eventlog import EventLog
+from vitrine.feedback.intake import EventIn, Feedback
+from vitrine.settings import FeedbackSettings, WebSettings
+from vitrine.web.sidework import Pacer, SideWork, lower_this_thread
+
+if TYPE_CHECKING:  # not imported at run time: a side process never loads the search stack
+    from vitrine.search.engine import Engine
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Worker:
+    """What a side process holds: its own handle on the feedback log, and its pacer."""
+
+    feedback: Feedback
+    pacer: Pacer
+
+
+_worker: _Worker | None = None
+"""Set once in each side process by :func:`_start` (its initializer); never in the API's process."""
+
+
+def _start(target: str, settings: FeedbackSettings, nice: int, idle: bool, duty: float) -> None:
+    global _worker
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # a pool's worker outlives a parent killed with -9: it would wait for jobs forever
+        threading.Thread(target=_exit_with, args=(parent,), name="vitrine-side-parent", daemon=True).start()
+    lower_this_thread(nice, idle)  # the pool runs its jobs on this, the process's main thread
+    _worker = _Worker(Feedback(EventLog(target), settings, batched=False), Pacer(duty))
+
+
+def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
+    parent.join()  # returns when the API process is gone, however it ended
+    log.warning("the API process %s is gone; its side process %s exits", parent.pid, os.getpid())
+    os._exit(0)  # nobody is left to answer; the log's writes are transactions (crash safe)
+
+
+def _here() -> _Worker:
+    if _worker is None:  # only a bug calls a job outside a side process
+        raise RuntimeError("a side-process job ran outside a side process")
+    return _worker
+
+
+def record_events(events: Sequence[EventIn], client: str | None) -> tuple[int, int]:
+    """The job of POST /v1/events: validate and store the batch (all or nothing); (accepted, new)."""
+    w = _here()
+    return w.pacer.run(functools.partial(w.feedback.record, events, client=client))
+
+
+def analytics_json(since: float | None, until: float | None, granularity: analytics.Granularity,
+                   top: int, bot_per_minute: int) -> bytes:
+    """The job of GET /v1/analytics: the report, validated and encoded (the encoding too stays off
+    the API's interpreter)."""
+    w = _here()
+    return w.pacer.run(lambda: analytics.report(w.feedback.log, since=since, until=until, granularity=granularity,
+                                                top=top, bot_per_minute=bot_per_minute).model_dump_json().encode())
+
+
+def identity() -> tuple[int, int, int | None]:
+    """(pid, nice, scheduling policy) of the side process's job thread (None off Linux): what it
+    runs as, for tests and operators."""
+    pid = os.getpid()
+    linux = sys.platform.startswith("linux")
+    return (pid, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+            os.sched_getscheduler(0) if linux else None)
+
+
+class SideProcess:
+    """One spawned worker process running jobs of this module (:func:`record_events`,
+    :func:`analytics_json`) one at a time, on the feedback log ``target``. Spawned on the first job,
+    not before (an API that never takes an event never starts one)."""
+
+    def __init__(self, name: str, target: str, settings: FeedbackSettings, *, nice: int, idle: bool,
+                 duty: float = 1.0) -> None:
+        if not 0.0 < duty <= 1.0:
+            raise ValueError(f"duty: {duty}; a share of one core in (0, 1]")
+        self.name = name
+        self._initargs = (target, settings, nice, idle, duty)
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+        self.restarts = 0
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start, initargs=self._initargs)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the side process (``fn`` a job of this module; its arguments and result
+        cross by pickle, in memory only). StorageError (503) when the process died under it."""
+        pool = self._pool
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        except BrokenExecutor as e:
+            with self._lock:
+                if self._pool is pool:  # the first job to see it replaces it
+                    self._pool = self._new_pool()
+                    self.restarts += 1
+            log.error("the %s process stopped (%s); started another", self.name, e)
+            raise StorageError(f"the {self.name} process stopped while it held this request; send it again") from e
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class FeedbackJobs:
+    """Where the API stores events and builds analytics: in side processes (``processes``: the
+    intake's and the reports', :class:`SideProcess`), else on its side-work threads (``intake``,
+    ``side``: vitrine/web/sidework.py). The routes ask this, not which."""
+
+    def __init__(self, engine: Engine, intake: SideWork, side: SideWork,
+                 processes: tuple[SideProcess, SideProcess] | None) -> None:
+        self.engine, self.intake, self.side, self.processes = engine, intake, side, processes
+
+    @classmethod
+    def open(cls, engine: Engine, intake: SideWork, side: SideWork, web: WebSettings) -> FeedbackJobs:
+        if not web.side_work_process:
+            return cls(engine, intake, side, None)
+        fb = engine.feedback
+        lowered = {"nice": web.side_work_nice, "idle": web.side_work_idle}
+        return cls(engine, intake, side, (SideProcess("intake", fb.log.target, fb.settings, **lowered),
+                                          SideProcess("reports", fb.log.target, fb.settings, duty=web.side_work_duty,
+                                                      **lowered)))
+
+    async def record_events(self, events: Sequence[EventIn], client: str | None) -> tuple[int, int]:
+        """Validate and store a batch (all or nothing); (accepted, new)."""
+        if self.processes is None:
+            return await self.intake.run(self.engine.record_events, events, client=client)
+        self.engine.feedback.log.check_writable()  # a store known to be down: 503 now, not after a connect timeout
+        await self.intake.run(self.engine.feedback.flush)  # the searches queued before it, written
+        return await self.processes[0].run(record_events, list(events), client)
+
+    async def analytics_json(self, since: float | None, until: float | None, granularity: analytics.Granularity,
+                             top: int) -> bytes:
+        """GET /v1/analytics's report, encoded."""
+        bots = self.engine.feedback.settings.bot_events_per_minute
+        if self.processes is None:
+            return await self.side.run(lambda: analytics.report(
+                self.engine.feedback.log, since=since, until=until, granularity=granularity, top=top,
+                bot_per_minute=bots).model_dump_json().encode())
+        self.engine.feedback.log.check_writable()
+        await self.intake.run(self.engine.feedback.flush)
+        return await self.processes[1].run(analytics_json, since, until, granularity, top, bots)
+
+    def close(self) -> None:
+        for p in self.processes or ():
+            p.close()

@@ -113,7 +113,7 @@ def side_pool() -> ProcessPoolExecutor:
 
 async def _cell(url: str, texts: list[str], start: int, duration: float, search_rate: float,
                 flood: Flood | None, event_calls: float, analytics: list[float] | None = None,
-                pool: ProcessPoolExecutor | None = None) -> tuple[list[float], int]:
+                pool: ProcessPoolExecutor | None = None, side_url: str | None = None) -> tuple[list[float], int]:
     """Paced searches for ``duration`` s (none when ``search_rate`` is 0), with the ``flood`` beside
     them when given, and (``analytics`` a list: each read's seconds go there) GET /v1/analytics read in
     a loop, one read after another. With ``pool``, the flood and the reads run in its process."""
@@ -166,7 +166,7 @@ async def _cell(url: str, texts: list[str], start: int, duration: float, search_
     side = None
     if pool is not None and flood is not None:
         side = asyncio.get_running_loop().run_in_executor(
-            pool, _side, url, flood.pages, flood.batch, start, duration, event_calls, analytics is not None)
+            pool, _side, side_url or url, flood.pages, flood.batch, start, duration, event_calls, analytics is not None)
     async with _session(url, 16) as s1, _session(url, 8) as s2, _session(url, 1) as s3:
         jobs = [_paced(s1, 16, search_rate, duration, search)] if search_rate > 0 else []
         if flood is not None and side is None:
@@ -203,9 +203,11 @@ def stored_ids(data_dir: Path) -> set[str]:
 
 def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repeats: int = 3,
         search_rate: float = 100.0, event_calls: float = 20.0, batch: int = 50, kill_after: float = 6.0,
-        name: str = "events-load", analytics: bool = False) -> Path:
+        name: str = "events-load", analytics: bool = False, events_server: bool = False) -> Path:
     """``analytics``: the flood cells also read GET /v1/analytics in a loop (issue 53: search never
-    waits for side work). ``kill_after`` <= 0: no kill -9 part."""
+    waits for side work). ``events_server``: the flood and the reads go to a second server on the same
+    data dir, not to the one searched (a deployment routing them to a process of their own; its CPU is
+    not in ``server_cpu``). ``kill_after`` <= 0: no kill -9 part."""
     texts, _ = query_pool(source, n=2000)
     reads: list[float] | None = [] if analytics else None
     env = {"VITRINE_API_KEY": KEY, "VITRINE_QUERY_CACHE_SIZE": "0"}
@@ -216,11 +218,15 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
     srv: Server = start_server(data_dir, env=env)
     rows: list[dict[str, Any]] = []
     pool: ProcessPoolExecutor | None = None
+    srv_side: Server | None = None
     try:
+        # a deployment that routes the events and analytics to a process of their own (docs/performance.md)
+        srv_side = start_server(data_dir, env=env) if events_server else None
+        side_url = srv_side.url if srv_side else None
         pages = asyncio.run(_pages(srv.url, texts[1000:], 300))
         flood = Flood(pages, batch)
         pool = side_pool()
-        asyncio.run(_cell(srv.url, texts, 0, 8.0, search_rate, flood, event_calls, pool=pool))  # warm-up
+        asyncio.run(_cell(srv.url, texts, 0, 8.0, search_rate, flood, event_calls, pool=pool, side_url=side_url))  # warm-up
         n_cell = 0
         for r in range(repeats):
             for mode in (("alone", "flood") if r % 2 == 0 else ("flood", "alone")):
@@ -230,7 +236,7 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
                 acked0, lat0, err0 = len(flood.acked), len(flood.lat), flood.errors
                 reads0 = len(reads) if reads is not None else 0
                 lat, errors = asyncio.run(_cell(srv.url, texts, n_cell * 1009, duration, search_rate,
-                                                flood if mode == "flood" else None, event_calls, reads, pool))
+                                                flood if mode == "flood" else None, event_calls, reads, pool, side_url))
                 ev_lat = flood.lat[lat0:]
                 row = {"repeat": r + 1, "mode": mode, "searches": len(lat), "search_errors": errors,
                        **{f"search_{k}": v for k, v in summary_ms(lat).items() if k != "n"},
@@ -252,6 +258,8 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
         print("count after the cells:", count, flush=True)
 
         crash_row: dict[str, Any] = {}
+        if srv_side is not None:
+            srv_side.stop()
         if kill_after <= 0:
             srv.stop()
         # the crash: flood + searches, SIGKILL in the middle, restart, count
@@ -283,6 +291,8 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
     finally:
         if pool is not None:
             pool.shutdown()
+        if srv_side is not None and srv_side.proc.poll() is None:
+            srv_side.stop()
         if srv.proc.poll() is None:
             srv.stop()
 
@@ -299,6 +309,7 @@ def run(data_dir: Path, out: Path, *, source: Path, duration: float = 20.0, repe
     for s in summary:
         s["p99_vs_alone"] = round(s["search_p99_median_ms"] / base, 3) if base else None
     rep.add("config", {"data_dir": str(data_dir), "duration_s": duration, "repeats": repeats,
+                       "analytics": analytics, "events_server": events_server,
                        "search_rate": search_rate, "event_calls_per_s": event_calls, "batch": batch})
     rep.add("cells", rows)
     rep.add("summary", summary)

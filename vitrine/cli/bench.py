@@ -72,10 +72,13 @@ def bench_api(data_dir: Path, concurrency: str, duration: float, query_cache: bo
               help="Seconds into the last flood before the server gets SIGKILL (then restarted, events counted); "
                    "0: no kill")
 @click.option("--analytics", is_flag=True, help="The flood cells also read GET /v1/analytics in a loop (side work)")
+@click.option("--events-server", is_flag=True,
+              help="Send the flood and the analytics reads to a second server on the same data dir, not to the one "
+                   "searched (a deployment that routes /v1/events and /v1/analytics to their own process)")
 @click.option("--name", default="events-load", show_default=True, help="Report name")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
 def bench_events(data_dir: Path, duration: float, repeats: int, search_rate: float, event_calls: float, batch: int,
-                 kill_after: float, analytics: bool, name: str, out: Path) -> None:
+                 kill_after: float, analytics: bool, events_server: bool, name: str, out: Path) -> None:
     """An events flood (POST /v1/events) beside paced searches: search p50/p99 with and without it,
     events answered 202 against events stored, and after a kill -9 of the server."""
     _bench()
@@ -84,7 +87,7 @@ def bench_events(data_dir: Path, duration: float, repeats: int, search_rate: flo
 
     path = events_load.run(data_dir, out, source=bundled_dir(), duration=duration, repeats=repeats,
                            search_rate=search_rate, event_calls=event_calls, batch=batch, kill_after=kill_after,
-                           name=name, analytics=analytics)
+                           name=name, analytics=analytics, events_server=events_server)
     click.echo(f"report: {path}")
 
 

@@ -90,3 +90,12 @@ def test_events_are_stored_on_the_intake_thread_below_the_searches_priority(clie
     assert [name for name, _ in seen] == ["vitrine-intake_0"] * 2
     if sys.platform.startswith("linux"):
         assert {policy for _, policy in seen} == {os.SCHED_IDLE}
+
+
+def test_an_events_body_is_validated_on_the_intake_thread_with_the_fields_named(client, own_engine):
+    res = search(client, text="watches")
+    good = {"type": "click", "query_id": res["query_id"], "product_id": res["results"][0]["id"], "position": 0}
+    r = client.post("/v1/events", json={"events": [{**good, "type": "teleport"}]}, headers=KEY)
+    assert r.status_code == 422 and ["body", "events", 0, "type"] in [d["loc"] for d in r.json()["error"]["detail"]]
+    r = client.post("/v1/events", json={"events": [good]}, headers=KEY)
+    assert r.status_code == 202 and r.json() == {"accepted": 1, "new": 1}, r.text

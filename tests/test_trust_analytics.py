@@ -121,3 +121,20 @@ def test_a_side_process_that_died_is_replaced_and_its_request_answers_503(client
     assert asyncio.run(proc.run(sideproc.identity))[0] != pid
     stored = [e for e in own_engine.feedback.log.read().events if e.event_id == "after-the-kill"]
     assert len(stored) == 1
+
+
+def test_an_events_body_is_validated_in_the_intake_process_with_the_fields_named(client, own_engine):
+    """The body is parsed where it is stored (not on the API's event loop), and a body that does not
+    fit the schema is a 422 listing each field as the API's own validation does."""
+    res = search(client, text="watches", session="side-3")
+    before = own_engine.feedback.log.counts()["events"]
+    good = {"type": "click", "query_id": res["query_id"], "product_id": res["results"][0]["id"], "position": 0}
+    r = client.post("/v1/events", json={"events": [good, {**good, "type": "teleport", "position": -1}]}, headers=KEY)
+    assert r.status_code == 422, r.text
+    locs = [d["loc"] for d in r.json()["error"]["detail"]]
+    assert ["body", "events", 1, "type"] in locs and ["body", "events", 1, "position"] in locs
+    assert "body.events.1.type" in r.json()["error"]["message"]
+    for bad in (b"{not json", b"", b'{"events": []}', b'{"events": [], "extra": 1}'):
+        r = client.post("/v1/events", content=bad, headers={**KEY, "Content-Type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (bad, r.text)
+    assert own_engine.feedback.log.counts()["events"] == before  # nothing of a refused batch is stored

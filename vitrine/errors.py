@@ -6,6 +6,8 @@ only :mod:`vitrine.cli` maps them to exit codes.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class VitrineError(Exception):
     """Base class of every error Vitrine raises on purpose."""
@@ -13,6 +15,20 @@ class VitrineError(Exception):
 
 class InvalidInput(VitrineError):
     """The caller sent something malformed (bad query, bad record, bad parameter)."""
+
+
+class InvalidBody(InvalidInput):
+    """A request body that does not fit its schema, validated away from the web layer (the
+    intake of events validates its raw body in a process of its own): ``detail`` lists each
+    error's ``loc`` (from ``"body"``) and ``msg``, as a web framework's own validation would."""
+
+    def __init__(self, detail: list[dict[str, Any]]) -> None:
+        self.detail = detail
+        super().__init__("; ".join(f"{'.'.join(str(x) for x in d['loc'])}: {d['msg']}" for d in detail[:5])
+                         or "invalid request body")
+
+    def __reduce__(self) -> tuple[type, tuple[list[dict[str, Any]]]]:  # crosses processes by pickle
+        return (InvalidBody, (self.detail,))
 
 
 class InvalidImage(InvalidInput):

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vitrine.watched import WatchedFile
 from vitrine.atomic import atomic_write_bytes
-from vitrine.errors import InvalidInput
+from vitrine.errors import InvalidBody, InvalidInput
 from vitrine.feedback import explored, ltr
 from vitrine.feedback.blocklist import Blocklist, blocked
 from vitrine.feedback.logwriter import BatchedSearchLog
@@ -76,6 +76,15 @@ class EventsRequest(BaseModel):
          "user": "u-81f2", "session": "s-1"}]}]})
 
     events: list[EventIn] = Field(min_length=1, description="Up to events_max_batch (1,000) events")
+
+
+def parse_events(raw: bytes) -> list[EventIn]:
+    """A POST /v1/events body (JSON bytes) -> its events; InvalidBody naming each field that does not
+    fit :class:`EventsRequest` (``loc`` from ``"body"``, as the API's own validation names them)."""
+    try:
+        return EventsRequest.model_validate_json(raw).events
+    except ValidationError as e:
+        raise InvalidBody([{"loc": ["body", *err["loc"]], "msg": err["msg"]} for err in e.errors()]) from e
 
 
 class EventsAccepted(BaseModel):

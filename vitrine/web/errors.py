@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vitrine.errors import (
+    InvalidBody,
     InvalidImage,
     InvalidInput,
     ModelError,
@@ -116,6 +117,8 @@ async def _domain(_: Request, e: VitrineError) -> JSONResponse:
         log.error("%s: %s", code, e)
     report: Any = getattr(e, "report", None)  # a pydantic model where the error carries one
     detail = report.model_dump() if hasattr(report, "model_dump") else None
+    if isinstance(e, InvalidBody):  # a body validated off the web layer: the fields, as _validation lists them
+        detail = e.detail
     headers = {"Retry-After": "1"} if status == 503 else None  # a store or model that is down: back soon
     return JSONResponse(error_body(status, code, str(e), detail), status_code=status, headers=headers)
 

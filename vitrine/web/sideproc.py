@@ -159,10 +159,10 @@ class FeedbackJobs:
         if not web.side_work_process:
             return cls(engine, intake, side, None)
         fb = engine.feedback
-        lowered = {"nice": web.side_work_nice, "idle": web.side_work_idle}
-        return cls(engine, intake, side, (SideProcess("intake", fb.log.target, fb.settings, **lowered),
-                                          SideProcess("reports", fb.log.target, fb.settings, duty=web.side_work_duty,
-                                                      **lowered)))
+        nice, idle = web.side_work_nice, web.side_work_idle
+        return cls(engine, intake, side, (
+            SideProcess("intake", fb.log.target, fb.settings, nice=nice, idle=idle),
+            SideProcess("reports", fb.log.target, fb.settings, nice=nice, idle=idle, duty=web.side_work_duty)))
 
     async def record_events(self, raw: bytes, client: str | None) -> tuple[int, int]:
         """Parse a POST /v1/events body (InvalidBody), validate and store its batch (all or

@@ -27,6 +27,7 @@ import logging
 import multiprocessing
 import multiprocessing.process
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -73,7 +74,7 @@ def _start(target: str, settings: FeedbackSettings, nice: int, idle: bool, duty:
 def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
     parent.join()  # returns when the API process is gone, however it ended
     log.warning("the API process %s is gone; its side process %s exits", parent.pid, os.getpid())
-    os._exit(0)  # nobody is left to answer; the log's writes are transactions (crash safe)
+    os.kill(os.getpid(), signal.SIGTERM)  # nobody is left to answer; the log's writes are transactions (crash safe)
 
 
 def _here() -> _Worker:

@@ -18,14 +18,14 @@ class InvalidInput(VitrineError):
 
 
 class InvalidBody(InvalidInput):
-    """A request body that does not fit its schema, validated away from the web layer (the
-    intake of events validates its raw body in a process of its own): ``detail`` lists each
-    error's ``loc`` (from ``"body"``) and ``msg``, as a web framework's own validation would."""
+    """A request that does not fit its schema: ``detail`` lists each error's ``loc`` (from
+    ``"body"``, ``"query"`` ...) and ``msg``. The web layer's own validation answers with it, and so
+    does the intake of events, which validates its raw body in a process of its own."""
 
     def __init__(self, detail: list[dict[str, Any]]) -> None:
         self.detail = detail
         super().__init__("; ".join(f"{'.'.join(str(x) for x in d['loc'])}: {d['msg']}" for d in detail[:5])
-                         or "invalid request body")
+                         or "invalid request")
 
     def __reduce__(self) -> tuple[type, tuple[list[dict[str, Any]]]]:  # crosses processes by pickle
         return (InvalidBody, (self.detail,))

@@ -391,7 +391,7 @@ class WebSettings(_Section):
     side_work_process: bool = Field(True, description="Store shopper events and build analytics reports in a "
                                     "process of their own each (spawned on first use, lowered and paced like the side "
                                     "work): they then never hold the interpreter lock searches need "
-                                    "(vitrine/web/sideproc.py, bench-results/side-work.md). Off: on the API's own threads.")
+                                    "(vitrine/web/sideproc.py, bench-results/side-process.md). Off: on the API's own threads.")
     max_body_bytes: int = Field(16_000_000, ge=1024, description="Largest request body the API accepts.")
     request_timeout_s: float = Field(30.0, gt=0, description="Longest an API request may run (504 after).")
     admin_timeout_s: float = Field(3600.0, gt=0, description="Longest an admin action (hot swap) may run.")

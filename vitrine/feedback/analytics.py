@@ -130,6 +130,13 @@ def report(log: EventLogAPI, *, since: float | None = None, until: float | None 
         exploration=explored.figures(log, since, until))
 
 
+def report_json(log: EventLogAPI, *, since: float | None, until: float | None, granularity: Granularity,
+                top: int, bot_per_minute: int) -> bytes:
+    """GET /v1/analytics's body: :func:`report`, validated as it was built, encoded."""
+    return report(log, since=since, until=until, granularity=granularity, top=top,
+                  bot_per_minute=bot_per_minute).model_dump_json().encode()
+
+
 def parse_time(value: str | float | None) -> float | None:
     """A time given as Unix seconds, an ISO date (``2025-01-31``, UTC) or date-time, or a span
     back from now (``7d``, ``12h``, ``30m``)."""

@@ -1,4 +1,4 @@
-"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work thread, where events and analytics run, the API key."""
+"""FastAPI dependencies of the routes: the engine, the settings, the metrics, the side-work thread, the jobs that store events and build analytics, the API key."""
 
 from __future__ import annotations
 

@@ -117,16 +117,15 @@ async def _domain(_: Request, e: VitrineError) -> JSONResponse:
         log.error("%s: %s", code, e)
     report: Any = getattr(e, "report", None)  # a pydantic model where the error carries one
     detail = report.model_dump() if hasattr(report, "model_dump") else None
-    if isinstance(e, InvalidBody):  # a body validated off the web layer: the fields, as _validation lists them
+    if isinstance(e, InvalidBody):  # each field that does not fit the schema
         detail = e.detail
     headers = {"Retry-After": "1"} if status == 503 else None  # a store or model that is down: back soon
     return JSONResponse(error_body(status, code, str(e), detail), status_code=status, headers=headers)
 
 
-async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
-    detail = [{"loc": list(err.get("loc", ())), "msg": err.get("msg")} for err in e.errors()]
-    msg = "; ".join(f"{'.'.join(str(x) for x in d['loc'])}: {d['msg']}" for d in detail[:5])
-    return JSONResponse(error_body(422, "invalid_input", msg or "invalid request", detail), status_code=422)
+async def _validation(request: Request, e: RequestValidationError) -> JSONResponse:
+    return await _domain(request, InvalidBody([{"loc": list(err.get("loc", ())), "msg": err.get("msg")}
+                                               for err in e.errors()]))
 
 
 async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:

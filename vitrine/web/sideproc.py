@@ -5,7 +5,7 @@ A search must not wait for side work (issue 53). On threads of the API's own pro
 events flood and a dashboard polling analytics (search p99 1.18-1.22x of alone): the threads
 share the process's interpreter lock, and validating a batch, hashing its users, building and
 encoding a report all hold it. A second ``vitrine serve`` taking the flood and the reads, the
-searches' process untouched, gave 1.06x (bench-results/side-work.md). So the two jobs that run
+searches' process untouched, gave 1.06-1.16x (bench-results/side-process.md). So the two jobs that run
 for every event batch and every dashboard poll run in a spawned process of their own, one each
 (:class:`SideProcess`): its own interpreter and lock, lowered like the side-work threads
 (nice, SCHED_IDLE), paced like them. The process opens the same feedback log (the SQLite file or
@@ -96,8 +96,8 @@ def analytics_json(since: float | None, until: float | None, granularity: analyt
     """The job of GET /v1/analytics: the report, validated and encoded (the encoding too stays off
     the API's interpreter)."""
     w = _here()
-    return w.pacer.run(lambda: analytics.report(w.feedback.log, since=since, until=until, granularity=granularity,
-                                                top=top, bot_per_minute=bot_per_minute).model_dump_json().encode())
+    return w.pacer.run(lambda: analytics.report_json(w.feedback.log, since=since, until=until,
+                                                     granularity=granularity, top=top, bot_per_minute=bot_per_minute))
 
 
 def identity() -> tuple[int, int, int | None]:
@@ -179,9 +179,8 @@ class FeedbackJobs:
         """GET /v1/analytics's report, encoded."""
         bots = self.engine.feedback.settings.bot_events_per_minute
         if self.processes is None:
-            return await self.side.run(lambda: analytics.report(
-                self.engine.feedback.log, since=since, until=until, granularity=granularity, top=top,
-                bot_per_minute=bots).model_dump_json().encode())
+            return await self.side.run(analytics.report_json, self.engine.feedback.log, since=since, until=until,
+                                       granularity=granularity, top=top, bot_per_minute=bots)
         self.engine.feedback.log.check_writable()
         await self.intake.run(self.engine.feedback.flush)
         return await self.processes[1].run(analytics_json, since, until, granularity, top, bots)

@@ -18,6 +18,8 @@ imports only the feedback modules).
 - A process that died (killed, out of memory) is replaced on the next job; the job that was in
   it answers 503 (StorageError), and the client sends it again (an event sent twice is stored once).
 - ``web.side_work_process`` off: both run on the API's threads as before.
+- Spawned: a script that builds and serves the app itself must do it under ``if __name__ ==
+  "__main__":`` (a spawned process imports the script that started it; docs/analytics.md).
 """
 
 from __future__ import annotations

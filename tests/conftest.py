@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,27 @@ def settings_maker(cache_dir: Path, **defaults):
     return make
 
 
+SQLITE_FILES = shutil.ignore_patterns("*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.sqlite-journal")
+
+
+def copy_sqlite(src: Path, dst: Path) -> None:
+    """A copy of a SQLite file this process may have open, through SQLite's online backup. Never a
+    plain file copy: opening and closing a live SQLite file outside SQLite drops every lock this
+    process holds on it (sqlite.org/howtocorrupt.html 2.2), and a forked child or another process
+    could then checkpoint and delete its live write-ahead log (tests/test_sqlite.py)."""
+    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
+        a.backup(b)
+
+
+def copy_data_dir(src: Path, dst: Path) -> Path:
+    """A copy of a data dir an engine of this process may have open: its SQLite files through
+    :func:`copy_sqlite`, the rest file by file."""
+    shutil.copytree(src, dst, ignore=SQLITE_FILES)
+    for f in src.rglob("*.sqlite"):
+        copy_sqlite(f, dst / f.relative_to(src))
+    return dst
+
+
 def engine_copy(engine, settings_factory, encoder, dst: Path, **settings_kw):
     """An engine of its own over a copy of ``engine``'s data dir (the shared subset: nothing is
     ingested again), without its feedback log or learned re-ranking: for tests that write, log
@@ -63,7 +86,7 @@ def engine_copy(engine, settings_factory, encoder, dst: Path, **settings_kw):
     from vitrine.search.engine import Engine
 
     engine.save()
-    shutil.copytree(engine.data_dir, dst)
+    copy_data_dir(engine.data_dir, dst)
     for f in [*dst.glob("events.sqlite*"), *dst.glob("sessions.sqlite*"), dst / "learned.json"]:
         f.unlink(missing_ok=True)
     return Engine(settings_factory(dst, **settings_kw), encoder)

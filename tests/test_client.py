@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import SOURCE
+from conftest import SOURCE, copy_data_dir
 from vitrine.client import ApiError, AsyncClient, Client, RetryPolicy, Unreachable
 from vitrine.search.models import ProductOut, SearchResponse
 
@@ -142,7 +142,6 @@ def test_a_timeout_is_retried_then_reported():
 def test_clients_send_events_on_a_search_query_id(engine, settings_factory, encoder, tmp_path):
     """search() returns the query_id events name; events()/click()/... post them (sync and async),
     each with an event_id so a retried call is stored once; a bad event is an ApiError naming it."""
-    import shutil
 
     from pydantic import SecretStr
 
@@ -150,7 +149,7 @@ def test_clients_send_events_on_a_search_query_id(engine, settings_factory, enco
     from vitrine.web.app import create_app
 
     dst = tmp_path / "data"
-    shutil.copytree(engine.data_dir, dst)
+    copy_data_dir(engine.data_dir, dst)
     eng = Engine(settings_factory(dst), encoder)
     eng.settings.web.api_key = SecretStr("w")
     eng.settings.web.events_key = SecretStr("browser")

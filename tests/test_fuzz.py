@@ -15,6 +15,7 @@ import schemathesis
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
+from conftest import copy_sqlite
 from pydantic import SecretStr, ValidationError
 
 from vitrine.errors import InvalidInput
@@ -58,10 +59,7 @@ def write_schema(engine, settings_factory, encoder, tmp_path_factory):
     engine.save()
     d = tmp_path_factory.mktemp("fuzz") / "data"
     d.mkdir()
-    import sqlite3
-
-    with engine.records._lock, sqlite3.connect(d / "records.sqlite") as out:
-        engine.records._conn.backup(out)
+    copy_sqlite(src / "records.sqlite", d / "records.sqlite")
     shutil.copytree(src / "images", d / "images")
     shutil.copytree(src / "index", d / "index", ignore=shutil.ignore_patterns(".lock"))
     eng = Engine(settings_factory(d, intent=False, api_key=SecretStr(KEY), snapshot_interval_s=3600), encoder)

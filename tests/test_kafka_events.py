@@ -6,10 +6,10 @@ reason naming the field, offsets committed after the events are durable, a repla
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
+from conftest import copy_data_dir
 from kafka_broker import kafka_settings, unique
 from vitrine.ingest import events as ev
 from vitrine.ingest.events import BadEvent, ShopperEvent, parse_event
@@ -35,7 +35,7 @@ def events_engine(engine, settings_factory, encoder, stream, tmp_path):
     from vitrine.search.engine import Engine
 
     dst = tmp_path / "data"
-    shutil.copytree(engine.data_dir, dst)
+    copy_data_dir(engine.data_dir, dst)
     s = kafka_settings(settings_factory, dst, {**stream, "kafka_topic": unique("events")})
     eng = Engine(s, encoder)
     yield eng

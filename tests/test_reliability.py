@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SOURCE, settings_maker, subset_engine_of
+from conftest import SOURCE, copy_sqlite, settings_maker, subset_engine_of
 from kafka_broker import child_runtime, wait_exit
 from vitrine.errors import ModelError, SwapRefused
 from vitrine.search import fusion
@@ -37,8 +37,7 @@ def photo(pid: str) -> bytes:
 def clone(engine: Engine, dst: Path) -> Path:
     """A copy of an open engine's data dir (SQLite's online backup, photos, snapshots)."""
     dst.mkdir(parents=True)
-    with engine.records._lock, sqlite3.connect(dst / "records.sqlite") as out:
-        engine.records._conn.backup(out)
+    copy_sqlite(engine.data_dir / "records.sqlite", dst / "records.sqlite")
     shutil.copytree(engine.data_dir / "images", dst / "images")
     shutil.copytree(engine.data_dir / "index", dst / "index", ignore=shutil.ignore_patterns(".lock"))
     return dst

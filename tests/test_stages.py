@@ -4,11 +4,10 @@ path calls it without naming it."""
 
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
-from conftest import engine_copy
+from conftest import copy_data_dir, engine_copy
 
 from vitrine.index import stock
 from vitrine.merchandising import patch
@@ -44,7 +43,7 @@ def engines(engine, settings_factory, encoder, tmp_path_factory):
     from vitrine.search.engine import Engine
 
     dst = tmp_path_factory.mktemp("hiding") / "data"
-    shutil.copytree(plain.data_dir, dst)
+    copy_data_dir(plain.data_dir, dst)
     # the one line: the engine's list plus the new stage
     hiding = Engine(settings_factory(dst), encoder, stages=(*STAGES, HideOutOfStock.open))
     yield plain, hiding

@@ -44,9 +44,8 @@ from vitrine.sqlite import connect_wal
 log = logging.getLogger(__name__)
 
 SQLITE_TRIES = 3
-""":meth:`SqlDb.tried` on SQLite: a statement that failed runs again, 10 then 40 ms later. Under
-four concurrent turns of one session the fast suite saw SQLite answer "disk I/O error" to a write
-(the turn was then not saved). PostgreSQL, known down through its health check, fails at once."""
+""":meth:`SqlDb.tried` on SQLite: a statement that failed runs again, 10 then 40 ms later (a
+passing fault of the disk). PostgreSQL, known down through its health check, fails at once."""
 
 T = TypeVar("T")
 
@@ -88,12 +87,25 @@ _engines: dict[tuple[str, str], _Shared] = {}
 _engines_lock = threading.Lock()
 
 
+_inherited: list[sa.pool.Pool] = []
+"""In a forked child: its parent's pools, kept, never used and never closed."""
+
+
 def _forget_pools_after_fork() -> None:
     """A forked worker never uses its parent's pooled connections (SQLAlchemy's recipe: dispose
-    without closing them, the parent still owns them); it connects anew on first use."""
+    without closing them, the parent still owns them); it connects anew on first use.
+
+    Nor does it let them be garbage-collected, which closes a SQLite connection: SQLite forbids
+    closing in the child a connection carried across ``fork()`` (sqlite.org/howtocorrupt.html,
+    2.6). Where the parent's own locks on the file were gone (a ``close()`` of any descriptor of the
+    file in the parent drops them all, 2.2: a plain copy of the live data dir did), the child's
+    close took the exclusive lock, checkpointed and deleted the parent's live write-ahead log and
+    shared memory; the parent's next new connection then read another log than the others wrote:
+    "disk I/O error" (tests/test_sqlite.py)."""
     global _engines_lock
     _engines_lock = threading.Lock()
     for shared in _engines.values():
+        _inherited.append(shared.engine.pool)
         shared.engine.dispose(close=False)
 
 

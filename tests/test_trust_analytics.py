@@ -123,6 +123,48 @@ def test_a_side_process_that_died_is_replaced_and_its_request_answers_503(client
     assert len(stored) == 1
 
 
+def test_a_side_process_that_cannot_start_leaves_its_jobs_to_the_threads(client, own_engine, tmp_path, monkeypatch):
+    """A script that serves the app without `if __name__ == "__main__":` is imported again by every
+    spawned process, which then dies as it starts. A side process that never ran a job is started once
+    more; when that one dies too, its jobs run on the API's threads: the events are stored and the
+    report answers, not 503 after 503 (each of which would have run the script again)."""
+    import asyncio
+    import json
+    import sys
+    import types
+
+    from vitrine.web import sideproc
+    from vitrine.web.sidework import SideWork
+
+    res = search(client, text="watches", session="side-4")
+    ev = {"type": "click", "query_id": res["query_id"], "product_id": res["results"][0]["id"], "position": 0,
+          "event_id": "from-an-unguarded-script"}
+    script = tmp_path / "serve_unguarded.py"  # in a spawned process: what an unguarded `uvicorn.run(app)` comes to
+    script.write_text("raise SystemExit('this script serves the app again')\n")
+    fake_main = types.ModuleType("__main__")
+    fake_main.__file__, fake_main.__spec__ = str(script), None
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    intake, side = SideWork(0, "test-intake"), SideWork(0, "test-side")
+    jobs = sideproc.FeedbackJobs.open(own_engine, intake, side, own_engine.settings.web)
+    try:
+        assert jobs.processes is not None
+        raw = json.dumps({"events": [ev]}).encode()
+        assert asyncio.run(jobs.record_events(raw, None)) == (1, 1)
+        assert jobs.processes[0].restarts == 2 and "__main__" in (jobs.processes[0].failed or "")
+        assert asyncio.run(jobs.record_events(raw, None)) == (1, 0)  # on the thread at once; stored once
+        assert jobs.processes[0].restarts == 2
+        report = json.loads(asyncio.run(jobs.analytics_json(None, None, "day", 50)))
+        assert jobs.processes[1].failed is not None
+        watches = next(q for q in report["top_queries"] if q["query"] == "watches")
+        assert watches["clicks"] >= 1
+    finally:
+        jobs.close()
+        intake.close()
+        side.close()
+    stored = [e for e in own_engine.feedback.log.read().events if e.event_id == "from-an-unguarded-script"]
+    assert len(stored) == 1
+
+
 def test_an_events_body_is_validated_in_the_intake_process_with_the_fields_named(client, own_engine):
     """The body is parsed where it is stored (not on the API's event loop), and a body that does not
     fit the schema is a 422 listing each field as the API's own validation does."""

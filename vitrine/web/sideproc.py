@@ -19,7 +19,10 @@ imports only the feedback modules).
   it answers 503 (StorageError), and the client sends it again (an event sent twice is stored once).
 - ``web.side_work_process`` off: both run on the API's threads as before.
 - Spawned: a script that builds and serves the app itself must do it under ``if __name__ ==
-  "__main__":`` (a spawned process imports the script that started it; docs/analytics.md).
+  "__main__":`` (a spawned process imports the script that started it; docs/analytics.md). One
+  that does not makes the process die as it starts: a process that never ran a job is started
+  once more, and if that one dies too the job and every later one of its kind run on the API's
+  threads (:class:`StartFailed`; logged once, with the likely cause). Nothing is refused for it.
 """
 
 from __future__ import annotations
@@ -111,6 +114,10 @@ def identity() -> tuple[int, int, int | None]:
             os.sched_getscheduler(0) if linux else None)
 
 
+class StartFailed(Exception):
+    """A side process died twice before it ran a single job: the API runs its jobs on threads."""
+
+
 class SideProcess:
     """One spawned worker process running jobs of this module (:func:`record_events`,
     :func:`analytics_json`) one at a time, on the feedback log ``target``. Spawned on the first job,
@@ -124,7 +131,9 @@ class SideProcess:
         self._initargs = (target, settings, nice, idle, duty)
         self._lock = threading.Lock()
         self._pool = self._new_pool()
+        self._proven: ProcessPoolExecutor | None = None  # the last pool whose process ran a job
         self.restarts = 0
+        self.failed: str | None = None  # why it could not start (then the API's threads run its jobs)
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
@@ -132,17 +141,33 @@ class SideProcess:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the side process (``fn`` a job of this module; its arguments and result
-        cross by pickle, in memory only). StorageError (503) when the process died under it."""
-        pool = self._pool
-        try:
-            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-        except BrokenExecutor as e:
-            with self._lock:
-                if self._pool is pool:  # the first job to see it replaces it
-                    self._pool = self._new_pool()
-                    self.restarts += 1
-            log.error("the %s process stopped (%s); started another", self.name, e)
-            raise StorageError(f"the {self.name} process stopped while it held this request; send it again") from e
+        cross by pickle, in memory only). StorageError (503) when the process died under it;
+        StartFailed when it, and the one started after it, died before running any job."""
+        if self.failed is not None:
+            raise StartFailed(self.failed)
+        for attempt in range(2):
+            pool = self._pool
+            try:
+                out = await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+            except BrokenExecutor as e:
+                with self._lock:
+                    if self._pool is pool:  # the first job to see it replaces it
+                        self._pool = self._new_pool()
+                        self.restarts += 1
+                if self._proven is pool:  # it had run jobs: it died under this one
+                    log.error("the %s process stopped (%s); started another", self.name, e)
+                    raise StorageError(f"the {self.name} process stopped while it held this request; "
+                                       "send it again") from e
+                if attempt == 1:
+                    self.failed = (f"the {self.name} process died twice as it started ({e}); is the app served from "
+                                   "a script without `if __name__ == '__main__':`? (docs/analytics.md)")
+                    log.error("%s; its jobs run on the API's threads from now on", self.failed)
+                    raise StartFailed(self.failed) from e
+                log.warning("the %s process died as it started (%s); starting another", self.name, e)
+            else:
+                self._proven = pool
+                return out
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -170,22 +195,37 @@ class FeedbackJobs:
     async def record_events(self, raw: bytes, client: str | None) -> tuple[int, int]:
         """Parse a POST /v1/events body (InvalidBody), validate and store its batch (all or
         nothing); (accepted, new). Never parsed on the event loop."""
-        if self.processes is None:
-            return await self.intake.run(lambda: self.engine.record_events(parse_events(raw), client=client))
-        self.engine.feedback.log.check_writable()  # a store known to be down: 503 now, not after a connect timeout
-        await self.intake.run(self.engine.feedback.flush)  # the searches queued before it, written
-        return await self.processes[0].run(record_events, raw, client)
+        proc = self._usable(0)
+        if proc is not None:
+            self.engine.feedback.log.check_writable()  # a store known to be down: 503 now, not after a connect timeout
+            await self.intake.run(self.engine.feedback.flush)  # the searches queued before it, written
+            try:
+                return await proc.run(record_events, raw, client)
+            except StartFailed:
+                pass  # not stored (the process never ran it): stored here; an event sent twice is stored once anyway
+        return await self.intake.run(lambda: self.engine.record_events(parse_events(raw), client=client))
 
     async def analytics_json(self, since: float | None, until: float | None, granularity: analytics.Granularity,
                              top: int) -> bytes:
         """GET /v1/analytics's report, encoded."""
         bots = self.engine.feedback.settings.bot_events_per_minute
-        if self.processes is None:
-            return await self.side.run(analytics.report_json, self.engine.feedback.log, since=since, until=until,
-                                       granularity=granularity, top=top, bot_per_minute=bots)
-        self.engine.feedback.log.check_writable()
-        await self.intake.run(self.engine.feedback.flush)
-        return await self.processes[1].run(analytics_json, since, until, granularity, top, bots)
+        proc = self._usable(1)
+        if proc is not None:
+            self.engine.feedback.log.check_writable()
+            await self.intake.run(self.engine.feedback.flush)
+            try:
+                return await proc.run(analytics_json, since, until, granularity, top, bots)
+            except StartFailed:
+                pass
+        return await self.side.run(analytics.report_json, self.engine.feedback.log, since=since, until=until,
+                                   granularity=granularity, top=top, bot_per_minute=bots)
+
+    def _usable(self, i: int) -> SideProcess | None:
+        """The side process of job kind ``i`` (0 the intake's, 1 the reports'), unless there are none
+        or it could not start."""
+        if self.processes is None or self.processes[i].failed is not None:
+            return None
+        return self.processes[i]
 
     def close(self) -> None:
         for p in self.processes or ():

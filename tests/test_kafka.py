@@ -551,7 +551,9 @@ def test_worker_survives_a_broker_restart(settings_factory, encoder, catalog_dir
         with Publisher(s) as pub:  # a fresh producer: the old idempotent one is unknown to the new broker
             for r in records[10:25]:
                 pub.send(ev.upsert(r))
-        wait_for(lambda: eng.records.count() == 25, 90, "events published after the restart", every=0.5)
+        # the worker counts a batch once its upsert has returned: the records can be there a moment before
+        wait_for(lambda: eng.records.count() == 25 and worker.status()["applied"].get("upserted") == 25, 90,
+                 "events published after the restart", every=0.5)
         st = worker.status()
         assert st["reconnects"] + st["log_resets"] >= 1 and st["applied"]["upserted"] == 25
         worker.stop()

@@ -23,6 +23,7 @@ vitrine/feedback/tables.py, vitrine/merchandising/tables.py, vitrine/conversatio
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import os
@@ -87,8 +88,9 @@ _engines: dict[tuple[str, str], _Shared] = {}
 _engines_lock = threading.Lock()
 
 
-_inherited: list[sa.pool.Pool] = []
-"""In a forked child: its parent's pools, kept, never used and never closed."""
+def _keep_forever(obj: object) -> None:
+    """A reference to ``obj`` that nothing drops, not even the interpreter's finalization at exit."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 def _forget_pools_after_fork() -> None:
@@ -101,11 +103,12 @@ def _forget_pools_after_fork() -> None:
     file in the parent drops them all, 2.2: a plain copy of the live data dir did), the child's
     close took the exclusive lock, checkpointed and deleted the parent's live write-ahead log and
     shared memory; the parent's next new connection then read another log than the others wrote:
-    "disk I/O error" (tests/test_sqlite.py)."""
+    "disk I/O error" (tests/test_sqlite.py). A reference in a list would not do: a child that exits
+    normally frees it, and its connections close, at the interpreter's finalization."""
     global _engines_lock
     _engines_lock = threading.Lock()
     for shared in _engines.values():
-        _inherited.append(shared.engine.pool)
+        _keep_forever(shared.engine.pool)  # the pool holds the connections: never freed, never closed
         shared.engine.dispose(close=False)
 
 

@@ -20,9 +20,9 @@ imports only the feedback modules).
 - ``web.side_work_process`` off: both run on the API's threads as before.
 - Spawned: a script that builds and serves the app itself must do it under ``if __name__ ==
   "__main__":`` (a spawned process imports the script that started it; docs/analytics.md). One
-  that does not makes the process die as it starts: a process that never ran a job is started
-  once more, and if that one dies too the job and every later one of its kind run on the API's
-  threads (:class:`StartFailed`; logged once, with the likely cause). Nothing is refused for it.
+  that does not makes the process die as it starts: a new process answers a ping before it gets a
+  job, one that died is started once more, and if that one dies too the job and every later one of
+  its kind run on the API's threads (:class:`StartFailed`; logged once, with the likely cause).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def identity() -> tuple[int, int, int | None]:
 
 
 class StartFailed(Exception):
-    """A side process died twice before it ran a single job: the API runs its jobs on threads."""
+    """A side process died twice as it started: the API runs its jobs on threads."""
 
 
 class SideProcess:
@@ -131,7 +131,7 @@ class SideProcess:
         self._initargs = (target, settings, nice, idle, duty)
         self._lock = threading.Lock()
         self._pool = self._new_pool()
-        self._proven: ProcessPoolExecutor | None = None  # the last pool whose process ran a job
+        self._proven: ProcessPoolExecutor | None = None  # the last pool whose process answered
         self.restarts = 0
         self.failed: str | None = None  # why it could not start (then the API's threads run its jobs)
 
@@ -142,22 +142,29 @@ class SideProcess:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the side process (``fn`` a job of this module; its arguments and result
         cross by pickle, in memory only). StorageError (503) when the process died under it;
-        StartFailed when it, and the one started after it, died before running any job."""
+        StartFailed when no process would start (:meth:`_started`)."""
+        pool = await self._started()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        except BrokenExecutor as e:
+            self._replace(pool)
+            log.error("the %s process stopped (%s); started another", self.name, e)
+            raise StorageError(f"the {self.name} process stopped while it held this request; send it again") from e
+
+    async def _started(self) -> ProcessPoolExecutor:
+        """The pool, its process known to run: a new one answers :func:`identity` before it gets a
+        job, so a job never runs in a process that dies as it starts. One that died is started once
+        more; when that one dies too, StartFailed, now and for every later job."""
         if self.failed is not None:
             raise StartFailed(self.failed)
         for attempt in range(2):
             pool = self._pool
+            if self._proven is pool:
+                return pool
             try:
-                out = await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+                await asyncio.get_running_loop().run_in_executor(pool, identity)
             except BrokenExecutor as e:
-                with self._lock:
-                    if self._pool is pool:  # the first job to see it replaces it
-                        self._pool = self._new_pool()
-                        self.restarts += 1
-                if self._proven is pool:  # it had run jobs: it died under this one
-                    log.error("the %s process stopped (%s); started another", self.name, e)
-                    raise StorageError(f"the {self.name} process stopped while it held this request; "
-                                       "send it again") from e
+                self._replace(pool)
                 if attempt == 1:
                     self.failed = (f"the {self.name} process died twice as it started ({e}); is the app served from "
                                    "a script without `if __name__ == '__main__':`? (docs/analytics.md)")
@@ -166,8 +173,14 @@ class SideProcess:
                 log.warning("the %s process died as it started (%s); starting another", self.name, e)
             else:
                 self._proven = pool
-                return out
+                return pool
         raise AssertionError("unreachable")
+
+    def _replace(self, pool: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:  # the first job to see it broken replaces it
+                self._pool = self._new_pool()
+                self.restarts += 1
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -202,7 +215,7 @@ class FeedbackJobs:
             try:
                 return await proc.run(record_events, raw, client)
             except StartFailed:
-                pass  # not stored (the process never ran it): stored here; an event sent twice is stored once anyway
+                pass  # no process ran it: stored here
         return await self.intake.run(lambda: self.engine.record_events(parse_events(raw), client=client))
 
     async def analytics_json(self, since: float | None, until: float | None, granularity: analytics.Granularity,

@@ -45,7 +45,7 @@ from vitrine.feedback import analytics
 from vitrine.feedback.eventlog import EventLog
 from vitrine.feedback.intake import Feedback, parse_events
 from vitrine.settings import FeedbackSettings, WebSettings
-from vitrine.web.sidework import Pacer, SideWork, lower_this_thread
+from vitrine.web.sidework import Pacer, SideWork, check_duty, lower_this_thread
 
 if TYPE_CHECKING:  # not imported at run time: a side process never loads the search stack
     from vitrine.search.engine import Engine
@@ -125,8 +125,7 @@ class SideProcess:
 
     def __init__(self, name: str, target: str, settings: FeedbackSettings, *, nice: int, idle: bool,
                  duty: float = 1.0) -> None:
-        if not 0.0 < duty <= 1.0:
-            raise ValueError(f"duty: {duty}; a share of one core in (0, 1]")
+        check_duty(duty)  # here, not first in the spawned process
         self.name = name
         self._initargs = (target, settings, nice, idle, duty)
         self._lock = threading.Lock()
@@ -208,37 +207,33 @@ class FeedbackJobs:
     async def record_events(self, raw: bytes, client: str | None) -> tuple[int, int]:
         """Parse a POST /v1/events body (InvalidBody), validate and store its batch (all or
         nothing); (accepted, new). Never parsed on the event loop."""
-        proc = self._usable(0)
-        if proc is not None:
-            self.engine.feedback.log.check_writable()  # a store known to be down: 503 now, not after a connect timeout
-            await self.intake.run(self.engine.feedback.flush)  # the searches queued before it, written
-            try:
-                return await proc.run(record_events, raw, client)
-            except StartFailed:
-                pass  # no process ran it: stored here
+        done = await self._in_process(0, record_events, raw, client)
+        if done is not None:
+            return done
         return await self.intake.run(lambda: self.engine.record_events(parse_events(raw), client=client))
 
     async def analytics_json(self, since: float | None, until: float | None, granularity: analytics.Granularity,
                              top: int) -> bytes:
         """GET /v1/analytics's report, encoded."""
         bots = self.engine.feedback.settings.bot_events_per_minute
-        proc = self._usable(1)
-        if proc is not None:
-            self.engine.feedback.log.check_writable()
-            await self.intake.run(self.engine.feedback.flush)
-            try:
-                return await proc.run(analytics_json, since, until, granularity, top, bots)
-            except StartFailed:
-                pass
+        done = await self._in_process(1, analytics_json, since, until, granularity, top, bots)
+        if done is not None:
+            return done
         return await self.side.run(analytics.report_json, self.engine.feedback.log, since=since, until=until,
                                    granularity=granularity, top=top, bot_per_minute=bots)
 
-    def _usable(self, i: int) -> SideProcess | None:
-        """The side process of job kind ``i`` (0 the intake's, 1 the reports'), unless there are none
-        or it could not start."""
+    async def _in_process(self, i: int, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(*args)`` in side process ``i`` (0 the intake's, 1 the reports'), once the searches
+        queued before it are written; None when there is none or it could not start (no process ran
+        the job: the caller runs it on a thread)."""
         if self.processes is None or self.processes[i].failed is not None:
             return None
-        return self.processes[i]
+        self.engine.feedback.log.check_writable()  # a store known to be down: 503 now, not after a connect timeout
+        await self.intake.run(self.engine.feedback.flush)
+        try:
+            return await self.processes[i].run(fn, *args)
+        except StartFailed:
+            return None
 
     def close(self) -> None:
         for p in self.processes or ():

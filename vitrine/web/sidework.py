@@ -63,6 +63,13 @@ def lower_this_thread(nice: int, idle: bool = False) -> bool:
     return True
 
 
+def check_duty(duty: float) -> float:
+    """``duty``, a share of one core in (0, 1]; ValueError otherwise."""
+    if not 0.0 < duty <= 1.0:
+        raise ValueError(f"duty: {duty}; a share of one core in (0, 1]")
+    return duty
+
+
 class Pacer:
     """Paces the jobs of one thread to ``duty`` of a core: a job that took ``c`` s of this thread's
     CPU is followed by ``c * (1 / duty - 1)`` s of rest (at most :data:`MAX_REST_S`), so back-to-back
@@ -70,9 +77,7 @@ class Pacer:
     by one thread only (a side-work thread, or a side-work process's: vitrine/web/sideproc.py)."""
 
     def __init__(self, duty: float = 1.0) -> None:
-        if not 0.0 < duty <= 1.0:
-            raise ValueError(f"duty: {duty}; a share of one core in (0, 1]")
-        self.duty = duty
+        self.duty = check_duty(duty)
         self._rest_until = 0.0
 
     def rest_s(self) -> float:

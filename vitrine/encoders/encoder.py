@@ -234,6 +234,10 @@ class MultimodalEncoder:
             return torch.cat([self.towers.image_features(pixels[s:s + step], precision=precision)
                               for s in range(0, len(pixels), step)]).cpu().numpy()
 
+    def reads_as_word(self, word: str) -> bool:
+        """Whether the text tower knows ``word`` as a word of its own (Towers.reads_as_word)."""
+        return self.towers.reads_as_word(word)
+
     def text_features(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Backbone features for texts, (N, text_dim) float32."""
         n = len(texts)

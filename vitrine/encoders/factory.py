@@ -153,6 +153,9 @@ class ClipModel(Protocol):
     def to(self, device: str | torch.device) -> Any: ...
 
 
+INFLECTIONS = frozenset({"##s", "##es", "##ies", "##d", "##ed", "##ing", "##er", "##ers", "##ly"})  # WordPiece's
+
+
 @dataclass
 class Towers:
     """An open_clip model whose towers turn pixels and words into backbone features."""
@@ -210,6 +213,18 @@ class Towers:
         texts' characters (the order matters little there)."""
         ids = self.tokenize(texts)
         return [len(t) for t in texts] if ids is None else [len(x) for x in ids]
+
+    def reads_as_word(self, word: str) -> bool:
+        """Whether the text tower's tokenizer holds ``word`` as one token of its vocabulary, or as
+        one word of 3+ letters and an inflection ("tees" -> tee ##s): the tower knows the word, where
+        a misspelt or run-together one falls into pieces ("foutains" -> f ##out ##ains, "roomtables"
+        -> room ##table ##s). True when the tokenizer cannot tell (open_clip's own without its
+        vocabulary)."""
+        if self.hf_tokenizer is not None:
+            pieces = self.hf_tokenizer.tokenize(word)
+            return len(pieces) == 1 or (len(pieces) == 2 and len(pieces[0]) >= 3 and pieces[1] in INFLECTIONS)
+        vocab = getattr(self.clip_tokenizer, "encoder", None)
+        return vocab is None or f"{word.lower()}</w>" in vocab
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]] | None:
         """Token ids per text, unpadded, as :meth:`text_features` would make them (None for

@@ -313,6 +313,25 @@ class MemoryBM25:
                     out.pop(t, None)
         return out
 
+    def frequency(self, term: str, other: str | None = None) -> int:
+        """How many products hold ``term`` (and ``other``, if given); 0: none. As of the postings'
+        last sync."""
+        with self._lock:
+            post = self._postings(term)
+            if post is None or other is None:
+                return 0 if post is None else len(post[0])
+            with_other = self._postings(other)
+            return 0 if with_other is None else len(np.intersect1d(post[0], with_other[0], assume_unique=True))
+
+    def near(self, term: str, word: str) -> list[tuple[str, int]]:
+        """The catalogue terms within the edits the typed ``word`` allows of its ``term``, as
+        (term, distance), closest first (what :meth:`correct` chooses from)."""
+        edits = fuzzy.max_edits(word)
+        if edits == 0:
+            return []
+        with self._lock:
+            return self._fixes.near(term, edits, self._vocabulary)
+
     def correct(self, term: str, word: str) -> str | None:
         """The catalogue term a query word's unknown ``term`` most likely meant (None: none close).
         ``word`` (the word as typed) sets how many edits are allowed."""

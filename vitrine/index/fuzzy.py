@@ -49,9 +49,15 @@ class Corrections:
 
     def __init__(self, size: int = 20_000) -> None:
         self._memo: LRU[str | None] = LRU(size)
+        self._near: LRU[list[tuple[str, int]]] = LRU(size)
 
     def clear(self) -> None:
         self._memo.clear()
+        self._near.clear()
+
+    def near(self, word: str, edits: int, vocabulary: Callable[[], Sequence[str]]) -> list[tuple[str, int]]:
+        """:func:`nearest` over the vocabulary, remembered."""
+        return self._near.get_or_compute((word, edits), lambda: nearest(word, vocabulary(), edits))
 
     def best(self, word: str, edits: int, vocabulary: Callable[[], Sequence[str]],
              weight: Callable[[str], float]) -> str | None:

@@ -208,6 +208,9 @@ class SearchSettings(_Section):
         True, description="Use the relevance floor `vitrine tune` fitted to the catalogue's own score distributions "
         "(tuning.json) instead of relevance_floor (docs/tuning.md).")
     max_text_chars: int = Field(1000, ge=1, description="Longest query text accepted.")
+    query_spelling: bool = Field(True, description="Read a query word the catalogue does not hold and the text tower "
+                                 "does not know as the catalogue's closest word, or as two catalogue words it runs "
+                                 "together, before every signal searches it (docs/api.md, Typo tolerance).")
     fusion: Literal["rrf", "weighted", "off"] = Field(
         "weighted", description="How vector, BM25 and graph signals fuse (weighted sum or reciprocal-rank); "
                                 "off = vector ranking only. Weighted measured better (README).")

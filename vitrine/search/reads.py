@@ -22,7 +22,7 @@ import numpy as np
 from vitrine.encoders.queries import TextQuery
 from vitrine.errors import InvalidInput, NotFound
 from vitrine.index.vocabulary import QueryTerms
-from vitrine.search import fallback, fusion, recommend, storefront, translation, understanding
+from vitrine.search import fallback, fusion, recommend, spelling, storefront, translation, understanding
 from vitrine.search.models import (
     CompareResponse,
     Explanation,
@@ -117,6 +117,7 @@ class ReadPath:
             raise InvalidInput("empty query: give text, a photo, or both")
         self.prepare_query_encoder()
         typed, reading = text, self.translation.read(text)  # a Chinese query: the catalogue's words for it
+        reading = spelling.read(self.reader, reading)  # misspelt, run-together words: the catalogue's
         text = reading.text
         early = self._encode_early(req, text)  # the text's encode runs while the classifier does
         plan = now.plan = understanding.plan(rd, self.understanding, req, text, reading)  # intent + slots -> filters

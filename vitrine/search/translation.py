@@ -16,48 +16,19 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
-
 from functools import lru_cache
 
 from vitrine.index.bm25 import MemoryBM25, word_terms
 from vitrine.intent.slots import lexicon
 from vitrine.lang import segment
-from vitrine.lang.translate import ToChinese, Translation, Translator, cjk_share
+from vitrine.lang.translate import ToChinese, Translator, cjk_share
 from vitrine.search.read_context import ReadContext
+from vitrine.search.reading import Reading
 
 log = logging.getLogger(__name__)
 
 CHINESE_CATALOGUE = 0.5  # share of the catalogue's word occurrences that are Chinese: read Chinese as typed
 MIXED_CATALOGUE = 0.1  # above this share (and below the one above): search both the typed and the read text
-CATALOGUE_LANGUAGE = "en"  # the language of the catalogue words a query is read into
-
-
-@dataclass
-class Reading:
-    """What the ranking searches for one query: ``text``; ``language`` of the query as typed
-    ("zh" when it holds Chinese); ``translation`` when it was read into the catalogue's words
-    (``typed``: the query as typed)."""
-
-    text: str | None
-    language: str = "en"
-    translation: Translation | None = None
-
-    @property
-    def searched_language(self) -> str:
-        """The language the ranking reads, whose slot-filter decision applies: a query read in full
-        into an English catalogue's words is searched as English (the tune measured that); one read
-        in part, or searched as typed, stays in its own language, and its slots filter (the text
-        side cannot read all of it)."""
-        tr = self.translation
-        if tr is not None and tr.text.strip() and self.text == tr.text and tr.read_share >= 1.0:
-            return CATALOGUE_LANGUAGE
-        return self.language
-
-    @property
-    def typed(self) -> str | None:
-        """The query as the shopper typed it."""
-        return self.translation.source if self.translation is not None else self.text
 
 
 class QueryTranslation:
@@ -165,7 +136,10 @@ def lexicon_words() -> dict[str, list[str]]:
 
 def query_fields(reading: Reading) -> dict[str, object]:
     """The response's ``query`` fields for a translated query: ``translated`` (the English searched)
-    and ``translation`` (each word and the catalogue words it was read as)."""
+    and ``translation`` (each word and the catalogue words it was read as); for a corrected one,
+    ``corrected`` (the text searched) and ``corrections`` (each word and what it was read as)."""
+    if reading.spelling is not None:
+        return {"corrected": reading.spelling.text, "corrections": reading.spelling.explain()}
     if reading.translation is None:
         return {}
     return {"translated": reading.translation.text, "translation": reading.translation.explain()}

@@ -46,7 +46,7 @@ from vitrine.search.read_context import ReadContext
 if TYPE_CHECKING:
     from vitrine.intent.classifier import IntentClassifier, IntentResult
     from vitrine.intent.slots import SlotExtractor, Vocabulary
-    from vitrine.search.translation import Reading
+    from vitrine.search.reading import Reading
 
 log = logging.getLogger(__name__)
 

@@ -311,6 +311,15 @@ def test_filter_chips_narrow_every_card(page, api):
         assert {f["value"] for f in facets} <= set(shown)
 
 
+def test_a_misspelt_query_says_what_was_searched(page, api):
+    """A word read as the catalogue's (query.corrected) is shown with the words as typed."""
+    req = type_query(page, "black wacth")
+    want = api.post("/v1/search", json=req).json()
+    assert want["query"]["corrected"] == "black watch"
+    assert "for “black watch” (you typed “black wacth”)" in page.inner_text("#status")
+    assert card_ids(page) == [h["id"] for h in want["results"]]
+
+
 def test_more_results_sort_and_facet_counts_from_the_response(page, api):
     """The UI asks for facets and highlights, shows the API's counts on its chips, pages with
     "More results" (the next page of the same order, no duplicates) and sorts."""

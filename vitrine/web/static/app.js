@@ -391,7 +391,7 @@ function renderSearch(req, resp, { fresh, t0 }) {
       filtered ? h("button", { type: "button", class: "secondary", onclick: clearFilters }, "Clear the filters") : null));
   } else {
     setSearchState("results");
-    const what = req.text && req.image_b64 ? `“${req.text}” and your photo` : req.text ? `“${req.text}”` : "your photo";
+    const what = req.text && req.image_b64 ? `${searchedText(req, resp)} and your photo` : req.text ? searchedText(req, resp) : "your photo";
     status.replaceChildren(h("p", { class: "muted" }, `${countText(hits.length, resp)} for ${what} in ${Math.round(resp.took_ms)} ms`));
   }
   $("#toolbar").hidden = !hits.length;
@@ -427,6 +427,12 @@ function renderSearch(req, resp, { fresh, t0 }) {
 }
 
 const VS = /\S\s+(vs\.?|versus)\s+\S/i;
+
+function searchedText(req, resp) {
+  // the words searched: a misspelt or run-together word is searched as the catalogue's (query.corrected)
+  const fixed = resp.query && resp.query.corrected;
+  return fixed ? `“${fixed}” (you typed “${req.text}”)` : `“${req.text}”`;
+}
 
 function countText(shown, resp) {
   // "24 of 143 results" (total: the products matching above the relevance floor; "about" when estimated)
@@ -465,7 +471,7 @@ async function loadMore() {
     const frag = document.createDocumentFragment();
     fresh.forEach((hit, i) => frag.append(resultCard(hit, start + i)));
     $("#results").append(frag);
-    const what = last.req.text ? `“${last.req.text}”` : "your photo";
+    const what = last.req.text ? searchedText(last.req, last.resp) : "your photo";
     $("#status").replaceChildren(h("p", { class: "muted" }, `${countText(last.resp.results.length, last.resp)} for ${what}`));
     updateMore(last.resp);
     window.vitrine.pages = (window.vitrine.pages || 1) + 1;

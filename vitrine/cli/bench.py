@@ -94,16 +94,21 @@ def bench_events(data_dir: Path, duration: float, repeats: int, search_rate: flo
 @bench.command("typo")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), required=True)
 @click.option("--queries", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
-              help="Exact-word qrels of the test split (vitrine make-queries --kind words --split test)")
+              help="Qrels: the test split's exact-word queries (vitrine make-queries --kind words --split test), "
+                   "or real queries (data/wands-dev/queries.jsonl)")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=OUT, show_default=True)
-def bench_typo(data_dir: Path, queries: Path, out: Path) -> None:
-    """nDCG@10 of exact-word queries with one or two typos, BM25 typo tolerance off and on."""
+@click.option("--gains", type=click.Choice(["linear", "exponential"]), default="exponential", show_default=True,
+              help="nDCG's gain for graded qrels (vitrine eval --gains)")
+@click.option("--name", default="typo", show_default=True, help="Report name (NAME.md, NAME.json, NAME.png)")
+def bench_typo(data_dir: Path, queries: Path, out: Path, gains: str, name: str) -> None:
+    """nDCG@10 of queries given one or two typos: typo tolerance off, in BM25, and in every signal."""
     _bench()
     from vitrine.evals.datasets import load_qrels
     from vitrine.search.engine import Engine
     from vitrine_bench import storefront
 
-    click.echo(f"report: {storefront.typo(Engine.open(make_settings(data_dir=data_dir)), load_qrels(queries), out)}")
+    engine = Engine.open(make_settings(data_dir=data_dir))
+    click.echo(f"report: {storefront.typo(engine, load_qrels(queries), out, gain=gains, name=name)}")
 
 
 @bench.command("floor")

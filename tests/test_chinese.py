@@ -46,6 +46,12 @@ def test_chinese_words_map_onto_the_catalogues_own_vocabulary():
     assert unread.text == "bookcase" and unread.words[0].via == "unread"
     # Latin words (brands) are kept as typed
     assert fashion.translate("Nike 黑色").text == "nike black"
+    # a shop word written in Latin letters and characters together is read whole, not cut where they change
+    shirts = _catalogue_translator({"tshirt": 400, "tshirts": 300, "nike": 100, "white": 500, "t": 10})
+    for typed in ("T恤", "t恤", "耐克T恤", "白色 T恤"):
+        tr = shirts.translate(typed)
+        assert "tshirt" in tr.text.split() and all(w.via != "unread" for w in tr.words), (typed, tr)
+    assert [w.word for w in shirts.translate("耐克T恤").words] == ["耐克", "T恤"]
 
 
 def test_chinese_query_on_the_english_catalogue_finds_what_its_english_twin_does(engine):

@@ -165,6 +165,11 @@ class Translator:
         self.n_docs = max(1, int(n_docs))
         self._words: dict[str, tuple[list[str], str, float]] = {}
         self._stems: dict[str, tuple[str, ...]] = {}
+        # shop words written in Latin letters and Chinese together ("T恤"): read whole, longest first,
+        # before the text is cut where the characters change ("T" kept and "恤" unread otherwise)
+        mixed = sorted((w for w in {*shop_words(), *self.table} if segment.has_cjk(w) and re.search("[a-z0-9]", w)),
+                       key=len, reverse=True)
+        self._mixed = re.compile("(" + "|".join(map(re.escape, mixed)) + ")", re.IGNORECASE) if mixed else None
 
     # -- one English word against the catalogue ----------------------------------------------------
     def _df(self, word: str) -> int:
@@ -315,8 +320,15 @@ class Translator:
     def translate(self, text: str) -> Translation:
         readings: list[WordReading] = []
         text = decades(text) if self.grammar else text
-        for part in re.split(f"([{segment.CJK}]+)", text):
+        chunks = self._mixed.split(text) if self._mixed is not None else [text]
+        parts = [p for i, chunk in enumerate(chunks)
+                 for p in ([chunk] if i % 2 else re.split(f"([{segment.CJK}]+)", chunk))]
+        for part in parts:
             if not part.strip():
+                continue
+            if self._mixed is not None and self._mixed.fullmatch(part) and segment.has_cjk(part):
+                eng, via, _ = self.word(part.lower())
+                readings.append(WordReading(part, list(eng), "unread" if via == "known" else via))
                 continue
             if not segment.has_cjk(part):
                 readings.extend(WordReading(w, [w], "kept") for w in segment.words(part))

@@ -398,7 +398,10 @@ class SearchResponse(BaseModel):
     sort: str | None = Field(None, description="The order of the results")
     facets: dict[str, list[FacetValue]] | None = Field(None, description=(
         "Requested facets: each value's count among the matching products"))
-    query: dict[str, Any] = Field(default_factory=dict)
+    query: dict[str, Any] = Field(default_factory=dict, description=(
+        "How the query was read: text (as typed), image, filters applied; translated and translation (a "
+        "Chinese query read as the catalogue's words); corrected and corrections (misspelt or run-together "
+        "words read as the catalogue's: [{word, read_as}]); the intent and slots read from it"))
     model: str | None = None
     degraded: list[str] = Field(default_factory=list, description=(
         "Parts that could not serve this search and were left out: gate, intent, bm25, graph, or store (the "

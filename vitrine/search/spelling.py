@@ -6,16 +6,16 @@ tower reads an unknown word as word pieces that mean little ("foutains" -> f ##o
 read path reads such a word as the catalogue's word first, and every signal searches that:
 
 - a word stays as typed when the catalogue holds it (its BM25 term), when it is shorter than the
-  edits allow (vitrine/index/fuzzy.py: 4 letters), or when the text tower's tokenizer holds it as
-  one token: the tower knows that word ("sneakers" on a catalogue that says "sports shoes" is a
-  synonym to the tower, not a typo);
+  edits allow (vitrine/index/fuzzy.py: 4 letters), or when the text tower knows it: its tokenizer
+  holds it as one token, or as a word and an inflection ("tees": tee ##s). "sneakers" on a
+  catalogue that says "sports shoes" is a synonym to the tower, not a typo;
 - else it is read as a catalogue term within the edits its length allows (as BM25 corrects it)
-  that starts with the same letter (shoppers rarely mistype a first letter: "hoodies" is not
-  "goodies"; two first letters swapped, "ewdges", count as the same start), written as the term plus the typed word's ending where the catalogue's tokenizer
-  reads that as the term ("fountain" + "s"; the term alone where the tower knows only that). The closest as written first; among equally close
-  ones, the one the most products hold together with the query's other words ("pums benecio":
-  puma, not pumps), then the closest term, then the one the most products hold, then one the
-  tower knows;
+  that keeps the typed word's first letter (shoppers rarely mistype it: "hoodies" is not
+  "goodies"; the first two swapped, "ewdges", count as kept), written as a word the catalogue's
+  tokenizer reads as that term: the term plus the typed ending ("fountain" + "s"), the term, or
+  the term as the stemmer cut it ("convers" + "e"). The closest as written first; among equally
+  close ones, the one the most products hold together with the query's other words ("pums
+  benecio": puma, not pumps), then the closest term, then the one the most products hold;
 - else as two words it runs together ("roomtables" -> "room tables"), each of 3 letters or more,
   known to the tower and held by the catalogue: the split whose two words the most products hold
   together ("barstool": bar stool, not bars tool), as Typesense splits tokens.

@@ -62,7 +62,7 @@ class Corrections:
     def best(self, word: str, edits: int, vocabulary: Callable[[], Sequence[str]],
              weight: Callable[[str], float]) -> str | None:
         def compute() -> str | None:
-            found = nearest(word, vocabulary(), edits)
+            found = self.near(word, edits, vocabulary)  # the list the query's reading chose from
             if not found:
                 return None
             d0 = found[0][1]

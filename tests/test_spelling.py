@@ -56,6 +56,17 @@ def test_words_the_catalogue_holds_or_the_tower_knows_stay_as_typed(client, engi
     assert "corrected" not in search(client, "mens white tees")["query"]
 
 
+def test_the_latin_words_of_a_chinese_query_are_read_too(client):
+    """A Chinese query read into this English catalogue's words keeps its Latin words as typed:
+    a misspelt one is read as the catalogue's, as in an English query, and the reading still
+    counts as read in full (searched as English)."""
+    right, wrong = search(client, "black 手表"), search(client, "blakc 手表")
+    assert wrong["query"]["translated"] == "blakc watch" and wrong["query"]["corrected"] == "black watch"
+    assert wrong["query"]["corrections"] == [{"word": "blakc", "read_as": "black"}]
+    assert wrong["query"]["text"] == "blakc 手表"
+    assert ids(wrong) == ids(right) and wrong["total"] == right["total"]
+
+
 def test_query_spelling_can_be_turned_off(client, engine):
     engine.settings.search.query_spelling = False
     try:

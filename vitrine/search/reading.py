@@ -42,13 +42,14 @@ class Reading:
         in part, or searched as typed, stays in its own language, and its slots filter (the text
         side cannot read all of it)."""
         tr = self.translation
-        if tr is not None and tr.text.strip() and self.text == tr.text and tr.read_share >= 1.0:
+        read = self.spelling.source if self.spelling is not None else self.text  # before any word was corrected
+        if tr is not None and tr.text.strip() and read == tr.text and tr.read_share >= 1.0:
             return CATALOGUE_LANGUAGE
         return self.language
 
     @property
     def typed(self) -> str | None:
         """The query as the shopper typed it."""
-        if self.spelling is not None:
-            return self.spelling.source
-        return self.translation.source if self.translation is not None else self.text
+        if self.translation is not None:
+            return self.translation.source
+        return self.spelling.source if self.spelling is not None else self.text

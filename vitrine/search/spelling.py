@@ -126,10 +126,11 @@ def _split(w: str, index: MemoryBM25, knows_word: Callable[[str], bool]) -> str 
 
 def read(reader: ReadContext, reading: Reading) -> Reading:
     """``reading`` with its words read as the catalogue's where they are misspelt or run together:
-    an English query on a catalogue whose in-memory postings are built, unless turned off. A
-    translated query is already the catalogue's words."""
-    if (not reader.settings.search.query_spelling or not reading.text or reading.translation is not None
-            or reading.language != "en"):
+    an English query, or a Chinese one read into an English catalogue's words (its Latin words are
+    kept as typed: "nkie 跑步鞋" -> "nkie sports shoes"), on a catalogue whose in-memory postings are
+    built, unless turned off. Not an English query read into a Chinese catalogue's words."""
+    english = reading.translation is None if reading.language == "en" else reading.translation is not None
+    if not reader.settings.search.query_spelling or not reading.text or not english:
         return reading
     index = reader.state.records.text_index(build=False)
     if not isinstance(index, MemoryBM25) or not index.built:

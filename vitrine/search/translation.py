@@ -138,8 +138,9 @@ def query_fields(reading: Reading) -> dict[str, object]:
     """The response's ``query`` fields for a translated query: ``translated`` (the English searched)
     and ``translation`` (each word and the catalogue words it was read as); for a corrected one,
     ``corrected`` (the text searched) and ``corrections`` (each word and what it was read as)."""
+    out: dict[str, object] = {}
+    if reading.translation is not None:
+        out |= {"translated": reading.translation.text, "translation": reading.translation.explain()}
     if reading.spelling is not None:
-        return {"corrected": reading.spelling.text, "corrections": reading.spelling.explain()}
-    if reading.translation is None:
-        return {}
-    return {"translated": reading.translation.text, "translation": reading.translation.explain()}
+        out |= {"corrected": reading.spelling.text, "corrections": reading.spelling.explain()}
+    return out
